@@ -1,0 +1,37 @@
+# The README's commands. Each target sets itself up: the venv is created and the
+# project installed from pyproject.toml on first use (and again when pyproject changes).
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+ARGS   ?=
+
+.PHONY: serve demo test bench lint clean-venv
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=python3 ...'"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
+	@touch $(STAMP)
+
+serve: $(STAMP)
+	$(BIN)/tiercompact serve $(ARGS)
+
+demo: $(STAMP)
+	$(BIN)/tiercompact demo $(ARGS)
+
+# pytest exits 5 when it collected nothing: treat that as a failure, never as green.
+test: $(STAMP)
+	$(BIN)/python -m pytest $(ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
+
+bench: $(STAMP)
+	$(BIN)/python -m bench $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check log remote metadata cleaner service tests bench
+	$(BIN)/mypy log remote metadata cleaner service
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,289 @@
+"""Topic (log) configuration: one table, Kafka's names, validated on every write.
+
+Each key is declared exactly once in :data:`CONFIG_DEF` with its type, default,
+validator and documentation (Kafka's ``ConfigDef.define``). Cross-field rules live
+in :func:`validate_values` (Kafka's ``LogConfig.validateValues``). Errors name the
+key, the value and what is allowed, so a person can fix the request.
+
+The README's configuration reference is generated from this table
+(``tiercompact config-docs``), so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from log.errors import InvalidConfigError
+from log.types import CleanupPolicy, TimestampType
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+Validator = Callable[[str, Any], None]
+
+
+def at_least(lo: float) -> Validator:
+    def check(key: str, v: Any) -> None:
+        if v < lo:
+            raise InvalidConfigError(f"{key}={v!r} is invalid: must be at least {lo}")
+
+    check.__doc__ = f"[{lo},...]"
+    return check
+
+
+def between(lo: float, hi: float) -> Validator:
+    def check(key: str, v: Any) -> None:
+        if not lo <= v <= hi:
+            raise InvalidConfigError(f"{key}={v!r} is invalid: must be between {lo} and {hi}")
+
+    check.__doc__ = f"[{lo},...,{hi}]"
+    return check
+
+
+def one_of(*allowed: str) -> Validator:
+    def check(key: str, v: Any) -> None:
+        if v not in allowed:
+            raise InvalidConfigError(f"{key}={v!r} is invalid: must be one of {', '.join(allowed)}")
+
+    check.__doc__ = "[" + ", ".join(allowed) + "]"
+    return check
+
+
+def _cleanup_policy(key: str, v: Any) -> None:
+    parts = [p.strip() for p in v.split(",")] if isinstance(v, str) else []
+    if not parts or any(p not in ("compact", "delete") for p in parts) or len(set(parts)) != len(parts):
+        raise InvalidConfigError(
+            f"{key}={v!r} is invalid: must be 'compact', 'delete' or 'compact,delete'"
+        )
+
+
+_cleanup_policy.__doc__ = "[compact, delete, compact,delete]"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    name: str
+    type: type
+    default: Any
+    validator: Validator | None
+    doc: str
+
+    @property
+    def allowed(self) -> str:
+        return (self.validator.__doc__ or "") if self.validator else ""
+
+
+CONFIG_DEF: dict[str, ConfigKey] = {}
+
+
+def define(name: str, type_: type, default: Any, validator: Validator | None, doc: str) -> None:
+    if name in CONFIG_DEF:  # pragma: no cover - programming error
+        raise AssertionError(f"config key {name} defined twice")
+    CONFIG_DEF[name] = ConfigKey(name, type_, default, validator, doc)
+
+
+define("cleanup.policy", str, "compact", _cleanup_policy,
+       "'compact' keeps the newest record per key, 'delete' drops old segments by retention.ms/bytes, "
+       "'compact,delete' does both.")
+define("segment.bytes", int, 1024 * 1024 * 1024, at_least(14),
+       "Roll the active segment when it reaches this size; also the size limit of a cleaned segment group.")
+define("segment.ms", int, 7 * 24 * 3600 * 1000, at_least(1),
+       "Roll the active segment after this time even if it is not full.")
+define("segment.index.bytes", int, 10 * 1024 * 1024, at_least(8),
+       "Maximum size of a segment's offset/time index; also limits cleaned segment groups.")
+define("index.interval.bytes", int, 4096, at_least(0),
+       "Bytes between two offset-index entries.")
+define("max.message.bytes", int, 1048588, at_least(0),
+       "Largest record batch accepted on append.")
+define("message.timestamp.type", str, "CreateTime", one_of("CreateTime", "LogAppendTime"),
+       "Whether record timestamps are the producer's (CreateTime) or the append time (LogAppendTime).")
+define("compression.type", str, "producer", one_of("producer", "none", "gzip", "snappy", "lz4", "zstd"),
+       "Codec of batches the log writes: 'producer' keeps the producer's codec.")
+define("min.cleanable.dirty.ratio", float, 0.5, between(0.0, 1.0),
+       "A compacted log is cleaned once dirty bytes / total bytes exceed this ratio.")
+define("min.compaction.lag.ms", int, 0, at_least(0),
+       "A record stays uncompacted (readable by a caught-up consumer) for at least this long.")
+define("max.compaction.lag.ms", int, LONG_MAX, at_least(1),
+       "A record becomes eligible for compaction at most this long after it is written (KIP-354); "
+       "the active segment is force-rolled to honour it.")
+define("delete.retention.ms", int, 24 * 3600 * 1000, at_least(0),
+       "How long tombstones and transaction markers survive after the cleaner first sees them.")
+define("retention.ms", int, 7 * 24 * 3600 * 1000, at_least(-1),
+       "For cleanup.policy containing 'delete': drop segments older than this (-1 = no limit). "
+       "For tiered partitions this is the remote (total) retention.")
+define("retention.bytes", int, -1, at_least(-1),
+       "For cleanup.policy containing 'delete': drop the oldest segments while the log exceeds this (-1 = no limit).")
+define("file.delete.delay.ms", int, 60000, at_least(0),
+       "Delay before a replaced segment's '.deleted' files are removed.")
+define("remote.storage.enable", bool, False, None,
+       "Copy rolled segments to the object store and let local copies expire (tiered storage).")
+define("local.retention.ms", int, -2, at_least(-2),
+       "Tiered partitions: how long a copied segment stays on local disk (-2 = retention.ms, -1 = no limit).")
+define("local.retention.bytes", int, -2, at_least(-2),
+       "Tiered partitions: local bytes to keep (-2 = retention.bytes, -1 = no limit).")
+define("remote.compaction.bloom.fpp", float, 0.01, between(1e-6, 0.5),
+       "False-positive rate of each remote segment's key bloom filter (tiercompact; seed 004 default 1%).")
+define("message.timestamp.difference.max.ms", int, LONG_MAX, at_least(0),
+       "Reject records whose CreateTime differs from the broker clock by more than this.")
+
+
+def _coerce(key: ConfigKey, value: Any) -> Any:
+    """Turn a JSON/CLI value into the key's type, or raise a message naming key and value."""
+    t = key.type
+    try:
+        if t is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("true", "false"):
+                return value.lower() == "true"
+            raise ValueError
+        if t is int:
+            if isinstance(value, bool):
+                raise ValueError
+            if isinstance(value, float):
+                if not value.is_integer():
+                    raise ValueError
+                return int(value)
+            return int(value)
+        if t is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if t is str:
+            if not isinstance(value, str):
+                raise ValueError
+            return value.strip()
+    except (TypeError, ValueError):
+        pass
+    raise InvalidConfigError(f"{key.name}={value!r} is invalid: expected {t.__name__}")
+
+
+def validate_values(values: Mapping[str, Any]) -> None:
+    """Cross-field rules (Kafka's LogConfig.validateValues)."""
+    lo, hi = values["min.compaction.lag.ms"], values["max.compaction.lag.ms"]
+    if lo > hi:
+        raise InvalidConfigError(
+            f"min.compaction.lag.ms ({lo}) > max.compaction.lag.ms ({hi}): "
+            f"max.compaction.lag.ms must be at least min.compaction.lag.ms"
+        )
+    if values["local.retention.ms"] >= 0 and values["retention.ms"] >= 0 \
+            and values["local.retention.ms"] > values["retention.ms"]:
+        raise InvalidConfigError(
+            f"local.retention.ms ({values['local.retention.ms']}) > retention.ms ({values['retention.ms']}): "
+            f"local retention must not exceed total retention"
+        )
+    if values["local.retention.bytes"] >= 0 and values["retention.bytes"] >= 0 \
+            and values["local.retention.bytes"] > values["retention.bytes"]:
+        raise InvalidConfigError(
+            f"local.retention.bytes ({values['local.retention.bytes']}) > retention.bytes "
+            f"({values['retention.bytes']}): local retention must not exceed total retention"
+        )
+    if values["segment.index.bytes"] < 8:
+        raise InvalidConfigError("segment.index.bytes must be at least 8")
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """A validated, immutable topic configuration.
+
+    ``overrides`` holds only the keys the user set (what the API shows and persists);
+    attribute access is by Kafka name through :meth:`get` or the typed properties.
+    """
+
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    _values: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @staticmethod
+    def from_dict(props: Mapping[str, Any] | None = None) -> LogConfig:
+        props = dict(props or {})
+        overrides: dict[str, Any] = {}
+        for k, v in props.items():
+            key = CONFIG_DEF.get(k)
+            if key is None:
+                raise InvalidConfigError(
+                    f"unknown config key {k!r}; known keys: {', '.join(sorted(CONFIG_DEF))}"
+                )
+            coerced = _coerce(key, v)
+            if key.validator is not None:
+                key.validator(k, coerced)
+            overrides[k] = coerced
+        values = {k: overrides.get(k, d.default) for k, d in CONFIG_DEF.items()}
+        validate_values(values)
+        return LogConfig(overrides=dict(overrides), _values=values)
+
+    def with_overrides(self, props: Mapping[str, Any]) -> LogConfig:
+        """A new config with ``props`` applied on top of this one's overrides (PATCH semantics).
+
+        A value of None removes an override (back to the default).
+        """
+        merged = dict(self.overrides)
+        for k, v in props.items():
+            if v is None:
+                merged.pop(k, None)
+            else:
+                merged[k] = v
+        return LogConfig.from_dict(merged)
+
+    def get(self, key: str) -> Any:
+        if not self._values:
+            object.__setattr__(self, "_values", LogConfig.from_dict(self.overrides)._values)
+        return self._values[key]
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every key with its effective value."""
+        return {k: self.get(k) for k in CONFIG_DEF}
+
+    # typed accessors for the hot paths
+    @property
+    def compact(self) -> bool:
+        return CleanupPolicy.COMPACT.value in self.get("cleanup.policy").split(",")
+
+    @property
+    def delete(self) -> bool:
+        return CleanupPolicy.DELETE.value in self.get("cleanup.policy").split(",")
+
+    @property
+    def segment_bytes(self) -> int:
+        return int(self.get("segment.bytes"))
+
+    @property
+    def max_segment_ms(self) -> int:
+        """Kafka's LogConfig.maxSegmentMs: compacted logs roll by min(segment.ms, max.compaction.lag.ms)."""
+        if self.compact:
+            return min(int(self.get("segment.ms")), int(self.get("max.compaction.lag.ms")))
+        return int(self.get("segment.ms"))
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        return (TimestampType.LOG_APPEND_TIME if self.get("message.timestamp.type") == "LogAppendTime"
+                else TimestampType.CREATE_TIME)
+
+    @property
+    def remote_storage_enable(self) -> bool:
+        return bool(self.get("remote.storage.enable"))
+
+    @property
+    def local_retention_ms(self) -> int:
+        v = int(self.get("local.retention.ms"))
+        return int(self.get("retention.ms")) if v == -2 else v
+
+    @property
+    def local_retention_bytes(self) -> int:
+        v = int(self.get("local.retention.bytes"))
+        return int(self.get("retention.bytes")) if v == -2 else v
+
+
+DEFAULT_CONFIG = LogConfig.from_dict({})
+
+
+def config_reference_markdown() -> str:
+    """The configuration reference table for the README, generated from CONFIG_DEF."""
+    lines = ["| key | type | default | allowed | meaning |", "|---|---|---|---|---|"]
+    for k in CONFIG_DEF.values():
+        default = k.default
+        if default == LONG_MAX:
+            default = "9223372036854775807 (Long.MAX)"
+        lines.append(f"| `{k.name}` | {k.type.__name__} | `{default}` | {k.allowed} | {k.doc} |")
+    return "\n".join(lines) + "\n"

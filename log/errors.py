@@ -1,0 +1,87 @@
+"""The project's error hierarchy.
+
+Every error raised by tiercompact derives from :class:`TiercompactError`. Each layer
+adds its own subtree in its own ``errors`` module; third-party errors (botocore,
+SQLAlchemy, OSError from object stores) are translated at the adapter and never
+cross it.
+
+    TiercompactError
+    ├── InvalidConfigError            a config key/value is out of range or inconsistent
+    ├── InvalidRequestError           a caller asked for something malformed
+    ├── CorruptRecordError            bytes on disk / in an object are not a valid batch
+    │   └── CorruptIndexError         an index file is inconsistent with its segment
+    ├── OffsetOutOfRangeError         read below log start or above log end
+    ├── LogSegmentOffsetOverflowError an offset does not fit a segment's 32-bit relative range
+    ├── InvalidProducerEpochError / OutOfOrderSequenceError / InvalidTxnStateError  producer state
+    ├── UnknownTopicOrPartitionError  no such topic / partition
+    ├── TopicExistsError
+    └── (metadata, remote, cleaner subtrees live in their own packages)
+"""
+
+from __future__ import annotations
+
+
+class TiercompactError(Exception):
+    """Root of every error tiercompact raises on purpose."""
+
+    #: whether retrying the same operation may succeed
+    retriable: bool = False
+
+
+class InvalidConfigError(TiercompactError):
+    """A configuration value is invalid; the message names key, value and allowed range."""
+
+
+class InvalidRequestError(TiercompactError):
+    """A request is malformed (bad record, bad batch, bad argument)."""
+
+
+class CorruptRecordError(TiercompactError):
+    """Bytes that should hold a record batch do not.
+
+    Carries the source (file path or object name) and byte position when known.
+    """
+
+    def __init__(self, message: str, *, source: str | None = None, position: int | None = None) -> None:
+        self.source = source
+        self.position = position
+        where = ""
+        if source is not None:
+            where = f" in {source}"
+            if position is not None:
+                where += f" at byte {position}"
+        elif position is not None:
+            where = f" at byte {position}"
+        super().__init__(f"{message}{where}")
+
+
+class CorruptIndexError(CorruptRecordError):
+    """An index file is inconsistent; it can be rebuilt from its segment."""
+
+
+class OffsetOutOfRangeError(TiercompactError):
+    """A read asked for an offset outside [log start offset, log end offset]."""
+
+
+class LogSegmentOffsetOverflowError(TiercompactError):
+    """An offset cannot be stored relative to its segment's base offset (> 2^31-1 apart)."""
+
+
+class InvalidProducerEpochError(TiercompactError):
+    """A producer wrote with an epoch older than the one the log knows (a fenced producer)."""
+
+
+class OutOfOrderSequenceError(TiercompactError):
+    """A producer batch's sequence number does not follow the last one written."""
+
+
+class InvalidTxnStateError(TiercompactError):
+    """A transaction marker does not match an open transaction, or similar."""
+
+
+class UnknownTopicOrPartitionError(TiercompactError):
+    """No such topic or partition."""
+
+
+class TopicExistsError(TiercompactError):
+    """A topic with this name already exists."""
