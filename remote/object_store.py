@@ -1,0 +1,147 @@
+"""ObjectStore: the minimal blob-store contract tiered storage needs.
+
+Implementations: :mod:`remote.file_store` (``file://DIR``, the embedded default) and
+:mod:`remote.s3_store` (``s3://bucket/prefix``). Keys are ``/``-separated relative paths
+(``orders-0/00000000000000000000-<id>.log``); see :func:`validate_key`.
+
+Contract shared by every implementation (checked by tests/contract/test_object_store.py):
+  * writes are atomic: a reader sees the whole new object or the previous one, never a part;
+  * ``put`` overwrites; ``delete`` of a missing key is not an error;
+  * every failure is a :class:`~remote.errors.RemoteStorageError` naming the key;
+  * stores are thread-safe and picklable (Spark executors receive them).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from log.errors import InvalidRequestError
+
+PutData = bytes | bytearray | memoryview | BinaryIO | str | os.PathLike[str]
+
+
+def validate_key(key: str) -> str:
+    """Return ``key`` if it is a safe relative object key, else raise InvalidRequestError.
+
+    Rejects empty keys, absolute keys, ``.``/``..``/empty components, backslashes and NULs,
+    so a key can never escape a ``file://`` root.
+    """
+    if not isinstance(key, str) or not key:
+        raise InvalidRequestError(f"invalid object key {key!r}: must be a non-empty string")
+    if key.startswith("/") or "\\" in key or "\x00" in key:
+        raise InvalidRequestError(f"invalid object key {key!r}: must be relative, without '\\' or NUL")
+    for part in key.split("/"):
+        if part in ("", ".", ".."):
+            raise InvalidRequestError(f"invalid object key {key!r}: empty, '.' or '..' path component")
+    return key
+
+
+def open_put_data(data: PutData) -> tuple[BinaryIO, int | None, bool]:
+    """Normalise ``put`` input to (readable binary stream, size if known, whether we opened it)."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        b = bytes(data)
+        return io.BytesIO(b), len(b), True
+    if isinstance(data, str | os.PathLike):
+        p = Path(data)
+        f = p.open("rb")
+        return f, os.fstat(f.fileno()).st_size, True
+    size: int | None = None
+    try:
+        pos = data.tell()
+        size = data.seek(0, os.SEEK_END) - pos
+        data.seek(pos)
+    except (OSError, AttributeError, io.UnsupportedOperation):
+        size = None
+    return data, size, False
+
+
+class ObjectStore(ABC):
+    """A flat key -> bytes store (see the module docstring for the shared contract)."""
+
+    @property
+    @abstractmethod
+    def url(self) -> str:
+        """The URL this store was opened from (``file:///abs/dir``, ``s3://bucket/prefix``)."""
+
+    @abstractmethod
+    def put(self, key: str, data: PutData) -> int:
+        """Write ``data`` (bytes, a readable binary stream read to its end, or a file path)
+        under ``key``, replacing any existing object, atomically. Returns the bytes written.
+
+        Raises:
+            RemoteStorageTransientError: a retry may succeed (nothing was written).
+            RemoteStorageIOError: the write failed or could not be verified; nothing partial
+                remains under ``key``.
+            InvalidRequestError: the key is not valid (see :func:`validate_key`).
+        """
+
+    def put_file(self, key: str, path: str | os.PathLike[str]) -> int:
+        """Upload the local file ``path`` to ``key``; same contract as :meth:`put`."""
+        return self.put(key, Path(path))
+
+    @abstractmethod
+    def get(self, key: str) -> bytes:
+        """The whole object.
+
+        Raises:
+            ObjectNotFoundError: no object under ``key``.
+            RemoteStorageTransientError / RemoteStorageIOError: the read failed.
+        """
+
+    @abstractmethod
+    def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
+        """Bytes ``[start, end_exclusive)`` of the object, clipped to its size (a range
+        starting at or after the end yields ``b""``).
+
+        Raises:
+            InvalidRequestError: ``start < 0`` or ``end_exclusive < start``.
+            ObjectNotFoundError, RemoteStorageTransientError, RemoteStorageIOError: as :meth:`get`.
+        """
+
+    @abstractmethod
+    def get_to_file(self, key: str, path: str | os.PathLike[str], start: int = 0, end: int | None = None) -> int:
+        """Stream bytes ``[start, end)`` (``end=None``: to the object's end) into the local
+        file ``path``, written atomically (temp file + rename). Returns the bytes written.
+
+        Raises: as :meth:`get_range`; on failure ``path`` is left untouched.
+        """
+
+    @abstractmethod
+    def size(self, key: str) -> int:
+        """The object's size in bytes. Raises ObjectNotFoundError if missing."""
+
+    @abstractmethod
+    def exists(self, key: str) -> bool:
+        """Whether an object exists under ``key``."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Delete ``key``. Idempotent: deleting a missing key is not an error.
+
+        Raises:
+            RemoteStorageTransientError / RemoteStorageIOError: the delete failed.
+        """
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Keys starting with ``prefix`` (a plain string prefix, not a directory), sorted."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release clients and connections. Idempotent; the store may be reopened lazily."""
+
+    def __enter__(self) -> ObjectStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @staticmethod
+    def _check_range(start: int, end: int | None) -> None:
+        if start < 0 or (end is not None and end < start):
+            raise InvalidRequestError(f"invalid byte range [{start}, {end}): need 0 <= start <= end")

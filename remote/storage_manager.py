@@ -1,0 +1,253 @@
+"""RemoteStorageManager: a segment's files <-> objects (Kafka's RemoteStorageManager).
+
+Owns the key layout (Kafka's LocalTieredStorage naming)::
+
+    <topic>-<partition>/<20-digit start offset>-<segment id>.log
+                                                 ...        .index
+                                                 ...        .timeindex
+                                                 ...        .txnindex          (only if the segment has one)
+                                                 ...        .leader_epoch_checkpoint
+
+Because every upload attempt has a fresh segment id, objects are never shared between
+attempts: a failed copy deletes what it wrote and a retry writes under a new id. Bloom
+filters are not objects; they live in the metadata store.
+
+Every object write is verified by reading back its size; transient errors (and a short
+write or read) are retried with exponential backoff before giving up. Thread-safe as long
+as the underlying store is.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from log.clock import SYSTEM_CLOCK, Clock
+from log.errors import InvalidRequestError
+from metadata.types import RemoteLogSegmentMetadata
+from remote.errors import (
+    ObjectNotFoundError,
+    RemoteStorageError,
+    RemoteStorageIOError,
+    RemoteStorageTransientError,
+)
+from remote.object_store import ObjectStore
+
+T = TypeVar("T")
+
+
+class IndexType(enum.Enum):
+    """Kafka's RemoteStorageManager.IndexType, with the object suffix of each."""
+
+    OFFSET = ".index"
+    TIMESTAMP = ".timeindex"
+    TRANSACTION = ".txnindex"
+    LEADER_EPOCH = ".leader_epoch_checkpoint"
+
+
+LOG_SUFFIX = ".log"
+
+
+@dataclass(frozen=True, slots=True)
+class LogSegmentData:
+    """The local files of one rolled segment (Kafka's LogSegmentData)."""
+
+    log_segment: Path
+    offset_index: Path
+    time_index: Path
+    transaction_index: Path | None
+    leader_epoch_index: bytes
+
+    def __post_init__(self) -> None:
+        for name in ("log_segment", "offset_index", "time_index", "transaction_index"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, Path):
+                object.__setattr__(self, name, Path(v))
+        if not isinstance(self.leader_epoch_index, bytes | bytearray):
+            raise InvalidRequestError("leader_epoch_index must be the checkpoint file's bytes")
+
+
+class _ShortWrite(RemoteStorageIOError):
+    """A verified object did not have the expected size (retried like a transient error)."""
+
+
+class RemoteStorageManager:
+    """Copies, fetches and deletes segment data in an :class:`ObjectStore`."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        max_attempts: int = 4,
+        backoff_ms: float = 50.0,
+        max_backoff_ms: float = 2000.0,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        if max_attempts < 1:
+            raise InvalidRequestError("max_attempts must be >= 1")
+        self.store = store
+        self._max_attempts = max_attempts
+        self._backoff_ms = backoff_ms
+        self._max_backoff_ms = max_backoff_ms
+        self._clock = clock
+
+    # ------------------------------------------------------------------ keys
+
+    @staticmethod
+    def object_prefix(md: RemoteLogSegmentMetadata) -> str:
+        return f"{md.topic_partition.dir_name}/{md.start_offset:020d}-{md.id}"
+
+    def object_key(self, md: RemoteLogSegmentMetadata, index: IndexType | None = None) -> str:
+        """Key of the segment's log (``index=None``) or of one of its indexes."""
+        return self.object_prefix(md) + (LOG_SUFFIX if index is None else index.value)
+
+    def object_keys(self, md: RemoteLogSegmentMetadata) -> list[str]:
+        """Every key a copy of ``md`` may have written (the txn index may be absent)."""
+        return [self.object_key(md)] + [self.object_key(md, t) for t in IndexType]
+
+    # ------------------------------------------------------------------ copy
+
+    def copy_log_segment_data(self, md: RemoteLogSegmentMetadata, data: LogSegmentData) -> None:
+        """Upload the segment and its indexes under ``md``'s id; copying again overwrites.
+
+        On failure every object written for ``md`` is deleted before the error propagates,
+        so nothing partial remains (the caller then abandons this segment id).
+
+        Raises:
+            RemoteStorageError: the copy failed after retries (``RemoteStorageTransientError``
+                if the last failure was transient).
+            InvalidRequestError: the local log file's size differs from
+                ``md.segment_size_in_bytes``.
+        """
+        size = os.path.getsize(data.log_segment)
+        if size != md.segment_size_in_bytes:
+            raise InvalidRequestError(
+                f"{data.log_segment} has {size} bytes but the metadata of segment {md.remote_log_segment_id} "
+                f"says {md.segment_size_in_bytes}"
+            )
+        uploads: list[tuple[str, Path | bytes]] = [
+            (self.object_key(md), data.log_segment),
+            (self.object_key(md, IndexType.OFFSET), data.offset_index),
+            (self.object_key(md, IndexType.TIMESTAMP), data.time_index),
+            (self.object_key(md, IndexType.LEADER_EPOCH), bytes(data.leader_epoch_index)),
+        ]
+        if data.transaction_index is not None:
+            uploads.append((self.object_key(md, IndexType.TRANSACTION), data.transaction_index))
+        try:
+            for key, src in uploads:
+                expected = len(src) if isinstance(src, bytes) else os.path.getsize(src)
+                self._retry(f"upload {key}", lambda k=key, s=src, n=expected: self._put_verified(k, s, n))
+        except BaseException:
+            self._cleanup(md)
+            raise
+
+    def _put_verified(self, key: str, src: Path | bytes, expected: int) -> None:
+        self.store.put(key, src)
+        actual = self.store.size(key)
+        if actual != expected:
+            # a truncated object must not stay readable under a live key
+            self.store.delete(key)
+            raise _ShortWrite(f"uploaded {actual} of {expected} bytes", key=key)
+
+    def _cleanup(self, md: RemoteLogSegmentMetadata) -> None:
+        for key in self.object_keys(md):
+            try:
+                self._retry(f"delete {key}", lambda k=key: self.store.delete(k))
+            except RemoteStorageError:
+                # the segment id is abandoned; the deferred-delete loop finds it via its
+                # COPY_SEGMENT_STARTED metadata and retries
+                pass
+
+    # ------------------------------------------------------------------ fetch
+
+    def fetch_log_segment(
+        self, md: RemoteLogSegmentMetadata, start_position: int, end_position: int | None = None
+    ) -> bytes:
+        """Bytes ``[start_position, end_position)`` of the segment's log (``None``: to the end).
+
+        Raises:
+            ObjectNotFoundError: the segment's objects are gone.
+            RemoteStorageError: the read failed after retries or returned fewer bytes than
+                the segment holds.
+        """
+        end = md.segment_size_in_bytes if end_position is None else min(end_position, md.segment_size_in_bytes)
+        if start_position < 0 or end < start_position:
+            raise InvalidRequestError(f"invalid position range [{start_position}, {end_position})")
+        key = self.object_key(md)
+        want = end - start_position
+
+        def read() -> bytes:
+            data = self.store.get_range(key, start_position, end)
+            if len(data) != want:
+                raise _ShortWrite(f"read {len(data)} of {want} bytes at position {start_position}", key=key)
+            return data
+
+        return self._retry(f"fetch {key}", read)
+
+    def fetch_log_segment_to_file(
+        self, md: RemoteLogSegmentMetadata, path: str | os.PathLike[str], start_position: int = 0,
+        end_position: int | None = None,
+    ) -> int:
+        """Like :meth:`fetch_log_segment` but streams into ``path`` (atomically); returns bytes written."""
+        end = md.segment_size_in_bytes if end_position is None else min(end_position, md.segment_size_in_bytes)
+        if start_position < 0 or end < start_position:
+            raise InvalidRequestError(f"invalid position range [{start_position}, {end_position})")
+        key = self.object_key(md)
+        want = end - start_position
+
+        def read() -> int:
+            n = self.store.get_to_file(key, path, start_position, end)
+            if n != want:
+                Path(path).unlink(missing_ok=True)
+                raise _ShortWrite(f"read {n} of {want} bytes at position {start_position}", key=key)
+            return n
+
+        return self._retry(f"fetch {key}", read)
+
+    def fetch_index(self, md: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        """The whole index object. A segment copied without a transaction index returns
+        ``b""`` for TRANSACTION (an empty txn index means the same thing).
+
+        Raises:
+            ObjectNotFoundError: the index object is missing (other than TRANSACTION).
+            RemoteStorageError: the read failed after retries.
+        """
+        key = self.object_key(md, index_type)
+        try:
+            return self._retry(f"fetch {key}", lambda: self.store.get(key))
+        except ObjectNotFoundError:
+            if index_type is IndexType.TRANSACTION and self.store.exists(self.object_key(md)):
+                return b""
+            raise
+
+    # ------------------------------------------------------------------ delete
+
+    def delete_log_segment_data(self, md: RemoteLogSegmentMetadata) -> None:
+        """Delete every object of ``md``. Idempotent (missing objects are fine).
+
+        Raises:
+            RemoteStorageError: a delete failed after retries; calling again is safe.
+        """
+        for key in self.object_keys(md):
+            self._retry(f"delete {key}", lambda k=key: self.store.delete(k))
+
+    # ------------------------------------------------------------------ retry
+
+    def _retry(self, what: str, fn: object) -> T:  # type: ignore[type-var]
+        assert callable(fn)
+        delay = self._backoff_ms
+        for attempt in range(1, self._max_attempts + 1):
+            try:
+                return fn()  # type: ignore[no-any-return]
+            except (RemoteStorageTransientError, _ShortWrite) as e:
+                if attempt == self._max_attempts:
+                    if isinstance(e, _ShortWrite):
+                        raise RemoteStorageIOError(
+                            f"{what} failed after {attempt} attempts: {e}", key=e.key) from e
+                    raise
+                self._clock.sleep(delay)
+                delay = min(delay * 2, self._max_backoff_ms)
+        raise AssertionError("unreachable")  # pragma: no cover
