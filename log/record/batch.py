@@ -84,7 +84,7 @@ assert HEADER.size == RECORD_BATCH_OVERHEAD
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
-_LENGTH_MAGIC = struct.Struct(">i4xb")  # batchLength, skip leader epoch, magic
+LENGTH_MAGIC_STRUCT = struct.Struct(">i4xb")  # batchLength, skip leader epoch, magic
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +253,9 @@ class RecordBatch:
         """Raise CorruptRecordError (naming ``source`` and ``position``) unless the header is sound
         and the CRC matches. Records themselves are checked when they are decoded."""
         if self.magic != MAGIC_VALUE_V2:
-            raise _corrupt(f"record batch has magic {self.magic}, expected {MAGIC_VALUE_V2}", source, position)
+            raise _corrupt(
+                f"record batch has magic {self.magic}, expected {MAGIC_VALUE_V2}", source, position
+            )
         if self.batch_length < MIN_BATCH_LENGTH:
             raise _corrupt(
                 f"record batch length {self.batch_length} is smaller than the minimum {MIN_BATCH_LENGTH}",
@@ -269,7 +271,9 @@ class RecordBatch:
         computed = self.compute_checksum()
         if computed != self.crc:
             raise _corrupt(
-                f"record batch is corrupt (stored crc = {self.crc}, computed crc = {computed})", source, position
+                f"record batch is corrupt (stored crc = {self.crc}, computed crc = {computed})",
+                source,
+                position,
             )
         count = self.records_count
         body = len(self._buf) - RECORDS_OFFSET
@@ -281,7 +285,9 @@ class RecordBatch:
                     f"record batch declares {count} records in {body} bytes of records", source, position
                 )
         elif count == 0 and body != 0:
-            raise _corrupt(f"record batch declares 0 records but has {body} compressed bytes", source, position)
+            raise _corrupt(
+                f"record batch declares 0 records but has {body} compressed bytes", source, position
+            )
         if count and self.last_offset_delta < count - 1:
             raise _corrupt(
                 f"record batch declares {count} records but lastOffsetDelta {self.last_offset_delta}",
@@ -448,6 +454,10 @@ class RecordBatch:
             raise CorruptRecordError(
                 f"record {rec_index} of batch at base offset {base_offset} is truncated"
             ) from None
+        except CorruptRecordError as e:
+            raise CorruptRecordError(
+                f"{e.args[0]} (record {rec_index} of batch at base offset {base_offset})"
+            ) from e
         if pos != end:
             raise CorruptRecordError(
                 f"batch at base offset {base_offset} has {end - pos} bytes after its {count} records"
@@ -542,7 +552,7 @@ def iter_batches(
     elif end > len(mv):
         raise ValueError(f"end {end} is past the buffer's {len(mv)} bytes")
     pos = start
-    unpack = _LENGTH_MAGIC.unpack_from
+    unpack = LENGTH_MAGIC_STRUCT.unpack_from
     while pos < end:
         if end - pos < HEADER_SIZE_UP_TO_MAGIC:
             if allow_truncated_tail:

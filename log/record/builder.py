@@ -170,7 +170,9 @@ class RecordBatchBuilder:
         headers: Iterable[tuple[str, bytes | None]] = (),
     ) -> None:
         if offset <= self._last_offset:
-            raise InvalidRequestError(f"offset {offset} is not above the last appended offset {self._last_offset}")
+            raise InvalidRequestError(
+                f"offset {offset} is not above the last appended offset {self._last_offset}"
+            )
         delta = offset - self.base_offset
         if not 0 <= delta <= _MAX_OFFSET_DELTA:
             raise InvalidRequestError(f"offset {offset} is out of range for base offset {self.base_offset}")

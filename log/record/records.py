@@ -16,11 +16,11 @@ from typing import BinaryIO
 from log.errors import CorruptRecordError
 from log.record.batch import (
     HEADER_SIZE_UP_TO_MAGIC,
+    LENGTH_MAGIC_STRUCT,
     LOG_OVERHEAD,
     MAGIC_VALUE_V2,
     MIN_BATCH_LENGTH,
     RecordBatch,
-    _LENGTH_MAGIC,
 )
 
 DEFAULT_BUFFER_SIZE = 1 << 20
@@ -47,7 +47,9 @@ def iter_file_batches(
         if source is None:
             source = os.fspath(path_or_fileobj)
         with open(path_or_fileobj, "rb", buffering=0) as f:
-            yield from _iter_fileobj(f, start_position, end_position, source, allow_truncated_tail, buffer_size)
+            yield from _iter_fileobj(
+                f, start_position, end_position, source, allow_truncated_tail, buffer_size
+            )
     else:
         if source is None:
             source = getattr(path_or_fileobj, "name", None)
@@ -69,7 +71,7 @@ def _iter_fileobj(
     file_pos = start  # file position of chunk[0]
     chunk = b""
     eof = False
-    unpack = _LENGTH_MAGIC.unpack_from
+    unpack = LENGTH_MAGIC_STRUCT.unpack_from
 
     def read_more(want: int) -> None:
         nonlocal chunk, eof
@@ -109,7 +111,9 @@ def _iter_fileobj(
             )
         if magic != MAGIC_VALUE_V2:
             raise CorruptRecordError(
-                f"record batch has magic {magic}, expected {MAGIC_VALUE_V2}", source=source, position=file_pos + pos
+                f"record batch has magic {magic}, expected {MAGIC_VALUE_V2}",
+                source=source,
+                position=file_pos + pos,
             )
         size = length + LOG_OVERHEAD
         if size > avail:
@@ -141,7 +145,7 @@ def read_batch_at(fileobj: BinaryIO, position: int, *, source: str | None = None
         raise CorruptRecordError(
             f"truncated record batch header: {len(head)} bytes", source=source, position=position
         )
-    length, magic = _LENGTH_MAGIC.unpack_from(head, 8)
+    length, magic = LENGTH_MAGIC_STRUCT.unpack_from(head, 8)
     if length < MIN_BATCH_LENGTH:
         raise CorruptRecordError(
             f"record batch length {length} is smaller than the minimum {MIN_BATCH_LENGTH}",
