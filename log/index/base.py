@@ -1,0 +1,95 @@
+"""A file of fixed-size big-endian entries, the shape shared by Kafka's segment indexes.
+
+Unlike Kafka, files are not preallocated to ``segment.index.bytes`` and mmapped: they
+grow by appending, so an index file's length is always ``entries * entry_size`` and
+no trim step is needed when a segment becomes inactive. Entries are also cached in
+memory for lookups. The file format is Kafka's. Not thread-safe: the owning segment
+serialises access.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+from log.errors import CorruptIndexError
+
+
+class EntryFile:
+    entry: struct.Struct  # set by subclasses
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._f: Any = None
+        self._entries: list[tuple[int, ...]] = []
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        size = self.entry.size
+        if len(data) % size:
+            raise CorruptIndexError(
+                f"index file length {len(data)} is not a multiple of its entry size {size}", source=str(self.path))
+        self._entries = [self.entry.unpack_from(data, i) for i in range(0, len(data), size)]
+        self._check(self._entries)
+
+    def _check(self, entries: list[tuple[int, ...]]) -> None:
+        """Subclasses raise CorruptIndexError when entries break an invariant."""
+
+    def _file(self) -> Any:
+        if self._f is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._f = open(self.path, "ab")  # noqa: SIM115 - kept open for the segment's life
+        return self._f
+
+    def _append_entry(self, *fields: int) -> None:
+        self._file().write(self.entry.pack(*fields))
+        self._entries.append(fields)
+
+    def _truncate_entries(self, keep: int) -> None:
+        if keep >= len(self._entries):
+            return
+        del self._entries[keep:]
+        self.flush()
+        with open(self.path, "r+b") as f:
+            f.truncate(keep * self.entry.size)
+
+    @property
+    def entries(self) -> int:
+        return len(self._entries)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return len(self._entries) * self.entry.size
+
+    def flush(self) -> None:
+        if self._f is not None:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.flush()
+            self._f.close()
+            self._f = None
+
+    def rename_to(self, new_path: Path) -> None:
+        self.close()
+        if self.path.exists():
+            os.replace(self.path, new_path)
+        self.path = Path(new_path)
+
+    def delete(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+    def reset(self) -> None:
+        """Drop every entry (used before a rebuild)."""
+        self.close()
+        self._entries = []
+        self.path.unlink(missing_ok=True)

@@ -1,0 +1,84 @@
+"""The transaction index ``<base>.txnindex``: one entry per aborted transaction.
+
+Kafka's TransactionIndex / AbortedTxn (storage/.../log/): 34-byte big-endian entries
+
+| bytes | field | meaning |
+|---|---|---|
+| 0-1   | version int16          | 0 |
+| 2-9   | producerId int64       | |
+| 10-17 | firstOffset int64      | first offset of the transaction |
+| 18-25 | lastOffset int64       | offset of the ABORT marker |
+| 26-33 | lastStableOffset int64 | the LSO when the marker was written |
+
+The entry lives in the segment holding the ABORT marker. lastOffset strictly increases.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from log.errors import CorruptIndexError
+from log.index.base import EntryFile
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+    def __post_init__(self) -> None:
+        if self.last_offset < self.first_offset:
+            raise ValueError(f"aborted txn last offset {self.last_offset} < first {self.first_offset}")
+
+
+class TransactionIndex(EntryFile):
+    entry = struct.Struct(">hqqqq")
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        self.base_offset = base_offset
+        super().__init__(path)
+
+    def _check(self, entries: list[tuple[int, ...]]) -> None:
+        last = -1
+        for version, _pid, first, lastoff, _lso in entries:
+            if version != 0 or lastoff <= last or lastoff < first:
+                raise CorruptIndexError("transaction index entry invalid or out of order", source=str(self.path))
+            last = lastoff
+
+    def append(self, txn: AbortedTxn) -> None:
+        if self._entries and txn.last_offset <= self._entries[-1][3]:
+            raise CorruptIndexError(
+                f"aborted txn last offset {txn.last_offset} is not above the last entry's {self._entries[-1][3]}",
+                source=str(self.path))
+        self._append_entry(0, txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset)
+
+    def extend(self, txns: Iterable[AbortedTxn]) -> None:
+        for t in txns:
+            self.append(t)
+
+    def all(self) -> list[AbortedTxn]:
+        return [AbortedTxn(p, f, la, lso) for _v, p, f, la, lso in self._entries]
+
+    def collect(self, fetch_offset: int, upper: int) -> tuple[list[AbortedTxn], bool]:
+        """Entries overlapping [fetch_offset, upper); ``complete`` once an entry's LSO >= upper."""
+        out: list[AbortedTxn] = []
+        for _v, p, f, la, lso in self._entries:
+            if la >= fetch_offset and f < upper:
+                out.append(AbortedTxn(p, f, la, lso))
+                if lso >= upper:
+                    return out, True
+        return out, False
+
+    def truncate_to(self, offset: int) -> None:
+        keep = len(self._entries)
+        while keep and self._entries[keep - 1][3] >= offset:
+            keep -= 1
+        self._truncate_entries(keep)
+
+    def _append_entry(self, *fields: int) -> None:
+        super()._append_entry(*fields)

@@ -1,0 +1,583 @@
+"""LocalLog: one partition's log on local disk.
+
+Appends assign offsets and validate batches; the active (last) segment rolls on
+``segment.bytes``, on ``segment.ms`` and, for compacted logs, on
+``max.compaction.lag.ms`` (KIP-354: a non-empty active segment whose first batch is
+too old is force-rolled so it can be cleaned). Reads start at any offset; an offset
+removed by compaction reads as the next one present.
+
+Segment replacement follows Kafka's swap protocol (LocalLog.replaceSegments):
+new ``*.cleaned`` files are renamed to ``*.swap``, the old segments to ``*.deleted``
+(removed asynchronously after ``file.delete.delay.ms``), then the ``*.swap`` files to
+their final names. Opening a partition directory recovers from a crash at any of those
+steps (LogLoader): ``*.deleted`` and ``*.cleaned`` files are removed, complete ``*.swap``
+sets replace what they cover, a torn tail of the active segment is truncated and
+missing or corrupt indexes are rebuilt.
+
+Thread-safety: every public method takes the log's lock; reads copy what they return.
+A single LocalLog object must own a directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from log.checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile, fsync_dir
+from log.clock import SYSTEM_CLOCK, Clock
+from log.config import LogConfig
+from log.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    InvalidRequestError,
+    OffsetOutOfRangeError,
+)
+from log.index.txn_index import AbortedTxn
+from log.producer_state import ProducerStateManager
+from log.record import (
+    CompressionType,
+    ControlRecordType,
+    RecordBatch,
+    RecordBatchBuilder,
+    build_control_batch,
+    iter_batches,
+    stamp_batch,
+)
+from log.scheduler import Scheduler
+from log.segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    LogSegment,
+    offset_from_filename,
+)
+from log.segments import LogSegments
+from log.types import EpochEntry, TimestampType, TopicPartition
+
+logger = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSpec:
+    """A record to append: what the produce API carries."""
+
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None = None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+class SimulatedCrash(Exception):  # noqa: N818 - raised only by tests' crash hooks
+    """Raised by a crash hook to stop an operation half-way, as a power cut would."""
+
+
+class LocalLog:
+    def __init__(self, directory: Path, config: LogConfig, *, clock: Clock = SYSTEM_CLOCK,
+                 scheduler: Scheduler | None = None) -> None:
+        self.dir = Path(directory)
+        self.topic_partition = TopicPartition.from_dir_name(self.dir.name)
+        self.config = config
+        self.clock = clock
+        self.scheduler = scheduler
+        self.lock = threading.RLock()
+        self.segments = LogSegments()
+        self.producer_state = ProducerStateManager()
+        self._epoch_file = LeaderEpochCheckpointFile(self.dir / LEADER_EPOCH_CHECKPOINT)
+        self.epoch_entries: list[EpochEntry] = []
+        self.leader_epoch = -1
+        #: test hook called with a step name during the swap protocol (crash injection)
+        self.crash_hook: Callable[[str], None] | None = None
+        self._closed = False
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._load()
+
+    # ---- loading and recovery ------------------------------------------------------------
+    def _hook(self, step: str) -> None:
+        if self.crash_hook is not None:
+            self.crash_hook(step)
+
+    def _load(self) -> None:
+        clean_marker = self.dir / CLEAN_SHUTDOWN_FILE
+        clean_shutdown = clean_marker.exists()
+        clean_marker.unlink(missing_ok=True)
+        self._complete_swaps()
+        interval = int(self.config.get("index.interval.bytes"))
+        bases = sorted(offset_from_filename(p.name) for p in self.dir.glob("*" + LOG_SUFFIX))
+        for i, base in enumerate(bases):
+            try:
+                seg = LogSegment(self.dir, base, index_interval_bytes=interval)
+            except CorruptIndexError as e:
+                logger.warning("%s: %s; rebuilding indexes", self.topic_partition, e)
+                for suffix in (".index", ".timeindex"):
+                    (self.dir / f"{base:020d}{suffix}").unlink(missing_ok=True)
+                seg = LogSegment(self.dir, base, index_interval_bytes=interval)
+                seg.rebuild_indexes()
+            is_last = i == len(bases) - 1
+            if is_last and not clean_shutdown and seg.size:
+                truncated = seg.recover()
+                if truncated:
+                    logger.warning("%s: truncated %d bytes of torn tail in %s",
+                                   self.topic_partition, truncated, seg.log_path)
+            elif seg.size and (seg.offset_index.entries == 0 or not self._index_sane(seg)):
+                seg.rebuild_indexes()
+            self.segments.add(seg)
+        if not len(self.segments):
+            self.segments.add(LogSegment(self.dir, 0, index_interval_bytes=interval, create=True))
+        self._replay_producer_state()
+        self.epoch_entries = self._epoch_file.read()
+        self.leader_epoch = self.epoch_entries[-1].epoch if self.epoch_entries else -1
+
+    @staticmethod
+    def _index_sane(seg: LogSegment) -> bool:
+        """Cheap check that the last index entry points at a batch that really holds its offset."""
+        off, pos = seg.offset_index.lookup(2**62)
+        if pos >= seg.size:
+            return False
+        try:
+            for _p, batch in seg.batches(pos, min(seg.size, pos + (1 << 20))):
+                return batch.last_offset >= off and batch.base_offset <= off or off == seg.base_offset
+        except CorruptRecordError:
+            return False
+        return False
+
+    def _complete_swaps(self) -> None:
+        """Kafka's LogLoader.removeTempFilesAndCollectSwapFiles + completing the swap."""
+        min_cleaned = None
+        swaps: list[Path] = []
+        for p in list(self.dir.iterdir()):
+            name = p.name
+            if name.endswith(DELETED_SUFFIX):
+                p.unlink(missing_ok=True)
+            elif name.endswith(CLEANED_SUFFIX):
+                off = offset_from_filename(name)
+                min_cleaned = off if min_cleaned is None else min(min_cleaned, off)
+                p.unlink(missing_ok=True)
+            elif name.endswith(SWAP_SUFFIX):
+                swaps.append(p)
+        remaining = []
+        for p in swaps:
+            if min_cleaned is not None and offset_from_filename(p.name) >= min_cleaned:
+                p.unlink(missing_ok=True)  # a swap that never fully reached the .swap stage
+            else:
+                remaining.append(p)
+        log_swaps = [p for p in remaining if p.name.endswith(LOG_SUFFIX + SWAP_SUFFIX)]
+        if log_swaps:
+            min_swap = min(offset_from_filename(p.name) for p in log_swaps)
+            max_swap = 0
+            for p in log_swaps:
+                base = offset_from_filename(p.name)
+                nxt = base
+                try:
+                    for _pos, b in iter_batches(p.read_bytes(), source=str(p), allow_truncated_tail=True):
+                        nxt = b.next_offset
+                except CorruptRecordError:
+                    pass
+                max_swap = max(max_swap, nxt)
+            for p in list(self.dir.iterdir()):
+                if p.name.endswith(SWAP_SUFFIX) or not p.name[:20].isdigit():
+                    continue
+                if min_swap <= offset_from_filename(p.name) < max_swap:
+                    p.unlink(missing_ok=True)
+        for p in remaining:
+            os.replace(p, p.with_name(p.name[: -len(SWAP_SUFFIX)]))
+        if remaining:
+            fsync_dir(self.dir)
+
+    def _replay_producer_state(self) -> None:
+        self.producer_state.truncate_and_reset()
+        for seg in self.segments:
+            for _pos, batch in seg.batches():
+                if batch.is_control:
+                    self.producer_state.on_control_batch(batch)
+                else:
+                    self.producer_state.on_data_batch(batch)
+
+    # ---- offsets ---------------------------------------------------------------------
+    @property
+    def active_segment(self) -> LogSegment:
+        seg = self.segments.last()
+        assert seg is not None
+        return seg
+
+    @property
+    def log_start_offset(self) -> int:
+        with self.lock:
+            first = self.segments.first()
+            return first.base_offset if first else 0
+
+    @property
+    def log_end_offset(self) -> int:
+        with self.lock:
+            return self.active_segment.read_next_offset()
+
+    @property
+    def high_watermark(self) -> int:
+        """A single replica: everything appended is committed."""
+        return self.log_end_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        with self.lock:
+            first_unstable = self.producer_state.first_unstable_offset()
+            hw = self.high_watermark
+            return min(first_unstable, hw) if first_unstable is not None else hw
+
+    def size_in_bytes(self) -> int:
+        with self.lock:
+            return self.segments.size_in_bytes()
+
+    def all_segments(self) -> list[LogSegment]:
+        with self.lock:
+            return self.segments.all()
+
+    def non_active_segments_from(self, offset: int) -> list[LogSegment]:
+        """Kafka's nonActiveLogSegmentsFrom: floor(offset) onwards, excluding the active one."""
+        with self.lock:
+            active = self.active_segment
+            if offset > active.base_offset:
+                return []
+            return self.segments.range(offset, active.base_offset)
+
+    def segments_in_range(self, from_offset: int, to_offset: int) -> list[LogSegment]:
+        with self.lock:
+            return self.segments.range(from_offset, to_offset)
+
+    # ---- leader epochs -----------------------------------------------------------------
+    def assign_epoch(self, epoch: int, start_offset: int | None = None) -> None:
+        """Record that ``epoch`` starts at ``start_offset`` (default: the log end offset)."""
+        with self.lock:
+            if epoch < self.leader_epoch:
+                raise InvalidRequestError(f"leader epoch {epoch} is below the current {self.leader_epoch}")
+            if epoch == self.leader_epoch:
+                return
+            start = self.log_end_offset if start_offset is None else start_offset
+            self.epoch_entries = [e for e in self.epoch_entries if e.start_offset < start or e.epoch < epoch]
+            self.epoch_entries.append(EpochEntry(epoch, start))
+            self._epoch_file.write(self.epoch_entries)
+            self.leader_epoch = epoch
+
+    def epochs_for_range(self, start: int, end: int) -> dict[int, int]:
+        """{epoch: first offset within [start, end)} — a segment's ``segment_leader_epochs``."""
+        with self.lock:
+            out: dict[int, int] = {}
+            entries = self.epoch_entries
+            for i, e in enumerate(entries):
+                nxt = entries[i + 1].start_offset if i + 1 < len(entries) else 2**63
+                lo, hi = max(start, e.start_offset), min(end, nxt)
+                if lo < hi:
+                    out[e.epoch] = lo
+            if not out:
+                out[max(self.leader_epoch, 0)] = start
+            return out
+
+    # ---- appending ---------------------------------------------------------------------
+    def append_records(self, records: Sequence[RecordSpec], *, compression: CompressionType = CompressionType.NONE,
+                       producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                       transactional: bool = False) -> AppendResult:
+        """Build one batch from ``records`` (as a producer would) and append it."""
+        if not records:
+            raise InvalidRequestError("a produce request needs at least one record")
+        now = self.clock.milliseconds()
+        b = RecordBatchBuilder(0, compression=compression, producer_id=producer_id, producer_epoch=producer_epoch,
+                               base_sequence=base_sequence, is_transactional=transactional)
+        for i, r in enumerate(records):
+            b.append(i, now if r.timestamp is None else r.timestamp, r.key, r.value, r.headers)
+        return self.append_batches(b.build())
+
+    def append_marker(self, producer_id: int, producer_epoch: int, control_type: ControlRecordType,
+                      coordinator_epoch: int = 0) -> int:
+        """Append a COMMIT/ABORT marker for ``producer_id`` (what the transaction coordinator writes)."""
+        if control_type not in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+            raise InvalidRequestError("a transaction marker is COMMIT or ABORT")
+        with self.lock:
+            self.producer_state.check_marker(producer_id, producer_epoch)
+            data = build_control_batch(base_offset=0, timestamp=self.clock.milliseconds(), producer_id=producer_id,
+                                       producer_epoch=producer_epoch, control_type=control_type,
+                                       coordinator_epoch=coordinator_epoch)
+            return self.append_batches(data, from_client=False).base_offset
+
+    def append_batches(self, data: bytes | bytearray | memoryview, *, from_client: bool = True,
+                       assign_offsets: bool = True) -> AppendResult:
+        """Validate and append whole record batches; offsets are assigned from the log end.
+
+        ``from_client``: reject control batches and check producer epochs and sequences.
+        ``assign_offsets=False`` appends batches with the offsets they carry (replication, tests).
+        """
+        source = "append request"
+        parsed = list(iter_batches(data, source=source))
+        if not parsed:
+            raise InvalidRequestError("the request holds no record batch")
+        max_bytes = int(self.config.get("max.message.bytes"))
+        for pos, batch in parsed:
+            batch.ensure_valid(source=source, position=pos)
+            if from_client and batch.is_control:
+                raise InvalidRequestError("clients may not write control batches; use the markers endpoint")
+            if batch.size_in_bytes > max_bytes:
+                raise InvalidRequestError(f"batch of {batch.size_in_bytes} bytes exceeds max.message.bytes={max_bytes}")
+            if from_client and batch.records_count != batch.last_offset_delta + 1:
+                raise InvalidRequestError("a producer batch must hold records with offset deltas 0..n-1")
+        with self.lock:
+            if self._closed:
+                raise InvalidRequestError(f"log {self.topic_partition} is closed")
+            now = self.clock.milliseconds()
+            first = last = -1
+            for _pos, batch in parsed:
+                info = self.producer_state.validate(batch) if from_client else None
+                if info is not None and info.duplicate_of is not None:
+                    if first < 0:
+                        first = info.duplicate_of[0]
+                    last = info.duplicate_of[1]
+                    if len(parsed) == 1:
+                        return AppendResult(first, last, duplicate=True)
+                    continue
+                buf = bytearray(self._maybe_recompress(batch))
+                append_time = now if self.config.timestamp_type is TimestampType.LOG_APPEND_TIME else None
+                base = self.log_end_offset if assign_offsets else batch.base_offset
+                if not assign_offsets and base < self.log_end_offset:
+                    raise InvalidRequestError(f"batch base offset {base} is below the log end {self.log_end_offset}")
+                stamp_batch(buf, 0, base_offset=base, partition_leader_epoch=max(self.leader_epoch, -1)
+                            if batch.partition_leader_epoch < 0 or assign_offsets else batch.partition_leader_epoch,
+                            log_append_time_ms=append_time)
+                stamped = RecordBatch(bytes(buf))
+                self._maybe_roll(stamped, now)
+                seg = self.active_segment
+                seg.append(stamped.raw, largest_offset=stamped.last_offset, largest_timestamp=stamped.max_timestamp,
+                           offset_of_largest_timestamp=stamped.last_offset)
+                if stamped.is_control:
+                    aborted = self.producer_state.on_control_batch(stamped)
+                    if aborted is not None:
+                        seg.append_aborted_txn(aborted)
+                else:
+                    self.producer_state.on_data_batch(stamped)
+                if first < 0:
+                    first = stamped.base_offset
+                last = stamped.last_offset
+            return AppendResult(first, last)
+
+    def _maybe_recompress(self, batch: RecordBatch) -> bytes | memoryview:
+        target = self.config.get("compression.type")
+        if target == "producer" or batch.is_control or CompressionType.from_name(target) == batch.compression:
+            return batch.raw
+        b = RecordBatchBuilder(batch.base_offset, compression=CompressionType.from_name(target),
+                               timestamp_type=batch.timestamp_type, producer_id=batch.producer_id,
+                               producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
+                               is_transactional=batch.is_transactional,
+                               partition_leader_epoch=batch.partition_leader_epoch)
+        for r in batch.records():
+            b.append(r.offset, r.timestamp, r.key, r.value, r.headers)
+        return b.build(last_offset_delta=batch.last_offset_delta)
+
+    # ---- rolling -----------------------------------------------------------------------
+    def _should_roll(self, seg: LogSegment, incoming_size: int, last_offset: int, now: int) -> bool:
+        if seg.size == 0:
+            return False
+        if seg.size + incoming_size > self.config.segment_bytes:
+            return True
+        if not seg.can_hold(last_offset):
+            return True
+        if seg.offset_index.size_in_bytes + 8 > int(self.config.get("segment.index.bytes")):
+            return True
+        return self._time_to_roll(seg, now)
+
+    def _time_to_roll(self, seg: LogSegment, now: int) -> bool:
+        first = seg.first_batch_timestamp
+        rolling_base = first if first != 2**63 - 1 else getattr(seg, "created_ms", now)
+        return now - rolling_base > self.config.max_segment_ms
+
+    def _maybe_roll(self, batch: RecordBatch, now: int) -> None:
+        if self._should_roll(self.active_segment, batch.size_in_bytes, batch.last_offset, now):
+            self.roll()
+
+    def maybe_roll(self, now: int | None = None) -> bool:
+        """Roll a non-empty active segment that is past segment.ms / max.compaction.lag.ms (KIP-354)."""
+        with self.lock:
+            now = self.clock.milliseconds() if now is None else now
+            seg = self.active_segment
+            if seg.size and self._time_to_roll(seg, now):
+                self.roll()
+                return True
+            return False
+
+    def roll(self) -> LogSegment:
+        """Close the active segment and start a new one at the log end offset."""
+        with self.lock:
+            active = self.active_segment
+            new_base = active.read_next_offset()
+            if active.size == 0:
+                return active
+            active.on_become_inactive()
+            seg = LogSegment(self.dir, new_base, index_interval_bytes=int(self.config.get("index.interval.bytes")),
+                             create=True)
+            seg.created_ms = self.clock.milliseconds()  # type: ignore[attr-defined]
+            self.segments.add(seg)
+            fsync_dir(self.dir)
+            return seg
+
+    # ---- reading -----------------------------------------------------------------------
+    def read(self, start_offset: int, *, max_bytes: int = 1 << 20, max_offset: int | None = None) -> list[RecordBatch]:
+        """Batches holding offsets >= ``start_offset`` (below ``max_offset``), at least one if any.
+
+        Raises OffsetOutOfRangeError outside [log start, log end].
+        """
+        with self.lock:
+            start, end = self.log_start_offset, self.log_end_offset
+            if start_offset < start or start_offset > end:
+                raise OffsetOutOfRangeError(
+                    f"offset {start_offset} is outside the local log [{start}, {end}] of {self.topic_partition}")
+            segs = self.segments.range(start_offset, end + 1) or self.segments.all()
+            sizes = {s.base_offset: s.size for s in segs}
+        out: list[RecordBatch] = []
+        total = 0
+        for seg in segs:
+            pos = seg.find_position(start_offset, sizes[seg.base_offset]) if seg is segs[0] else 0
+            if pos is None:
+                continue
+            for _p, batch in seg.batches(pos, sizes[seg.base_offset]):
+                if batch.last_offset < start_offset:
+                    continue
+                if max_offset is not None and batch.base_offset >= max_offset:
+                    return out
+                if out and total + batch.size_in_bytes > max_bytes:
+                    return out
+                out.append(batch)
+                total += batch.size_in_bytes
+        return out
+
+    def collect_aborted_transactions(self, start_offset: int, upper: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start_offset, upper), from the .txnindex files."""
+        with self.lock:
+            segs = self.segments.range(start_offset, upper) if start_offset < upper else []
+            out: list[AbortedTxn] = []
+            for seg in segs:
+                found, complete = seg.txn_index.collect(start_offset, upper)
+                out.extend(found)
+                if complete:
+                    break
+            return out
+
+    # ---- replacing and deleting segments ----------------------------------------------------
+    def create_cleaned_segment(self, base_offset: int) -> LogSegment:
+        """A fresh ``<base>.*.cleaned`` segment (stale ones from a crashed clean are removed)."""
+        for p in self.dir.glob(f"{base_offset:020d}.*{CLEANED_SUFFIX}"):
+            p.unlink()
+        return LogSegment(self.dir, base_offset, index_interval_bytes=int(self.config.get("index.interval.bytes")),
+                          suffix=CLEANED_SUFFIX, create=True)
+
+    def replace_segments(self, new_segments: Sequence[LogSegment], old_segments: Iterable[LogSegment]) -> None:
+        """Kafka's replaceSegments: .cleaned -> .swap, old -> .deleted, .swap -> final."""
+        with self.lock:
+            news = sorted(new_segments, key=lambda s: s.base_offset, reverse=True)
+            olds = sorted((s for s in old_segments if s in self.segments), key=lambda s: s.base_offset)
+            for seg in news:
+                seg.flush()
+                seg.change_suffix(SWAP_SUFFIX)
+                self._hook("renamed_to_swap")
+            min_new = min(s.base_offset for s in news) if news else None
+            for seg in news:
+                self.segments.add(seg)
+            for seg in olds:
+                if seg.base_offset != min_new and all(seg.base_offset != n.base_offset for n in news):
+                    self.segments.remove(seg.base_offset)
+                self._delete_segment_files(seg)
+                self._hook("renamed_to_deleted")
+            for seg in news:
+                seg.change_suffix("")
+                self._hook("renamed_from_swap")
+            fsync_dir(self.dir)
+            self._replay_producer_state_if_needed(olds)
+
+    def _replay_producer_state_if_needed(self, removed: Sequence[LogSegment]) -> None:
+        """Producer state is derived from the log; the cleaner keeps each producer's last batch
+        (and markers while needed), so the state read back is the same. Nothing to do."""
+
+    def _delete_segment_files(self, seg: LogSegment) -> None:
+        seg.change_suffix(DELETED_SUFFIX)
+        delay = int(self.config.get("file.delete.delay.ms"))
+        if self.scheduler is not None:
+            self.scheduler.schedule(delay, seg.delete_files)
+        else:
+            seg.delete_files()
+
+    def delete_segments(self, segments: Iterable[LogSegment]) -> list[int]:
+        """Remove whole segments (retention); the active segment is rolled first if included."""
+        with self.lock:
+            segs = [s for s in segments if s in self.segments]
+            if not segs:
+                return []
+            if any(s is self.active_segment for s in segs):
+                if self.active_segment.size == 0 and len(self.segments) == 1:
+                    segs = [s for s in segs if s is not self.active_segment]
+                else:
+                    self.roll()
+            for seg in segs:
+                self.segments.remove(seg.base_offset)
+                self._delete_segment_files(seg)
+            fsync_dir(self.dir)
+            return [s.base_offset for s in segs]
+
+    def delete_old_segments(self, now: int | None = None) -> list[int]:
+        """Retention for cleanup.policy containing 'delete': retention.ms, then retention.bytes."""
+        if not self.config.delete:
+            return []
+        with self.lock:
+            now = self.clock.milliseconds() if now is None else now
+            return self.delete_segments(self.retention_breached_segments(
+                now, int(self.config.get("retention.ms")), int(self.config.get("retention.bytes"))))
+
+    def retention_breached_segments(self, now: int, retention_ms: int, retention_bytes: int,
+                                    extra_bytes: int = 0) -> list[LogSegment]:
+        """Non-active segments, oldest first, past ``retention_ms`` or beyond ``retention_bytes``."""
+        with self.lock:
+            candidates = self.segments.all()[:-1]
+            out: list[LogSegment] = []
+            if retention_ms >= 0:
+                for seg in candidates:
+                    if now - seg.largest_timestamp > retention_ms:
+                        out.append(seg)
+                    else:
+                        break
+            if retention_bytes >= 0:
+                excess = self.segments.size_in_bytes() + extra_bytes - retention_bytes
+                for seg in candidates:
+                    if seg in out:
+                        excess -= seg.size
+                        continue
+                    if excess - seg.size < 0:
+                        break
+                    out.append(seg)
+                    excess -= seg.size
+            return out
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def flush(self) -> None:
+        with self.lock:
+            for seg in self.segments:
+                seg.flush()
+
+    def close(self) -> None:
+        with self.lock:
+            if self._closed:
+                return
+            for seg in self.segments:
+                seg.flush()
+                seg.close()
+            (self.dir / CLEAN_SHUTDOWN_FILE).touch()
+            self._closed = True
+
+    def __repr__(self) -> str:
+        return f"LocalLog({self.topic_partition}, segments={len(self.segments)})"

@@ -1,0 +1,148 @@
+"""Producer state of one partition: idempotent sequences, epochs and open transactions.
+
+Kafka's ProducerStateManager, reduced to what a single-replica log needs:
+
+* per producer id: epoch, last sequence and last data batch (for duplicate detection
+  and for the cleaner's "keep each producer's last batch" rule, A.7), and the first
+  offset of its open transaction, if any;
+* the open transactions, whose earliest first offset bounds the last stable offset;
+* on an ABORT marker, the :class:`AbortedTxn` entry for the transaction index.
+
+State is rebuilt on open by replaying batch headers of the local segments (no record
+is decoded). Kafka also keeps ``.snapshot`` files so that producer state survives the
+deletion of old segments; tiercompact rebuilds from local segments only and does not
+expire idle producers. Not thread-safe: the LocalLog serialises access.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from log.errors import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError
+from log.index.txn_index import AbortedTxn
+from log.record import ControlRecordType, RecordBatch
+
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    producer_epoch: int
+    first_sequence: int = -1      # of the last data batch
+    last_sequence: int = -1
+    first_data_offset: int = -1   # of the last data batch
+    last_data_offset: int = -1
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """What validating a batch found: a duplicate of the last batch returns its offsets."""
+
+    duplicate_of: tuple[int, int] | None = None
+
+
+def _next_seq(seq: int) -> int:
+    return 0 if seq == INT32_MAX else seq + 1
+
+
+class ProducerStateManager:
+    def __init__(self) -> None:
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self._ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+
+    # ---- validation (client appends only) ---------------------------------------------
+    def validate(self, batch: RecordBatch) -> AppendInfo:
+        """Check a producer batch before offsets are assigned; detect a retried duplicate."""
+        pid = batch.producer_id
+        if pid < 0:
+            if batch.is_transactional:
+                raise InvalidTxnStateError("a transactional batch needs a producer id")
+            return AppendInfo()
+        e = self.producers.get(pid)
+        if e is None:
+            return AppendInfo()
+        if batch.producer_epoch < e.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"producer {pid} wrote with epoch {batch.producer_epoch} but epoch {e.producer_epoch} "
+                f"is current: this producer has been fenced; restart it with a new epoch")
+        if batch.base_sequence >= 0 and batch.producer_epoch == e.producer_epoch and e.last_sequence >= 0:
+            if batch.base_sequence == e.first_sequence and batch.last_sequence == e.last_sequence:
+                return AppendInfo(duplicate_of=(e.first_data_offset, e.last_data_offset))
+            if batch.base_sequence != _next_seq(e.last_sequence):
+                raise OutOfOrderSequenceError(
+                    f"producer {pid} sent base sequence {batch.base_sequence}, expected "
+                    f"{_next_seq(e.last_sequence)}: a batch was lost or reordered")
+        if batch.is_transactional and e.current_txn_first_offset is None and batch.producer_epoch < e.producer_epoch:
+            raise InvalidTxnStateError(f"producer {pid} has no open transaction at epoch {batch.producer_epoch}")
+        return AppendInfo()
+
+    # ---- updates (every append, client or replay) --------------------------------------
+    def on_data_batch(self, batch: RecordBatch) -> None:
+        pid = batch.producer_id
+        if pid < 0:
+            return
+        e = self.producers.get(pid)
+        if e is None or batch.producer_epoch > e.producer_epoch:
+            first_txn = e.current_txn_first_offset if e is not None else None
+            e = ProducerStateEntry(pid, batch.producer_epoch, current_txn_first_offset=first_txn)
+            self.producers[pid] = e
+        e.first_sequence = batch.base_sequence
+        e.last_sequence = batch.last_sequence
+        e.first_data_offset = batch.base_offset
+        e.last_data_offset = batch.last_offset
+        e.last_timestamp = batch.max_timestamp
+        if batch.is_transactional and e.current_txn_first_offset is None:
+            e.current_txn_first_offset = batch.base_offset
+            self._ongoing[pid] = batch.base_offset
+
+    def on_control_batch(self, batch: RecordBatch, last_stable_offset_after: int | None = None) -> AbortedTxn | None:
+        """Apply a COMMIT/ABORT marker; returns the aborted-transaction entry for an ABORT.
+
+        ``last_stable_offset_after`` is the LSO once this transaction is complete; computed
+        here when not given.
+        """
+        pid = batch.producer_id
+        ctype = batch.control_type()
+        if ctype not in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+            return None
+        e = self.producers.get(pid)
+        if e is None:
+            e = ProducerStateEntry(pid, batch.producer_epoch)
+            self.producers[pid] = e
+        e.producer_epoch = max(e.producer_epoch, batch.producer_epoch)
+        e.last_timestamp = batch.max_timestamp
+        first = e.current_txn_first_offset
+        e.current_txn_first_offset = None
+        self._ongoing.pop(pid, None)
+        if ctype is ControlRecordType.ABORT:
+            if first is None:
+                first = batch.base_offset
+            lso = last_stable_offset_after
+            if lso is None:
+                lso = self.first_unstable_offset() or batch.last_offset + 1
+            return AbortedTxn(pid, first, batch.last_offset, lso)
+        return None
+
+    def check_marker(self, producer_id: int, producer_epoch: int) -> None:
+        e = self.producers.get(producer_id)
+        if e is not None and producer_epoch < e.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"marker for producer {producer_id} has epoch {producer_epoch} below the current {e.producer_epoch}")
+
+    # ---- queries ---------------------------------------------------------------------
+    def first_unstable_offset(self) -> int | None:
+        return min(self._ongoing.values()) if self._ongoing else None
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        return dict(self._ongoing)
+
+    def active_producers(self) -> dict[int, ProducerStateEntry]:
+        return dict(self.producers)
+
+    def truncate_and_reset(self) -> None:
+        self.producers.clear()
+        self._ongoing.clear()
