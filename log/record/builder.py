@@ -176,6 +176,9 @@ class RecordBatchBuilder:
         delta = offset - self.base_offset
         if not 0 <= delta <= _MAX_OFFSET_DELTA:
             raise InvalidRequestError(f"offset {offset} is out of range for base offset {self.base_offset}")
+        if timestamp < NO_TIMESTAMP:
+            # Kafka's MemoryRecordsBuilder rule; it also keeps maxTimestamp's -1 start value right
+            raise InvalidRequestError(f"invalid negative timestamp {timestamp}")
         base_ts = self._base_timestamp
         if base_ts is None:
             base_ts = self._base_timestamp = timestamp
