@@ -117,8 +117,7 @@ class RemoteLogMetadataManager(ABC):
         In one transaction: check the fence; validate ``cleaner_offsets`` against the
         stored lineage (entries for epochs below ``leader_epoch`` must equal the stored
         ones, no entry for a later or unknown epoch, the entry for ``leader_epoch`` never
-        goes backwards, values are non-decreasing by epoch and an epoch's value does not
-        pass the start offset of the next epoch); move every new segment
+        goes backwards, values are non-decreasing by epoch); move every new segment
         COPY_SEGMENT_STARTED -> COPY_SEGMENT_FINISHED carrying the vector; mark every
         replaced segment ``superseded_by`` (it stays COPY_SEGMENT_FINISHED for deferred
         deletion but readers stop seeing it); store the vector as the partition's current one.

@@ -12,7 +12,6 @@ import enum
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType
 
 from log.errors import InvalidRequestError
 from log.types import TopicPartition
@@ -74,6 +73,25 @@ _VALID_NEXT: dict[RemoteLogSegmentState, frozenset[RemoteLogSegmentState]] = {
 }
 
 
+class FrozenIntMap(dict[int, int]):
+    """A read-only, hashable, picklable {int -> int} (mappingproxy does not pickle, and
+    Spark ships segment metadata to executors)."""
+
+    __slots__ = ()
+
+    def _readonly(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("segment metadata maps are immutable")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _readonly  # type: ignore[assignment]
+    __ior__ = _readonly  # type: ignore[assignment]
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(self.items()))
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (FrozenIntMap, (dict(self),))
+
+
 def _frozen_int_map(name: str, m: Mapping[int, int]) -> Mapping[int, int]:
     out: dict[int, int] = {}
     for k, v in m.items():
@@ -83,7 +101,7 @@ def _frozen_int_map(name: str, m: Mapping[int, int]) -> Mapping[int, int]:
             raise InvalidRequestError(f"{name} entries must be >= 0, got {k} -> {v}")
         out[k] = v
     # sorted by epoch so equality, iteration and serialisation are deterministic
-    return MappingProxyType(dict(sorted(out.items())))
+    return FrozenIntMap(sorted(out.items()))
 
 
 @dataclass(frozen=True, slots=True)

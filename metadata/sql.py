@@ -1,0 +1,650 @@
+"""SqlRemoteLogMetadataManager: one SQLAlchemy 2.x implementation for SQLite and PostgreSQL.
+
+Fencing is compare-and-swap inside the write's own transaction (pyiceberg's
+``SqlCatalog.commit_table`` pattern): every write first runs
+
+    UPDATE tc_leaders SET fence_token = :fresh WHERE topic = :t AND partition_id = :p
+                                             AND leader_epoch = :epoch [RETURNING leader_epoch]
+
+and proceeds only if that row changed. The check is ``=`` rather than ``<=``: epochs only
+advance through ``become_leader`` (``WHERE leader_epoch < :new``), so a writer with a higher
+epoch than the registered one has not become leader yet and is refused too. The UPDATE
+also takes the partition's row lock (PostgreSQL) or the write lock (SQLite), so all
+writes of a partition are serialised and every later read in the transaction is current.
+
+How "the row changed" is observed depends on the dialect: ``RETURNING`` when supported
+(SQLite >= 3.35, PostgreSQL), else ``rowcount`` when the driver reports it reliably, else a
+re-read of the fresh token ``FOR UPDATE`` inside the transaction (``fence_strategy``
+forces one, for tests). Thread-safe; SQLAlchemy errors are translated to MetadataStoreError.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    Row,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    and_,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import StaticPool
+
+from log.clock import SYSTEM_CLOCK, Clock
+from log.errors import InvalidConfigError, InvalidRequestError
+from log.types import TopicPartition
+from metadata.errors import (
+    FencedLeaderEpochError,
+    InvalidStateTransitionError,
+    MetadataError,
+    MetadataStoreError,
+    RemoteSegmentNotFoundError,
+)
+from metadata.lineage import is_segment_within_leader_epochs, resolve_checkpoint, validate_cleaner_offsets
+from metadata.manager import DEFAULT_ORPHAN_GRACE_MS, RemoteLogMetadataManager
+from metadata.types import LeaderState, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
+
+T = TypeVar("T")
+S = RemoteLogSegmentState
+SCHEMA_VERSION = 1
+
+_meta = MetaData()
+leaders = Table(
+    "tc_leaders", _meta,
+    Column("topic", String(255), primary_key=True),
+    Column("partition_id", Integer, primary_key=True, autoincrement=False),
+    Column("leader_epoch", Integer, nullable=False),  # -1: row exists, no leader yet
+    Column("broker_id", Integer, nullable=False),
+    Column("fence_token", String(32), nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+)
+epochs = Table(
+    "tc_leader_epochs", _meta,
+    Column("topic", String(255), primary_key=True),
+    Column("partition_id", Integer, primary_key=True, autoincrement=False),
+    Column("epoch", Integer, primary_key=True, autoincrement=False),
+    Column("start_offset", BigInteger, nullable=False),
+)
+cleaner = Table(
+    "tc_cleaner_offsets", _meta,
+    Column("topic", String(255), primary_key=True),
+    Column("partition_id", Integer, primary_key=True, autoincrement=False),
+    Column("epoch", Integer, primary_key=True, autoincrement=False),
+    Column("cleaner_offset", BigInteger, nullable=False),
+)
+segments = Table(
+    "tc_remote_segments", _meta,
+    Column("segment_id", String(32), primary_key=True),
+    Column("topic", String(255), nullable=False),
+    Column("partition_id", Integer, nullable=False),
+    Column("start_offset", BigInteger, nullable=False),
+    Column("end_offset", BigInteger, nullable=False),
+    Column("max_timestamp_ms", BigInteger, nullable=False),
+    Column("broker_id", Integer, nullable=False),
+    Column("event_timestamp_ms", BigInteger, nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("state", SmallInteger, nullable=False),
+    Column("leader_epochs", Text, nullable=False),
+    Column("cleaner_offsets", Text, nullable=False),
+    Column("superseded_by", String(32), nullable=True),
+    Column("writer_epoch", Integer, nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    Index("ix_tc_segments_tp", "topic", "partition_id", "state", "start_offset"),
+)
+blooms = Table(
+    "tc_bloom_filters", _meta,
+    Column("segment_id", String(32), primary_key=True),
+    Column("topic", String(255), nullable=False),
+    Column("partition_id", Integer, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+)
+schema_version = Table(
+    "tc_schema_version", _meta,
+    Column("version", Integer, primary_key=True, autoincrement=False),
+)
+
+_FENCE_STRATEGIES = ("returning", "rowcount", "reread")
+
+
+def normalize_url(url: str) -> str:
+    """``postgresql://`` / ``postgres://`` / ``postgresql+psycopg2://`` -> ``postgresql+psycopg://``
+    (psycopg 3 is the installed driver)."""
+    scheme, sep, rest = url.partition("://")
+    base = scheme.split("+", 1)[0].lower()
+    if base in ("postgresql", "postgres"):
+        return f"postgresql+psycopg://{rest}"
+    return url
+
+
+def _tp_where(table: Table, tp: TopicPartition) -> Any:
+    return and_(table.c.topic == tp.topic, table.c.partition_id == tp.partition)
+
+
+def _dump(m: Mapping[int, int]) -> str:
+    return json.dumps({str(k): v for k, v in sorted(m.items())}, separators=(",", ":"))
+
+
+def _load(s: str) -> dict[int, int]:
+    return {int(k): int(v) for k, v in json.loads(s).items()}
+
+
+def _to_md(r: Row[Any]) -> RemoteLogSegmentMetadata:
+    m = r._mapping
+    return RemoteLogSegmentMetadata(
+        remote_log_segment_id=RemoteLogSegmentId(TopicPartition(m["topic"], m["partition_id"]), m["segment_id"]),
+        start_offset=m["start_offset"], end_offset=m["end_offset"], max_timestamp_ms=m["max_timestamp_ms"],
+        broker_id=m["broker_id"], event_timestamp_ms=m["event_timestamp_ms"],
+        segment_size_in_bytes=m["size_bytes"], segment_leader_epochs=_load(m["leader_epochs"]),
+        state=S(m["state"]), cleaner_offsets=_load(m["cleaner_offsets"]), superseded_by=m["superseded_by"],
+    )
+
+
+def _referenced(state: int, superseded_by: str | None) -> bool:
+    return state == S.COPY_SEGMENT_FINISHED.value and superseded_by is None
+
+
+class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
+    """RemoteLogMetadataManager over SQLAlchemy Core (``sqlite:///...``, ``postgresql://...``).
+
+    Thread-safe: PostgreSQL and SQLite files use a connection pool; ``sqlite:///:memory:``
+    shares one connection (StaticPool), so its operations are serialised by a lock. On
+    SQLite, writes from this process are serialised too (SQLite has one writer anyway);
+    other processes wait on SQLite's busy timeout.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        orphan_grace_ms: int = DEFAULT_ORPHAN_GRACE_MS,
+        fence_strategy: str | None = None,
+        busy_timeout_s: float = 30.0,
+        echo: bool = False,
+    ) -> None:
+        self._url = normalize_url(url)
+        self._clock = clock
+        self._orphan_grace_ms = orphan_grace_ms
+        try:
+            sa_url = make_url(self._url)
+        except sa_exc.ArgumentError as e:
+            raise InvalidConfigError(f"metadata store URL {url!r} is malformed: {e}") from None
+        backend = sa_url.get_backend_name()
+        self._sqlite = backend == "sqlite"
+        memory = self._sqlite and sa_url.database in (None, "", ":memory:")
+        with self._errors("open"):
+            if memory:
+                self._engine = create_engine(self._url, echo=echo, poolclass=StaticPool,
+                                             connect_args={"check_same_thread": False})
+            elif self._sqlite:
+                Path(sa_url.database or "").expanduser().parent.mkdir(parents=True, exist_ok=True)
+                self._engine = create_engine(
+                    self._url, echo=echo, connect_args={"check_same_thread": False, "timeout": busy_timeout_s})
+                event.listen(self._engine, "connect", _sqlite_on_connect)
+            elif backend == "postgresql":
+                self._engine = create_engine(self._url, echo=echo, pool_pre_ping=True)
+            else:
+                raise InvalidConfigError(f"metadata store URL {url!r}: unsupported database {backend!r}")
+            _meta.create_all(self._engine)
+            with self._engine.begin() as conn:
+                if conn.execute(select(schema_version.c.version)).first() is None:
+                    conn.execute(insert(schema_version).values(version=SCHEMA_VERSION))
+        dialect = self._engine.dialect
+        if fence_strategy is None:
+            fence_strategy = ("returning" if dialect.update_returning
+                              else "rowcount" if dialect.supports_sane_rowcount else "reread")
+        if fence_strategy not in _FENCE_STRATEGIES:
+            raise InvalidConfigError(f"fence_strategy {fence_strategy!r} must be one of {_FENCE_STRATEGIES}")
+        self.fence_strategy = fence_strategy
+        # one connection for every thread: every operation must hold the lock
+        self._all_lock: Any = threading.RLock() if memory else nullcontext()
+        self._write_lock: Any = threading.RLock() if self._sqlite else nullcontext()
+        self._guard = threading.Lock()
+        self._tp_locks: dict[TopicPartition, threading.RLock] = {}
+        self._sizes: dict[TopicPartition, int] = {}
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"SqlRemoteLogMetadataManager({make_url(self._url).render_as_string(hide_password=True)!r})"
+
+    # ------------------------------------------------------------------ plumbing
+
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except MetadataError:
+            raise
+        except sa_exc.SQLAlchemyError as e:
+            orig = getattr(e, "orig", None)
+            code = getattr(orig, "sqlstate", None) or getattr(getattr(orig, "diag", None), "sqlstate", None)
+            retriable = (isinstance(e, sa_exc.OperationalError | sa_exc.TimeoutError)
+                         or bool(getattr(e, "connection_invalidated", False))
+                         or code in ("40001", "40P01", "55P03"))
+            raise MetadataStoreError(
+                f"metadata store {what} failed: {type(e).__name__}: {str(orig or e).strip()}"
+                + (" (retriable)" if retriable else ""), retriable=retriable) from None
+
+    def _tp_lock(self, tp: TopicPartition) -> threading.RLock:
+        with self._guard:
+            lock = self._tp_locks.get(tp)
+            if lock is None:
+                lock = self._tp_locks[tp] = threading.RLock()
+            return lock
+
+    def _write(self, tp: TopicPartition, what: str, fn: Callable[[Connection], tuple[T, int]]) -> T:
+        """Run ``fn`` in one write transaction; apply its remote-size delta after commit."""
+        if self._closed:
+            raise MetadataStoreError("metadata manager is closed")
+        with self._tp_lock(tp):
+            with self._errors(what), self._all_lock, self._write_lock, self._engine.begin() as conn:
+                result, delta = fn(conn)
+            if delta and tp in self._sizes:
+                self._sizes[tp] += delta
+            return result
+
+    def _read(self, what: str, fn: Callable[[Connection], T]) -> T:
+        if self._closed:
+            raise MetadataStoreError("metadata manager is closed")
+        with self._errors(what), self._all_lock, self._engine.connect() as conn:
+            return fn(conn)
+
+    def _ensure_partition(self, conn: Connection, tp: TopicPartition) -> None:
+        values = {"topic": tp.topic, "partition_id": tp.partition, "leader_epoch": -1, "broker_id": -1,
+                      "fence_token": uuid.uuid4().hex, "updated_ms": self._clock.milliseconds()}
+        name = self._engine.dialect.name
+        if name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as dialect_insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert as dialect_insert
+        conn.execute(dialect_insert(leaders).values(**values).on_conflict_do_nothing(
+            index_elements=["topic", "partition_id"]))
+
+    def _cas(self, conn: Connection, tp: TopicPartition, condition: Any, values: dict[str, Any]) -> bool:
+        """Conditionally update the partition's leader row; True if it changed."""
+        token = uuid.uuid4().hex
+        stmt = update(leaders).where(_tp_where(leaders, tp), condition).values(
+            fence_token=token, updated_ms=self._clock.milliseconds(), **values)
+        if self.fence_strategy == "returning":
+            return conn.execute(stmt.returning(leaders.c.leader_epoch)).first() is not None
+        if self.fence_strategy == "rowcount":
+            return conn.execute(stmt).rowcount == 1
+        conn.execute(stmt)
+        row = conn.execute(select(leaders.c.fence_token).where(_tp_where(leaders, tp)).with_for_update()).first()
+        return row is not None and row[0] == token
+
+    def _fence(self, conn: Connection, tp: TopicPartition, leader_epoch: int, action: str) -> None:
+        if not self._cas(conn, tp, leaders.c.leader_epoch == leader_epoch, {}):
+            row = conn.execute(select(leaders.c.leader_epoch, leaders.c.broker_id)
+                               .where(_tp_where(leaders, tp))).first()
+            cur = None if row is None or row[0] < 0 else row
+            raise FencedLeaderEpochError(tp, leader_epoch, cur[0] if cur else None,
+                                         cur[1] if cur else None, action)
+
+    @staticmethod
+    def _segment_row(conn: Connection, segment_id: RemoteLogSegmentId) -> Row[Any]:
+        row = conn.execute(select(segments).where(segments.c.segment_id == segment_id.id)).first()
+        tp = segment_id.topic_partition
+        if row is None or row.topic != tp.topic or row.partition_id != tp.partition:
+            raise RemoteSegmentNotFoundError(f"no metadata for remote segment {segment_id}")
+        return row
+
+    @staticmethod
+    def _vector(conn: Connection, tp: TopicPartition) -> dict[int, int]:
+        rows = conn.execute(select(cleaner.c.epoch, cleaner.c.cleaner_offset).where(_tp_where(cleaner, tp)))
+        return dict(rows)
+
+    @staticmethod
+    def _lineage(conn: Connection, tp: TopicPartition) -> dict[int, int]:
+        rows = conn.execute(select(epochs.c.epoch, epochs.c.start_offset).where(_tp_where(epochs, tp))
+                            .order_by(epochs.c.epoch))
+        return dict(rows)
+
+    # ------------------------------------------------------------------ leadership
+
+    def become_leader(
+        self, tp: TopicPartition, leader_epoch: int, broker_id: int, start_offset: int = 0
+    ) -> LeaderState:
+        state = LeaderState(tp, leader_epoch, broker_id)
+        if start_offset < 0:
+            raise InvalidRequestError(f"start_offset {start_offset} must be >= 0")
+
+        def fn(conn: Connection) -> tuple[LeaderState, int]:
+            self._ensure_partition(conn, tp)
+            if not self._cas(conn, tp, leaders.c.leader_epoch < leader_epoch,
+                             {"leader_epoch": leader_epoch, "broker_id": broker_id}):
+                row = conn.execute(select(leaders.c.leader_epoch, leaders.c.broker_id)
+                                   .where(_tp_where(leaders, tp))).one()
+                raise FencedLeaderEpochError(
+                    tp, leader_epoch, row[0], row[1], "become_leader",
+                    detail=f"broker {broker_id} cannot become leader of {tp} at epoch {leader_epoch}: broker "
+                           f"{row[1]} already holds epoch {row[0]}; leader epochs must strictly increase")
+            prev = conn.execute(select(epochs.c.epoch, epochs.c.start_offset).where(_tp_where(epochs, tp))
+                                .order_by(epochs.c.epoch.desc()).limit(1)).first()
+            if prev is not None and start_offset < prev[1]:
+                raise InvalidRequestError(
+                    f"leader epoch {leader_epoch} of {tp} cannot start at offset {start_offset}: the previous "
+                    f"epoch {prev[0]} started at {prev[1]}")
+            conn.execute(insert(epochs).values(topic=tp.topic, partition_id=tp.partition, epoch=leader_epoch,
+                                               start_offset=start_offset))
+            return state, 0
+
+        return self._write(tp, "become_leader", fn)
+
+    def leader_state(self, tp: TopicPartition) -> LeaderState | None:
+        row = self._read("leader_state", lambda c: c.execute(
+            select(leaders.c.leader_epoch, leaders.c.broker_id).where(_tp_where(leaders, tp))).first())
+        return None if row is None or row[0] < 0 else LeaderState(tp, row[0], row[1])
+
+    def leader_epochs(self, tp: TopicPartition) -> list[tuple[int, int]]:
+        return list(self._read("leader_epochs", lambda c: self._lineage(c, tp)).items())
+
+    # ------------------------------------------------------------------ segment writes
+
+    def add_remote_log_segment_metadata(self, md: RemoteLogSegmentMetadata, *, leader_epoch: int) -> None:
+        sid = md.remote_log_segment_id
+        if md.state is not S.COPY_SEGMENT_STARTED or md.superseded_by is not None:
+            raise InvalidStateTransitionError(sid, None, md.state, "a new segment must be COPY_SEGMENT_STARTED "
+                                              "and not superseded")
+        tp = md.topic_partition
+
+        def fn(conn: Connection) -> tuple[None, int]:
+            self._fence(conn, tp, leader_epoch, f"upload of remote segment {sid}")
+            row = conn.execute(select(segments).where(segments.c.segment_id == sid.id)).first()
+            if row is not None:
+                old = _to_md(row)
+                if (old.state is S.COPY_SEGMENT_STARTED and old.topic_partition == tp
+                        and (old.start_offset, old.end_offset, old.segment_size_in_bytes)
+                        == (md.start_offset, md.end_offset, md.segment_size_in_bytes)):
+                    return None, 0  # a retried add
+                raise InvalidStateTransitionError(sid, old.state, md.state, "segment id already exists; "
+                                                  "generate a fresh id for every upload attempt")
+            conn.execute(insert(segments).values(
+                segment_id=sid.id, topic=tp.topic, partition_id=tp.partition, start_offset=md.start_offset,
+                end_offset=md.end_offset, max_timestamp_ms=md.max_timestamp_ms, broker_id=md.broker_id,
+                event_timestamp_ms=md.event_timestamp_ms, size_bytes=md.segment_size_in_bytes,
+                state=md.state.value, leader_epochs=_dump(md.segment_leader_epochs),
+                cleaner_offsets=_dump(md.cleaner_offsets), superseded_by=None, writer_epoch=leader_epoch,
+                created_ms=self._clock.milliseconds()))
+            return None, 0
+
+        self._write(tp, "add_remote_log_segment_metadata", fn)
+
+    def update_remote_log_segment_state(
+        self,
+        segment_id: RemoteLogSegmentId,
+        state: RemoteLogSegmentState,
+        *,
+        leader_epoch: int,
+        event_timestamp_ms: int,
+        broker_id: int,
+    ) -> RemoteLogSegmentMetadata:
+        tp = segment_id.topic_partition
+
+        def fn(conn: Connection) -> tuple[RemoteLogSegmentMetadata, int]:
+            self._fence(conn, tp, leader_epoch, f"{state.name} of remote segment {segment_id}")
+            row = self._segment_row(conn, segment_id)
+            old = _to_md(row)
+            if not S.is_valid_transition(old.state, state):
+                raise InvalidStateTransitionError(segment_id, old.state, state)
+            if old.state is state:
+                return old, 0
+            if state is S.COPY_SEGMENT_FINISHED and row.writer_epoch != leader_epoch:
+                raise FencedLeaderEpochError(
+                    tp, row.writer_epoch, leader_epoch, broker_id, "finish copy",
+                    detail=f"remote segment {segment_id} was added under leader epoch {row.writer_epoch}; "
+                           f"the leader at epoch {leader_epoch} cannot finish it (it is an orphan to delete)")
+            conn.execute(update(segments).where(segments.c.segment_id == segment_id.id).values(
+                state=state.value, event_timestamp_ms=event_timestamp_ms, broker_id=broker_id))
+            if state is S.DELETE_SEGMENT_FINISHED:
+                conn.execute(delete(blooms).where(blooms.c.segment_id == segment_id.id))
+            delta = old.segment_size_in_bytes * (int(_referenced(state.value, old.superseded_by))
+                                                 - int(_referenced(old.state.value, old.superseded_by)))
+            new = old.with_state(state, event_timestamp_ms=event_timestamp_ms, broker_id=broker_id)
+            return new, delta
+
+        return self._write(tp, "update_remote_log_segment_state", fn)
+
+    def publish_compaction(
+        self,
+        tp: TopicPartition,
+        *,
+        leader_epoch: int,
+        new_segment_ids: Sequence[RemoteLogSegmentId],
+        replaced_segment_ids: Sequence[RemoteLogSegmentId],
+        cleaner_offsets: Mapping[int, int],
+    ) -> None:
+        vector = dict(sorted(cleaner_offsets.items()))
+        new_ids = {s.id for s in new_segment_ids}
+        if len(new_ids) != len(new_segment_ids) or new_ids & {s.id for s in replaced_segment_ids}:
+            raise InvalidRequestError("publish_compaction: segment ids must be distinct and a segment cannot "
+                                      "replace itself")
+        for s in [*new_segment_ids, *replaced_segment_ids]:
+            if s.topic_partition != tp:
+                raise RemoteSegmentNotFoundError(f"remote segment {s} does not belong to {tp}")
+
+        def fn(conn: Connection) -> tuple[None, int]:
+            self._fence(conn, tp, leader_epoch, "publish of compacted segments")
+            validate_cleaner_offsets(tp, leader_epoch, vector, self._vector(conn, tp), self._lineage(conn, tp))
+            delta = 0
+            new_rows = [self._segment_row(conn, s) for s in new_segment_ids]
+            finish: list[str] = []
+            for s, row in zip(new_segment_ids, new_rows, strict=True):
+                if row.state == S.COPY_SEGMENT_STARTED.value:
+                    if row.writer_epoch != leader_epoch:
+                        raise FencedLeaderEpochError(
+                            tp, row.writer_epoch, leader_epoch, None, "publish",
+                            detail=f"remote segment {s} was uploaded under leader epoch {row.writer_epoch} and "
+                                   f"cannot be published at epoch {leader_epoch}")
+                    finish.append(s.id)
+                    delta += row.size_bytes
+                elif not (_referenced(row.state, row.superseded_by) and _load(row.cleaner_offsets) == vector):
+                    raise InvalidStateTransitionError(
+                        s, S(row.state), S.COPY_SEGMENT_FINISHED,
+                        "a compacted segment must be COPY_SEGMENT_STARTED when published")
+            supersede: list[tuple[str, str]] = []
+            for s in replaced_segment_ids:
+                row = self._segment_row(conn, s)
+                if row.state != S.COPY_SEGMENT_FINISHED.value:
+                    raise InvalidStateTransitionError(s, S(row.state), S.COPY_SEGMENT_FINISHED,
+                                                      "only finished segments can be replaced")
+                if row.superseded_by is None:
+                    supersede.append((s.id, _replacement(row, new_rows)))
+                    delta -= row.size_bytes
+                elif row.superseded_by not in new_ids:
+                    raise InvalidStateTransitionError(
+                        s, S(row.state), S.COPY_SEGMENT_FINISHED,
+                        f"already superseded by {row.superseded_by or '(nothing)'}")
+            now = self._clock.milliseconds()
+            if finish:
+                conn.execute(update(segments).where(segments.c.segment_id.in_(finish)).values(
+                    state=S.COPY_SEGMENT_FINISHED.value, cleaner_offsets=_dump(vector), event_timestamp_ms=now))
+            for old_id, by in supersede:
+                conn.execute(update(segments).where(segments.c.segment_id == old_id).values(superseded_by=by))
+            self._store_vector(conn, tp, vector)
+            return None, delta
+
+        self._write(tp, "publish_compaction", fn)
+
+    def publish_cleaner_offsets(
+        self, tp: TopicPartition, *, leader_epoch: int, cleaner_offsets: Mapping[int, int]
+    ) -> None:
+        vector = dict(sorted(cleaner_offsets.items()))
+
+        def fn(conn: Connection) -> tuple[None, int]:
+            self._fence(conn, tp, leader_epoch, "publish of cleaner offsets")
+            validate_cleaner_offsets(tp, leader_epoch, vector, self._vector(conn, tp), self._lineage(conn, tp))
+            self._store_vector(conn, tp, vector)
+            return None, 0
+
+        self._write(tp, "publish_cleaner_offsets", fn)
+
+    @staticmethod
+    def _store_vector(conn: Connection, tp: TopicPartition, vector: Mapping[int, int]) -> None:
+        # lower epochs were validated equal, so replacing the whole vector only moves the newest entry
+        conn.execute(delete(cleaner).where(_tp_where(cleaner, tp)))
+        if vector:
+            conn.execute(insert(cleaner), [{"topic": tp.topic, "partition_id": tp.partition, "epoch": e,
+                                                "cleaner_offset": o} for e, o in vector.items()])
+
+    # ------------------------------------------------------------------ reads
+
+    def list_remote_log_segments(
+        self,
+        tp: TopicPartition,
+        *,
+        include_superseded: bool = False,
+        states: Sequence[RemoteLogSegmentState] | None = None,
+    ) -> list[RemoteLogSegmentMetadata]:
+        wanted = [s.value for s in (states if states is not None else [S.COPY_SEGMENT_FINISHED])]
+        stmt = select(segments).where(_tp_where(segments, tp), segments.c.state.in_(wanted))
+        if not include_superseded:
+            stmt = stmt.where(segments.c.superseded_by.is_(None))
+        stmt = stmt.order_by(segments.c.start_offset, segments.c.segment_id)
+        return self._read("list_remote_log_segments", lambda c: [_to_md(r) for r in c.execute(stmt)])
+
+    def remote_log_segment_metadata(self, tp: TopicPartition, offset: int) -> RemoteLogSegmentMetadata | None:
+        stmt = (select(segments).where(_tp_where(segments, tp), segments.c.state == S.COPY_SEGMENT_FINISHED.value,
+                                       segments.c.superseded_by.is_(None), segments.c.end_offset >= offset)
+                .order_by(segments.c.start_offset).limit(1))
+        row = self._read("remote_log_segment_metadata", lambda c: c.execute(stmt).first())
+        return None if row is None else _to_md(row)
+
+    def remote_log_size(self, tp: TopicPartition) -> int:
+        with self._tp_lock(tp):  # a write of tp cannot commit between the SUM and caching it
+            cached = self._sizes.get(tp)
+            if cached is None:
+                stmt = select(func.coalesce(func.sum(segments.c.size_bytes), 0)).where(
+                    _tp_where(segments, tp), segments.c.state == S.COPY_SEGMENT_FINISHED.value,
+                    segments.c.superseded_by.is_(None))
+                cached = self._sizes[tp] = int(self._read("remote_log_size", lambda c: c.execute(stmt).scalar_one()))
+            return cached
+
+    def invalidate_caches(self, tp: TopicPartition | None = None) -> None:
+        if tp is None:
+            for t in list(self._sizes):
+                self.invalidate_caches(t)
+            return
+        with self._tp_lock(tp):
+            self._sizes.pop(tp, None)
+
+    def cleaner_offsets(self, tp: TopicPartition) -> dict[int, int]:
+        return dict(sorted(self._read("cleaner_offsets", lambda c: self._vector(c, tp)).items()))
+
+    def resolve_cleaner_checkpoint(self, tp: TopicPartition) -> int | None:
+        return resolve_checkpoint(self.cleaner_offsets(tp))
+
+    def unreferenced_segments(
+        self, tp: TopicPartition, *, orphan_grace_ms: int | None = None
+    ) -> list[RemoteLogSegmentMetadata]:
+        grace = self._orphan_grace_ms if orphan_grace_ms is None else orphan_grace_ms
+        cutoff = self._clock.milliseconds() - grace
+        leader = self.leader_state(tp)
+        cur_epoch = leader.leader_epoch if leader is not None else -1
+        stmt = select(segments).where(_tp_where(segments, tp), or_(
+            and_(segments.c.state == S.COPY_SEGMENT_FINISHED.value, segments.c.superseded_by.is_not(None)),
+            segments.c.state == S.DELETE_SEGMENT_STARTED.value,
+            and_(segments.c.state == S.COPY_SEGMENT_STARTED.value,
+                 or_(segments.c.writer_epoch < cur_epoch, segments.c.created_ms < cutoff)),
+        )).order_by(segments.c.start_offset, segments.c.segment_id)
+        return self._read("unreferenced_segments", lambda c: [_to_md(r) for r in c.execute(stmt)])
+
+    def is_segment_within_leader_epochs(
+        self, md: RemoteLogSegmentMetadata, tp: TopicPartition, log_end_offset: int | None = None
+    ) -> bool:
+        if md.topic_partition != tp:
+            return False
+        return is_segment_within_leader_epochs(md.segment_leader_epochs, md.end_offset,
+                                               dict(self.leader_epochs(tp)), log_end_offset)
+
+    # ------------------------------------------------------------------ bloom filters
+
+    def put_bloom_filter(self, segment_id: RemoteLogSegmentId, data: bytes) -> None:
+        tp = segment_id.topic_partition
+
+        def fn(conn: Connection) -> tuple[None, int]:
+            # a write first, so SQLite takes its write lock before the reads below
+            conn.execute(delete(blooms).where(blooms.c.segment_id == segment_id.id))
+            row = self._segment_row(conn, segment_id)
+            if row.state == S.DELETE_SEGMENT_FINISHED.value:
+                raise RemoteSegmentNotFoundError(f"remote segment {segment_id} was deleted")
+            conn.execute(insert(blooms).values(segment_id=segment_id.id, topic=tp.topic, partition_id=tp.partition,
+                                               data=bytes(data)))
+            return None, 0
+
+        self._write(tp, "put_bloom_filter", fn)
+
+    def get_bloom_filter(self, segment_id: RemoteLogSegmentId) -> bytes | None:
+        tp = segment_id.topic_partition
+        stmt = select(blooms.c.data).where(blooms.c.segment_id == segment_id.id, _tp_where(blooms, tp))
+        row = self._read("get_bloom_filter", lambda c: c.execute(stmt).first())
+        return None if row is None else bytes(row[0])
+
+    # ------------------------------------------------------------------ admin
+
+    def partitions(self) -> list[TopicPartition]:
+        def fn(conn: Connection) -> list[TopicPartition]:
+            a = conn.execute(select(leaders.c.topic, leaders.c.partition_id)).all()
+            b = conn.execute(select(segments.c.topic, segments.c.partition_id).distinct()).all()
+            return sorted({TopicPartition(t, p) for t, p in [*a, *b]})
+
+        return self._read("partitions", fn)
+
+    def delete_partition(self, tp: TopicPartition) -> None:
+        def fn(conn: Connection) -> tuple[None, int]:
+            for table in (leaders, blooms, segments, cleaner, epochs):
+                conn.execute(delete(table).where(_tp_where(table, tp)))
+            return None, 0
+
+        self._write(tp, "delete_partition", fn)
+        with self._tp_lock(tp):
+            self._sizes.pop(tp, None)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._engine.dispose()
+
+
+def _replacement(old: Row[Any], new_rows: list[Row[Any]]) -> str:
+    """The new segment that covers the replaced one's start ("" when compaction emptied it)."""
+    best = ""
+    for r in sorted(new_rows, key=lambda r: r.start_offset):
+        if r.start_offset <= old.start_offset or not best:
+            best = r.segment_id
+        if r.start_offset <= old.start_offset <= r.end_offset:
+            return str(r.segment_id)
+    return best
+
+
+def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    # WAL lets readers run while a writer commits; FULL sync keeps fencing decisions durable
+    cur = dbapi_connection.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=FULL")
+    cur.close()
