@@ -48,7 +48,9 @@ class EntryFile:
         return self._f
 
     def _append_entry(self, *fields: int) -> None:
-        self._file().write(self.entry.pack(*fields))
+        f = self._file()
+        f.write(self.entry.pack(*fields))
+        f.flush()  # entries are sparse: keep the file readable by others without an fsync
         self._entries.append(fields)
 
     def _truncate_entries(self, keep: int) -> None:

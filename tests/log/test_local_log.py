@@ -1,0 +1,163 @@
+"""The local partition log: append, roll, read, offsets, transactions, epochs."""
+
+from __future__ import annotations
+
+import pytest
+
+from log.errors import (
+    InvalidProducerEpochError,
+    InvalidRequestError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+)
+from log.fetch import READ_COMMITTED, READ_UNCOMMITTED, records_from_batches
+from log.local_log import RecordSpec
+from log.record import CompressionType, ControlRecordType, RecordBatchBuilder, iter_file_batches
+
+
+def _kv(i: int) -> RecordSpec:
+    return RecordSpec(f"k{i}".encode(), f"v{i}".encode())
+
+
+def _read_all(log, isolation=READ_UNCOMMITTED):
+    batches = log.read(log.log_start_offset, max_bytes=1 << 30,
+                       max_offset=log.last_stable_offset if isolation == READ_COMMITTED else None)
+    aborted = log.collect_aborted_transactions(log.log_start_offset, log.log_end_offset)
+    return records_from_batches(batches, log.log_start_offset, isolation=isolation, aborted=aborted,
+                                max_records=10**9).records
+
+
+def test_append_assigns_offsets_and_rolls_on_segment_bytes(make_log):
+    log = make_log(segment_bytes=500)
+    results = [log.append_records([_kv(i), _kv(i + 1000)]) for i in range(30)]
+    assert [r.base_offset for r in results] == list(range(0, 60, 2))
+    assert log.log_end_offset == 60
+    assert len(log.all_segments()) > 3
+    assert all(s.size <= 500 for s in log.all_segments())
+    names = sorted(p.name for p in log.dir.glob("*.log"))
+    assert names[0] == "00000000000000000000.log"
+    assert all(len(n) == len("00000000000000000000.log") for n in names)
+    assert [r.offset for r in _read_all(log)] == list(range(60))
+
+
+def test_read_from_middle_and_past_compaction_gap(make_log):
+    log = make_log()
+    b = RecordBatchBuilder(0)
+    for off in (0, 3, 7):  # a batch with gaps, as the cleaner leaves them
+        b.append(off, 1000 + off, f"k{off}".encode(), b"v")
+    log.append_batches(b.build(last_offset_delta=9), from_client=False)
+    assert log.log_end_offset == 10
+    recs = records_from_batches(log.read(4), 4).records
+    assert [r.offset for r in recs] == [7]
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(11)
+
+
+def test_time_based_roll_and_kip354_forced_roll(make_log, clock):
+    log = make_log(cleanup_policy="compact", max_compaction_lag_ms=1000, segment_ms=10**9)
+    log.append_records([RecordSpec(b"a", b"1", timestamp=clock.milliseconds())])
+    assert not log.maybe_roll()
+    clock.advance(1001)
+    assert log.maybe_roll()  # the first batch is older than max.compaction.lag.ms
+    assert len(log.all_segments()) == 2 and log.active_segment.size == 0
+    assert not log.maybe_roll()  # an empty active segment never rolls
+
+
+def test_delete_policy_does_not_use_max_compaction_lag(make_log, clock):
+    log = make_log(cleanup_policy="delete", max_compaction_lag_ms=1000, segment_ms=10**9)
+    log.append_records([RecordSpec(b"a", b"1", timestamp=clock.milliseconds())])
+    clock.advance(5000)
+    assert not log.maybe_roll()
+
+
+def test_transactions_bound_the_last_stable_offset(make_log):
+    log = make_log()
+    log.append_records([_kv(0)])
+    log.append_records([_kv(1)], producer_id=7, producer_epoch=0, base_sequence=0, transactional=True)
+    log.append_records([_kv(2)])
+    assert log.last_stable_offset == 1
+    log.append_marker(7, 0, ControlRecordType.ABORT)
+    assert log.last_stable_offset == log.log_end_offset == 4
+    assert [r.offset for r in _read_all(log, READ_COMMITTED)] == [0, 2]
+    assert [r.offset for r in _read_all(log, READ_UNCOMMITTED)] == [0, 1, 2]
+    (txn,) = log.collect_aborted_transactions(0, 4)
+    assert (txn.producer_id, txn.first_offset, txn.last_offset) == (7, 1, 3)
+    assert (log.dir / "00000000000000000000.txnindex").stat().st_size == 34
+
+
+def test_idempotent_producer_sequences_and_fencing(make_log):
+    log = make_log()
+    first = log.append_records([_kv(0), _kv(1)], producer_id=3, producer_epoch=1, base_sequence=0)
+    dup = log.append_records([_kv(0), _kv(1)], producer_id=3, producer_epoch=1, base_sequence=0)
+    assert dup.duplicate and (dup.base_offset, dup.last_offset) == (first.base_offset, first.last_offset)
+    assert log.log_end_offset == 2
+    with pytest.raises(OutOfOrderSequenceError):
+        log.append_records([_kv(5)], producer_id=3, producer_epoch=1, base_sequence=7)
+    log.append_records([_kv(2)], producer_id=3, producer_epoch=2, base_sequence=0)
+    with pytest.raises(InvalidProducerEpochError):
+        log.append_records([_kv(3)], producer_id=3, producer_epoch=1, base_sequence=3)
+
+
+def test_clients_cannot_write_control_batches_or_oversized_batches(make_log):
+    from log.record import build_control_batch
+
+    log = make_log(max_message_bytes=200)
+    marker = build_control_batch(base_offset=0, timestamp=1, producer_id=1, producer_epoch=0,
+                                 control_type=ControlRecordType.COMMIT)
+    with pytest.raises(InvalidRequestError, match="control"):
+        log.append_batches(marker)
+    with pytest.raises(InvalidRequestError, match=r"max\.message\.bytes"):
+        log.append_records([RecordSpec(b"k", b"x" * 500)])
+
+
+def test_compression_type_config_recompresses(make_log):
+    log = make_log(compression_type="gzip")
+    log.append_records([_kv(i) for i in range(5)], compression=CompressionType.NONE)
+    (batch,) = log.read(0)
+    assert batch.compression is CompressionType.GZIP
+    assert [r.key for r in batch.records()] == [f"k{i}".encode() for i in range(5)]
+
+
+def test_log_append_time(make_log, clock):
+    log = make_log(message_timestamp_type="LogAppendTime")
+    log.append_records([RecordSpec(b"k", b"v", timestamp=5)])
+    (rec,) = _read_all(log)
+    assert rec.timestamp == clock.milliseconds()
+
+
+def test_leader_epochs_are_stamped_and_checkpointed(make_log):
+    log = make_log()
+    log.assign_epoch(0)
+    log.append_records([_kv(0)])
+    log.assign_epoch(3)
+    log.append_records([_kv(1)])
+    assert (log.dir / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n3 1\n"
+    epochs = [b.partition_leader_epoch for _p, b in iter_file_batches(log.active_segment.log_path)]
+    assert epochs == [0, 3]
+    assert log.epochs_for_range(0, 2) == {0: 0, 3: 1}
+    log.close()
+    reopened = type(log)(log.dir, log.config, clock=log.clock)
+    assert reopened.leader_epoch == 3
+
+
+def test_retention_deletes_old_segments_for_delete_policy(make_log, clock):
+    log = make_log(cleanup_policy="delete", segment_bytes=300, retention_ms=10_000)
+    for i in range(20):
+        log.append_records([RecordSpec(b"k", f"v{i}".encode(), timestamp=clock.milliseconds())])
+    clock.advance(20_000)
+    log.append_records([RecordSpec(b"k", b"new", timestamp=clock.milliseconds())])
+    deleted = log.delete_old_segments()
+    assert deleted and log.log_start_offset > 0
+    assert [r.value for r in _read_all(log)][-1] == b"new"
+    assert not list(log.dir.glob("*.deleted"))  # no scheduler: deleted at once
+
+
+def test_reopen_keeps_everything(make_log):
+    log = make_log(segment_bytes=400)
+    for i in range(40):
+        log.append_records([_kv(i)])
+    before = [(r.offset, r.key, r.value) for r in _read_all(log)]
+    log.close()
+    log2 = make_log(segment_bytes=400)
+    assert [(r.offset, r.key, r.value) for r in _read_all(log2)] == before
+    assert log2.log_end_offset == 40
