@@ -1,0 +1,1 @@
+"""Benchmarks (`make bench`): each bench_*.py writes JSON under bench/results/."""
