@@ -24,8 +24,7 @@ Record (``DefaultRecord``): length varint, attributes int8, timestampDelta varlo
 varint, keyLength varint (-1 null), key, valueLength varint (-1 null = tombstone), value,
 headersCount varint, then per header: keyLength varint, UTF-8 key, valueLength varint (-1 null), value.
 
-The varint decoding in the record loops is inlined (one-byte case) on purpose: those loops run
-once per record of every segment the cleaner reads.
+The per-record decoding loops live in ``log/record/decode.py``.
 """
 
 from __future__ import annotations
@@ -38,7 +37,8 @@ from log.errors import CorruptRecordError
 from log.record.compression import CompressionType, decompress
 from log.record.control import ControlRecordType
 from log.record.crc32c import crc32c
-from log.record.varint import decode_varint, decode_varlong
+from log.record.decode import iter_key_offsets as _iter_key_offsets
+from log.record.decode import iter_record_fields as _iter_record_fields
 from log.types import TimestampType
 
 BASE_OFFSET_OFFSET = 0
@@ -109,6 +109,32 @@ class Record:
     @property
     def has_value(self) -> bool:
         return self.value is not None
+
+
+_new_object = object.__new__
+(_set_offset, _set_timestamp, _set_key, _set_value, _set_headers, _set_sequence) = (
+    Record.__dict__[name].__set__ for name in ("offset", "timestamp", "key", "value", "headers", "sequence")
+)
+
+
+def _make_record(
+    offset: int,
+    timestamp: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: tuple[tuple[str, bytes | None], ...],
+    sequence: int,
+) -> Record:
+    """Record(...) at half the cost: the frozen dataclass __init__ goes through object.__setattr__
+    per field, this writes the slots directly. Only for the parser, whose fields are final."""
+    r = _new_object(Record)
+    _set_offset(r, offset)
+    _set_timestamp(r, timestamp)
+    _set_key(r, key)
+    _set_value(r, value)
+    _set_headers(r, headers)
+    _set_sequence(r, sequence)
+    return r
 
 
 def _corrupt(message: str, source: str | None, position: int | None) -> CorruptRecordError:
@@ -303,165 +329,33 @@ class RecordBatch:
             return self._buf[RECORDS_OFFSET:].tobytes()
         return decompress(CompressionType.from_id(codec), self._buf[RECORDS_OFFSET:])
 
+    def iter_record_fields(
+        self,
+    ) -> Iterator[tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]]:
+        """Like :meth:`records` but yields plain ``(offset, timestamp, key, value, headers, sequence)``
+        tuples: for loops that copy records onward (the cleaner) and need no Record objects."""
+        return _iter_record_fields(
+            self._records_section(),
+            self.records_count,
+            self.base_offset,
+            self.base_timestamp,
+            self.base_sequence,
+            self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None,
+        )
+
     def records(self) -> Iterator[Record]:
-        """Decode every record (decompressing first). Bad record bytes raise CorruptRecordError."""
-        data = self._records_section()
-        count = self.records_count
-        base_offset = self.base_offset
-        base_ts = self.base_timestamp
-        base_seq = self.base_sequence
-        append_time = self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None
-        end = len(data)
-        pos = 0
-        rec_index = 0
-        make = Record
-        try:
-            for rec_index in range(count):  # noqa: B007 - rec_index is read in the except clause
-                # length
-                z = data[pos]
-                if z < 0x80:
-                    length = (z >> 1) ^ -(z & 1)
-                    pos += 1
-                else:
-                    length, pos = decode_varint(data, pos)
-                rec_end = pos + length
-                if length < MIN_RECORD_SIZE - 1 or rec_end > end:
-                    raise CorruptRecordError(f"invalid record size {length}")
-                pos += 1  # attributes: unused
-                z = data[pos]
-                if z < 0x80:
-                    ts_delta = (z >> 1) ^ -(z & 1)
-                    pos += 1
-                else:
-                    ts_delta, pos = decode_varlong(data, pos)
-                z = data[pos]
-                if z < 0x80:
-                    offset_delta = (z >> 1) ^ -(z & 1)
-                    pos += 1
-                else:
-                    offset_delta, pos = decode_varint(data, pos)
-                z = data[pos]
-                if z < 0x80:
-                    klen = (z >> 1) ^ -(z & 1)
-                    pos += 1
-                else:
-                    klen, pos = decode_varint(data, pos)
-                if klen >= 0:
-                    key = data[pos : pos + klen]
-                    pos += klen
-                elif klen == -1:
-                    key = None
-                else:
-                    raise CorruptRecordError(f"invalid key size {klen}")
-                z = data[pos]
-                if z < 0x80:
-                    vlen = (z >> 1) ^ -(z & 1)
-                    pos += 1
-                else:
-                    vlen, pos = decode_varint(data, pos)
-                if vlen >= 0:
-                    value = data[pos : pos + vlen]
-                    pos += vlen
-                elif vlen == -1:
-                    value = None
-                else:
-                    raise CorruptRecordError(f"invalid value size {vlen}")
-                z = data[pos]
-                if z == 0:
-                    headers: tuple[tuple[str, bytes | None], ...] = ()
-                    pos += 1
-                else:
-                    headers, pos = _read_headers(data, pos, rec_end)
-                if pos != rec_end:
-                    raise CorruptRecordError(
-                        f"invalid record size: expected {length} bytes in the record payload,"
-                        f" read {length + pos - rec_end}"
-                    )
-                yield make(
-                    base_offset + offset_delta,
-                    append_time if append_time is not None else base_ts + ts_delta,
-                    key,
-                    value,
-                    headers,
-                    _sequence(base_seq, offset_delta),
-                )
-        except IndexError:
-            raise CorruptRecordError(
-                f"record {rec_index} of batch at base offset {base_offset} is truncated"
-            ) from None
-        except CorruptRecordError as e:
-            # positions inside the (decompressed) records section mean nothing to callers
-            raise CorruptRecordError(
-                f"{e.args[0]} (record {rec_index} of batch at base offset {base_offset})"
-            ) from e
-        if pos != end:
-            raise CorruptRecordError(
-                f"batch at base offset {base_offset} has {end - pos} bytes after its {count} records"
-            )
+        """Decode every record (decompressing first); for LOG_APPEND_TIME each record's
+        timestamp is maxTimestamp. Bad record bytes raise CorruptRecordError."""
+        make = _make_record
+        for fields in self.iter_record_fields():
+            yield make(*fields)
 
     def iter_key_offsets(self) -> Iterator[tuple[int, bytes | None, bool]]:
         """Yield ``(offset, key, has_value)`` per record: the cleaner's offset-map fast path.
 
         Skips timestamps, values and headers without decoding them.
         """
-        data = self._records_section()
-        count = self.records_count
-        base_offset = self.base_offset
-        end = len(data)
-        pos = 0
-        rec_index = 0
-        try:
-            for rec_index in range(count):  # noqa: B007 - rec_index is read in the except clause
-                z = data[pos]
-                if z < 0x80:
-                    length = (z >> 1) ^ -(z & 1)
-                    pos += 1
-                else:
-                    length, pos = decode_varint(data, pos)
-                rec_end = pos + length
-                if length < MIN_RECORD_SIZE - 1 or rec_end > end:
-                    raise CorruptRecordError(f"invalid record size {length}")
-                pos += 1  # attributes
-                # timestampDelta: skip the varlong's bytes without decoding it
-                while data[pos] >= 0x80:
-                    pos += 1
-                pos += 1
-                z = data[pos]
-                if z < 0x80:
-                    offset_delta = (z >> 1) ^ -(z & 1)
-                    pos += 1
-                else:
-                    offset_delta, pos = decode_varint(data, pos)
-                z = data[pos]
-                if z < 0x80:
-                    klen = (z >> 1) ^ -(z & 1)
-                    pos += 1
-                else:
-                    klen, pos = decode_varint(data, pos)
-                if klen >= 0:
-                    key = data[pos : pos + klen]
-                    pos += klen
-                elif klen == -1:
-                    key = None
-                else:
-                    raise CorruptRecordError(f"invalid key size {klen}")
-                if pos >= rec_end:
-                    raise CorruptRecordError("record key runs past the record")
-                # valueLength: only its sign matters; -1 zigzag-encodes as the single byte 0x01
-                yield base_offset + offset_delta, key, data[pos] != 1
-                pos = rec_end
-        except IndexError:
-            raise CorruptRecordError(
-                f"record {rec_index} of batch at base offset {base_offset} is truncated"
-            ) from None
-        except CorruptRecordError as e:
-            raise CorruptRecordError(
-                f"{e.args[0]} (record {rec_index} of batch at base offset {base_offset})"
-            ) from e
-        if pos != end:
-            raise CorruptRecordError(
-                f"batch at base offset {base_offset} has {end - pos} bytes after its {count} records"
-            )
+        return _iter_key_offsets(self._records_section(), self.records_count, self.base_offset)
 
     def control_type(self) -> ControlRecordType:
         """Type of a control batch, from its first record's key."""
@@ -490,46 +384,6 @@ class RecordBatch:
             f" baseSequence={self.base_sequence}, partitionLeaderEpoch={self.partition_leader_epoch},"
             f" crc={self.crc}{', ' if flags else ''}{', '.join(flags)})"
         )
-
-
-def _sequence(base_seq: int, offset_delta: int) -> int:
-    if base_seq < 0:
-        return NO_SEQUENCE
-    if base_seq > INT32_MAX - offset_delta:
-        return offset_delta - (INT32_MAX - base_seq) - 1
-    return base_seq + offset_delta
-
-
-def _read_headers(data: bytes, pos: int, rec_end: int) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
-    n, pos = decode_varint(data, pos)
-    if n < 0:
-        raise CorruptRecordError(f"invalid negative header count {n}")
-    if n > rec_end - pos:
-        raise CorruptRecordError(f"header count {n} exceeds the record's remaining bytes")
-    headers = []
-    for _ in range(n):
-        hklen, pos = decode_varint(data, pos)
-        if hklen < 0:
-            raise CorruptRecordError(f"invalid negative header key size {hklen}")
-        if pos + hklen > rec_end:
-            raise CorruptRecordError("header key runs past the record")
-        try:
-            hkey = data[pos : pos + hklen].decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise CorruptRecordError(f"header key is not UTF-8: {e}") from None
-        pos += hklen
-        hvlen, pos = decode_varint(data, pos)
-        if hvlen == -1:
-            hval = None
-        elif hvlen < 0:
-            raise CorruptRecordError(f"invalid header value size {hvlen}")
-        else:
-            if pos + hvlen > rec_end:
-                raise CorruptRecordError("header value runs past the record")
-            hval = data[pos : pos + hvlen]
-            pos += hvlen
-        headers.append((hkey, hval))
-    return tuple(headers), pos
 
 
 def iter_batches(
