@@ -1,0 +1,377 @@
+"""S3ObjectStore: ``s3://bucket/prefix`` through boto3 (imported lazily), MinIO via endpoint_url.
+
+* Objects up to ``multipart_threshold`` (8 MiB) go in one PUT; larger ones as a multipart
+  upload of ``part_size`` parts, aborted on any failure so no partial upload lingers.
+  S3 makes a completed PUT visible atomically, so readers never see a partial object.
+* Every upload is verified by a HEAD: a size other than the bytes sent (a truncated
+  upload) deletes the object and raises RemoteStorageIOError.
+* Retries: botocore's "standard" retry mode (throttling, 5xx, some connection errors),
+  plus our own exponential backoff around each call for connection errors, timeouts and
+  short reads, which botocore does not retry for streamed bodies.
+* botocore's ClientError / BotoCoreError are translated into remote.errors here.
+* Picklable: the client is dropped in ``__getstate__`` and rebuilt lazily per process
+  (Spark executors receive stores). boto3 clients are thread-safe, so one per process.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
+from urllib.parse import urlparse
+
+from log.errors import InvalidConfigError
+from remote.errors import (
+    ObjectNotFoundError,
+    RemoteStorageError,
+    RemoteStorageIOError,
+    RemoteStorageNotInstalledError,
+    RemoteStorageTimeoutError,
+    RemoteStorageTransientError,
+)
+from remote.file_store import atomic_write_from
+from remote.object_store import ObjectStore, PutData, open_put_data, validate_key
+
+T = TypeVar("T")
+MiB = 1024 * 1024
+MIN_PART_SIZE = 5 * MiB  # S3 rejects smaller non-final parts
+_TRANSIENT_CODES = frozenset({
+    "SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeoutException",
+    "InternalError", "ServiceUnavailable", "RequestLimitExceeded", "BadDigest", "IncompleteBody",
+})
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+
+
+class _ShortRead(RemoteStorageTransientError):
+    pass
+
+
+class S3ObjectStore(ObjectStore):
+    """An S3 bucket (optionally under a key prefix) as an ObjectStore."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+        session_token: str | None = None,
+        multipart_threshold: int = 8 * MiB,
+        part_size: int = 8 * MiB,
+        max_attempts: int = 5,
+        backoff_s: float = 0.1,
+        max_backoff_s: float = 5.0,
+        connect_timeout_s: float = 10.0,
+        read_timeout_s: float = 60.0,
+        addressing_style: str | None = None,
+    ) -> None:
+        if not bucket:
+            raise InvalidConfigError("s3 object store needs a bucket: s3://<bucket>/<prefix>")
+        if part_size < MIN_PART_SIZE:
+            raise InvalidConfigError(f"part_size={part_size} is invalid: S3 parts must be at least {MIN_PART_SIZE}")
+        if multipart_threshold < 1 or max_attempts < 1:
+            raise InvalidConfigError("multipart_threshold and max_attempts must be >= 1")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.endpoint_url = endpoint_url
+        self.region = region or "us-east-1"
+        self._credentials = (access_key_id, secret_access_key, session_token)
+        self.multipart_threshold = multipart_threshold
+        self.part_size = part_size
+        self.max_attempts = max_attempts
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self._timeouts = (connect_timeout_s, read_timeout_s)
+        self._addressing_style = addressing_style
+        self._lock = threading.Lock()
+        self._client_obj: Any = None
+        self._client_pid: int | None = None
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> S3ObjectStore:
+        p = urlparse(url)
+        if p.scheme != "s3" or not p.netloc:
+            raise InvalidConfigError(f"object store URL {url!r} must look like s3://<bucket>/<prefix>")
+        return cls(p.netloc, p.path.strip("/"), **options)
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    def __repr__(self) -> str:
+        return f"S3ObjectStore({self.url!r}, endpoint_url={self.endpoint_url!r})"
+
+    # ------------------------------------------------------------------ pickling / client
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_client_obj"] = None
+        state["_client_pid"] = None
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def _client(self) -> Any:
+        pid = os.getpid()
+        if self._client_obj is not None and self._client_pid == pid:
+            return self._client_obj
+        with self._lock:
+            if self._client_obj is None or self._client_pid != pid:
+                try:
+                    import boto3
+                    from botocore.config import Config
+                except ImportError:
+                    raise RemoteStorageNotInstalledError(
+                        "the s3:// object store needs boto3: pip install 'tiercompact[s3]'") from None
+                s3_cfg = {"addressing_style": self._addressing_style} if self._addressing_style else {}
+                config = Config(
+                    retries={"max_attempts": self.max_attempts, "mode": "standard"},
+                    connect_timeout=self._timeouts[0], read_timeout=self._timeouts[1], s3=s3_cfg or None,
+                )
+                ak, sk, tok = self._credentials
+                session = boto3.session.Session()
+                self._client_obj = session.client(
+                    "s3", endpoint_url=self.endpoint_url, region_name=self.region, config=config,
+                    aws_access_key_id=ak, aws_secret_access_key=sk, aws_session_token=tok)
+                self._client_pid = pid
+            return self._client_obj
+
+    def close(self) -> None:
+        with self._lock:
+            client, self._client_obj = self._client_obj, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+
+    # ------------------------------------------------------------------ errors / retry
+
+    def _full(self, key: str) -> str:
+        validate_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _translate(self, e: Exception, key: str | None, op: str) -> RemoteStorageError:
+        from botocore import exceptions as bx
+
+        where = f"s3 {op} of {key!r} in {self.url}" if key is not None else f"s3 {op} in {self.url}"
+        if isinstance(e, RemoteStorageError):
+            return e
+        if isinstance(e, bx.ClientError):
+            err = e.response.get("Error", {})
+            code = str(err.get("Code", ""))
+            status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+            msg = f"{where} failed: {code} {err.get('Message', '')}".rstrip()
+            if code in _NOT_FOUND_CODES:
+                return ObjectNotFoundError(f"no object {key!r} in {self.url}", key=key)
+            if code == "NoSuchBucket":
+                return RemoteStorageIOError(f"{where} failed: bucket {self.bucket!r} does not exist", key=key)
+            if code in _TRANSIENT_CODES or status >= 500 or status == 429:
+                return RemoteStorageTransientError(msg, key=key)
+            return RemoteStorageIOError(msg, key=key)
+        if isinstance(e, bx.ReadTimeoutError | bx.ConnectTimeoutError):
+            return RemoteStorageTimeoutError(f"{where} timed out: {e}", key=key)
+        if isinstance(e, bx.EndpointConnectionError | bx.ConnectionClosedError | bx.ConnectionError
+                      | bx.ResponseStreamingError | bx.IncompleteReadError):
+            return RemoteStorageTransientError(f"{where} failed: {e}", key=key)
+        if isinstance(e, bx.NoCredentialsError | bx.PartialCredentialsError):
+            return RemoteStorageIOError(f"{where} failed: no AWS credentials (set AWS_ACCESS_KEY_ID/"
+                                        f"AWS_SECRET_ACCESS_KEY or pass access_key_id/secret_access_key)", key=key)
+        if isinstance(e, bx.BotoCoreError):
+            return RemoteStorageIOError(f"{where} failed: {e}", key=key)
+        if isinstance(e, OSError):
+            return RemoteStorageTransientError(f"{where} failed: {e}", key=key)
+        raise e
+
+    def _call(self, op: str, key: str | None, fn: Callable[[], T]) -> T:
+        """Run ``fn`` with translation and our own backoff for transient failures."""
+        delay = self.backoff_s
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                return fn()
+            except Exception as e:  # noqa: BLE001 - translated just below
+                err = self._translate(e, key, op)
+                if not isinstance(err, RemoteStorageTransientError) or attempt == self.max_attempts:
+                    if err is e:
+                        raise
+                    raise err from None
+            time.sleep(delay)
+            delay = min(self.max_backoff_s, delay * 2)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # ------------------------------------------------------------------ writes
+
+    def put(self, key: str, data: PutData) -> int:
+        full = self._full(key)
+        try:
+            stream, size, owned = open_put_data(data)
+        except OSError as e:
+            raise RemoteStorageIOError(f"cannot read upload source for {key!r}: {e}", key=key) from None
+        try:
+            head = stream.read(self.multipart_threshold + 1)
+            if len(head) <= self.multipart_threshold:
+                self._call("put", key, lambda: self._client().put_object(Bucket=self.bucket, Key=full, Body=head))
+                sent = len(head)
+            else:
+                sent = self._multipart(key, full, head, stream)
+        except OSError as e:
+            raise RemoteStorageIOError(f"reading the upload source for {key!r} failed: {e}", key=key) from None
+        finally:
+            if owned:
+                stream.close()
+        self._verify(key, full, sent)
+        return sent
+
+    def _multipart(self, key: str, full: str, head: bytes, stream: BinaryIO) -> int:
+        client = self._client()
+        upload_id = self._call("create multipart upload", key, lambda: client.create_multipart_upload(
+            Bucket=self.bucket, Key=full))["UploadId"]
+        try:
+            parts: list[dict[str, Any]] = []
+            buf = io.BytesIO(head)
+            pending = buf.read(self.part_size)
+            rest_of_head = buf.read()
+            sent = 0
+            number = 1
+            while pending:
+                # refill from the remainder of head, then the stream
+                nxt = rest_of_head[: self.part_size]
+                rest_of_head = rest_of_head[self.part_size:]
+                if len(nxt) < self.part_size:
+                    nxt += stream.read(self.part_size - len(nxt))
+                body, n = pending, number
+                resp = self._call(f"upload part {n}", key, lambda b=body, n=n: client.upload_part(
+                    Bucket=self.bucket, Key=full, UploadId=upload_id, PartNumber=n, Body=b))
+                parts.append({"PartNumber": number, "ETag": resp["ETag"]})
+                sent += len(pending)
+                number += 1
+                pending = nxt
+            self._call("complete multipart upload", key, lambda: client.complete_multipart_upload(
+                Bucket=self.bucket, Key=full, UploadId=upload_id, MultipartUpload={"Parts": parts}))
+            return sent
+        except BaseException:
+            try:
+                self._call("abort multipart upload", key, lambda: client.abort_multipart_upload(
+                    Bucket=self.bucket, Key=full, UploadId=upload_id))
+            except RemoteStorageError:
+                pass  # the bucket's lifecycle rule for incomplete uploads is the last resort
+            raise
+
+    def _verify(self, key: str, full: str, sent: int) -> None:
+        actual = self._head_size(key, full)
+        if actual != sent:
+            try:
+                self.delete(key)
+            finally:
+                raise RemoteStorageIOError(
+                    f"upload of {key!r} to {self.url} was truncated: sent {sent} bytes, stored {actual}; "
+                    f"the object was removed", key=key)
+
+    def delete(self, key: str) -> None:
+        full = self._full(key)
+        self._call("delete", key, lambda: self._client().delete_object(Bucket=self.bucket, Key=full))
+
+    # ------------------------------------------------------------------ reads
+
+    def _head_size(self, key: str, full: str) -> int:
+        resp = self._call("head", key, lambda: self._client().head_object(Bucket=self.bucket, Key=full))
+        return int(resp["ContentLength"])
+
+    def size(self, key: str) -> int:
+        return self._head_size(key, self._full(key))
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.size(key)
+            return True
+        except ObjectNotFoundError:
+            return False
+
+    def _read_body(self, key: str, resp: dict[str, Any]) -> bytes:
+        body = resp["Body"]
+        try:
+            data = body.read()
+        finally:
+            body.close()
+        expected = int(resp.get("ContentLength", len(data)))
+        if len(data) != expected:
+            raise _ShortRead(f"s3 get of {key!r} returned {len(data)} of {expected} bytes", key=key)
+        return bytes(data)
+
+    def get(self, key: str) -> bytes:
+        full = self._full(key)
+        return self._call("get", key, lambda: self._read_body(
+            key, self._client().get_object(Bucket=self.bucket, Key=full)))
+
+    def _ranged(self, key: str, full: str, start: int, end: int | None) -> dict[str, Any] | None:
+        """get_object for [start, end); None when the range starts at/after the object's end."""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": full}
+        if start > 0 or end is not None:
+            kwargs["Range"] = f"bytes={start}-" + ("" if end is None else str(end - 1))
+        try:
+            return self._client().get_object(**kwargs)  # type: ignore[no-any-return]
+        except Exception as e:
+            from botocore.exceptions import ClientError
+
+            if isinstance(e, ClientError) and e.response.get("Error", {}).get("Code") == "InvalidRange":
+                return None
+            raise
+
+    def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
+        self._check_range(start, end_exclusive)
+        full = self._full(key)
+        if end_exclusive == start:
+            self.size(key)  # still report a missing object
+            return b""
+
+        def read() -> bytes:
+            resp = self._ranged(key, full, start, end_exclusive)
+            return b"" if resp is None else self._read_body(key, resp)
+
+        return self._call("ranged get", key, read)
+
+    def get_to_file(self, key: str, path: str | os.PathLike[str], start: int = 0, end: int | None = None) -> int:
+        self._check_range(start, end)
+        full = self._full(key)
+        dst = Path(path)
+
+        def download() -> int:
+            if end == start:
+                self.size(key)
+                return atomic_write_from(dst, io.BytesIO(b""))
+            resp = self._ranged(key, full, start, end)
+            if resp is None:
+                return atomic_write_from(dst, io.BytesIO(b""))
+            body = resp["Body"]
+            try:
+                n = atomic_write_from(dst, body)
+            finally:
+                body.close()
+            if n != int(resp.get("ContentLength", n)):
+                dst.unlink(missing_ok=True)
+                raise _ShortRead(f"s3 download of {key!r} got {n} of {resp['ContentLength']} bytes", key=key)
+            return n
+
+        return self._call("download", key, download)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        base = f"{self.prefix}/" if self.prefix else ""
+        client = self._client()
+
+        def pages() -> list[str]:
+            out: list[str] = []
+            for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base + prefix):
+                out.extend(o["Key"][len(base):] for o in page.get("Contents", []))
+            return out
+
+        return iter(sorted(self._call("list", prefix, pages)))
