@@ -46,9 +46,26 @@ _UINT32 = struct.Struct(">I")
 _INT16 = struct.Struct(">h")
 _MAX_OFFSET_DELTA = (1 << 31) - 1
 
-# One-byte varints for -64..63, indexed by value + 64: the common case for deltas and lengths.
-_SMALL_VARINT = tuple(encode_varint(v) for v in range(-64, 64))
+# Encoded varints of -8192..8191 (the one- and two-byte ones), indexed by value + 8192: nearly
+# every delta and length in a record, looked up instead of encoded.
+_TABLE_BIAS = 8192
+_VARINT_TABLE = tuple(encode_varint(v) for v in range(-_TABLE_BIAS, _TABLE_BIAS))
 _NULL_LENGTH = encode_varint(-1)
+
+
+def _encode_headers(headers: Iterable[tuple[str, bytes | None]]) -> bytes:
+    headers = tuple(headers)
+    parts = [encode_varint(len(headers))]
+    for hkey, hval in headers:
+        hk = hkey.encode("utf-8")
+        parts.append(encode_varint(len(hk)))
+        parts.append(hk)
+        if hval is None:
+            parts.append(_NULL_LENGTH)
+        else:
+            parts.append(encode_varint(len(hval)))
+            parts.append(bytes(hval))
+    return b"".join(parts)
 
 
 def _write_header_and_crc(
@@ -182,45 +199,28 @@ class RecordBatchBuilder:
         base_ts = self._base_timestamp
         if base_ts is None:
             base_ts = self._base_timestamp = timestamp
-        small = _SMALL_VARINT
+        tab = _VARINT_TABLE
         enc = encode_varint
         ts_delta = timestamp - base_ts
-        parts = [
-            b"\x00",
-            small[ts_delta + 64] if -64 <= ts_delta < 64 else enc(ts_delta),
-            small[delta + 64] if delta < 64 else enc(delta),
-        ]
+        tsb = tab[ts_delta + _TABLE_BIAS] if -_TABLE_BIAS <= ts_delta < _TABLE_BIAS else enc(ts_delta)
+        odb = tab[delta + _TABLE_BIAS] if delta < _TABLE_BIAS else enc(delta)
         if key is None:
-            parts.append(_NULL_LENGTH)
+            klb = _NULL_LENGTH
+            key = b""
         else:
             n = len(key)
-            parts.append(small[n + 64] if n < 64 else enc(n))
-            parts.append(key)
+            klb = tab[n + _TABLE_BIAS] if n < _TABLE_BIAS else enc(n)
         if value is None:
-            parts.append(_NULL_LENGTH)
+            vlb = _NULL_LENGTH
+            value = b""
         else:
             n = len(value)
-            parts.append(small[n + 64] if n < 64 else enc(n))
-            parts.append(value)
-        if headers:
-            headers = tuple(headers)
-            parts.append(enc(len(headers)))
-            for hkey, hval in headers:
-                hk = hkey.encode("utf-8")
-                parts.append(enc(len(hk)))
-                parts.append(hk)
-                if hval is None:
-                    parts.append(_NULL_LENGTH)
-                else:
-                    parts.append(enc(len(hval)))
-                    parts.append(hval)
-        else:
-            parts.append(b"\x00")
-        body = b"".join(parts)
+            vlb = tab[n + _TABLE_BIAS] if n < _TABLE_BIAS else enc(n)
+        hb = _encode_headers(headers) if headers else b"\x00"
+        body = b"".join((b"\x00", tsb, odb, klb, key, vlb, value, hb))
         n = len(body)
-        prefix = small[n + 64] if n < 64 else enc(n)
-        self._parts.append(prefix)
-        self._parts.append(body)
+        prefix = tab[n + _TABLE_BIAS] if n < _TABLE_BIAS else enc(n)
+        self._parts += (prefix, body)
         self._body_size += len(prefix) + n
         self._num_records += 1
         self._last_offset = offset
