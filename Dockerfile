@@ -1,0 +1,32 @@
+# tiercompact service image: the project installed into its own venv (the top-level
+# package names log/remote/metadata/... are generic, so the service never shares
+# site-packages with other distributions; see CONVENTIONS note a).
+FROM python:3.11-slim-bookworm
+
+# Java for the Spark driver (spark-clean); PySpark runs executors on the cluster.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini \
+ && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /opt/tiercompact
+COPY pyproject.toml README.md ./
+COPY log ./log
+COPY metadata ./metadata
+COPY remote ./remote
+COPY cleaner ./cleaner
+COPY service ./service
+RUN python -m venv /opt/venv \
+ && /opt/venv/bin/pip install --no-cache-dir '.[spark]'
+ENV PATH=/opt/venv/bin:$PATH \
+    TIERCOMPACT_DATA_DIR=/var/lib/tiercompact \
+    TIERCOMPACT_HOST=0.0.0.0 \
+    TIERCOMPACT_PORT=8080
+
+RUN useradd --system --home /var/lib/tiercompact tiercompact \
+ && mkdir -p /var/lib/tiercompact && chown tiercompact /var/lib/tiercompact
+USER tiercompact
+VOLUME /var/lib/tiercompact
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=3s CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8080/healthz').status == 200 else 1)"
+ENTRYPOINT ["tini", "--", "tiercompact"]
+CMD ["serve"]
