@@ -65,7 +65,7 @@ class CompressionType(enum.IntEnum):
             raise CorruptRecordError(f"unknown compression codec id {codec_id}") from None
 
 
-def _snappy_xerial_compress(data: bytes | memoryview) -> bytes:
+def _snappy_xerial_compress(data: bytes | bytearray | memoryview) -> bytes:
     mv = memoryview(data)
     parts = [XERIAL_HEADER]
     pack = _INT32.pack
@@ -77,7 +77,7 @@ def _snappy_xerial_compress(data: bytes | memoryview) -> bytes:
     return b"".join(parts)
 
 
-def _snappy_decompress(data: bytes | memoryview) -> bytes:
+def _snappy_decompress(data: bytes | bytearray | memoryview) -> bytes:
     mv = memoryview(data)
     if len(mv) < 16 or mv[:8] != XERIAL_MAGIC:
         return bytes(cramjam.snappy.decompress_raw(mv))
@@ -97,7 +97,7 @@ def _snappy_decompress(data: bytes | memoryview) -> bytes:
     return b"".join(out)
 
 
-def _lz4_compress(data: bytes | memoryview) -> bytes:
+def _lz4_compress(data: bytes | bytearray | memoryview) -> bytes:
     c = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
     c.compress(data)
     return bytes(c.finish())

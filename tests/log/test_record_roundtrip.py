@@ -61,6 +61,7 @@ def test_round_trip_mixed_records(codec: CompressionType) -> None:
         Record(r.offset, r.timestamp, r.key, r.value, r.headers, 7 + r.offset - 100) for r in records
     ]
     assert list(batch.iter_key_offsets()) == [(r.offset, r.key, r.value is not None) for r in records]
+    assert [Record(*fields) for fields in batch.iter_record_fields()] == got
 
 
 @pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name_lower)
