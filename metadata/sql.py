@@ -317,13 +317,13 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
     @staticmethod
     def _vector(conn: Connection, tp: TopicPartition) -> dict[int, int]:
         rows = conn.execute(select(cleaner.c.epoch, cleaner.c.cleaner_offset).where(_tp_where(cleaner, tp)))
-        return dict(rows)
+        return dict(rows.all())  # type: ignore[arg-type]
 
     @staticmethod
     def _lineage(conn: Connection, tp: TopicPartition) -> dict[int, int]:
         rows = conn.execute(select(epochs.c.epoch, epochs.c.start_offset).where(_tp_where(epochs, tp))
                             .order_by(epochs.c.epoch))
-        return dict(rows)
+        return dict(rows.all())  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ leadership
 
