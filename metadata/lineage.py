@@ -43,9 +43,8 @@ def validate_cleaner_offsets(
     lower_new = {e: o for e, o in vector.items() if e < publisher_epoch}
     lower_stored = {e: o for e, o in stored.items() if e < publisher_epoch}
     if lower_new != lower_stored:
-        diff = sorted(set(lower_new.items()) ^ set(lower_stored.items()))
-        fail(f"entries for earlier epochs {lower_new} differ from the established {lower_stored} "
-             f"(mismatch {diff}); the earlier epochs' cleaning is final")
+        fail(f"entries for earlier epochs {_fmt(lower_new)} differ from the established "
+             f"{_fmt(lower_stored)}; an earlier epoch's cleaning is final (a zombie or stale publish)")
     if publisher_epoch in stored:
         mine = vector.get(publisher_epoch)
         if mine is None or mine < stored[publisher_epoch]:
@@ -57,6 +56,10 @@ def validate_cleaner_offsets(
         if prev is not None and off < prev[1]:
             fail(f"LE-{e} -> {off} is below LE-{prev[0]} -> {prev[1]}: cleaner offsets never decrease")
         prev = (e, off)
+
+
+def _fmt(vector: Mapping[int, int]) -> str:
+    return "{" + ", ".join(f"LE-{e} -> {o}" for e, o in sorted(vector.items())) + "}"
 
 
 def resolve_checkpoint(vector: Mapping[int, int]) -> int | None:

@@ -20,20 +20,6 @@ S3_CREDS = {"access_key_id": "testing", "secret_access_key": "testing", "region"
 S3_TEST_OPTIONS = {**S3_CREDS, "multipart_threshold": 5 * MiB, "part_size": 5 * MiB, "backoff_s": 0.01}
 
 
-@pytest.fixture(scope="session")
-def moto_server_url() -> Iterator[str]:
-    """A moto S3 server over real HTTP on a free port, shared by the whole session."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
 def _make_bucket(endpoint_url: str | None) -> str:
     import boto3
 

@@ -177,8 +177,8 @@ def test_publish_compaction_swaps_segments_atomically(mdm: SqlRemoteLogMetadataM
     new = seg(0, 199, size=600)
     mdm.add_remote_log_segment_metadata(new, leader_epoch=0)
     assert mdm.remote_log_size(TP) == 3000
-    args = dict(leader_epoch=0, new_segment_ids=[new.remote_log_segment_id],
-                replaced_segment_ids=[o.remote_log_segment_id for o in olds[:2]], cleaner_offsets={0: 200})
+    args = {"leader_epoch": 0, "new_segment_ids": [new.remote_log_segment_id],
+                "replaced_segment_ids": [o.remote_log_segment_id for o in olds[:2]], "cleaner_offsets": {0: 200}}
     mdm.publish_compaction(TP, **args)  # type: ignore[arg-type]
     listed = mdm.list_remote_log_segments(TP)
     assert [(s.start_offset, s.end_offset) for s in listed] == [(0, 199), (200, 299)]

@@ -1,0 +1,141 @@
+"""S3ObjectStore specifics over moto's HTTP server: multipart abort, upload verification,
+retries, error translation, lazy boto3 import."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
+
+from log.errors import InvalidConfigError
+from remote import load_object_store
+from remote.errors import (
+    RemoteStorageIOError,
+    RemoteStorageNotInstalledError,
+    RemoteStorageTransientError,
+)
+from remote.s3_store import MiB, S3ObjectStore
+
+CREDS = {"access_key_id": "testing", "secret_access_key": "testing", "region": "us-east-1"}
+
+
+def _raw(url: str) -> Any:
+    return boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
+                        aws_secret_access_key="testing")
+
+
+@pytest.fixture
+def s3(moto_server_url: str) -> Iterator[S3ObjectStore]:
+    bucket = f"tc-{uuid.uuid4().hex[:12]}"
+    _raw(moto_server_url).create_bucket(Bucket=bucket)
+    store = S3ObjectStore(bucket, "p", endpoint_url=moto_server_url, multipart_threshold=5 * MiB,
+                          part_size=5 * MiB, backoff_s=0.001, max_attempts=3, **CREDS)
+    yield store
+    store.close()
+
+
+def _wrap(store: S3ObjectStore, method: str, fail: Any) -> list[int]:
+    """Replace one client method; ``fail(n, real, kwargs)`` decides per call."""
+    client = store._client()
+    real = getattr(client, method)
+    calls = [0]
+
+    def wrapper(**kwargs: Any) -> Any:
+        calls[0] += 1
+        return fail(calls[0], real, kwargs)
+
+    setattr(client, method, wrapper)
+    return calls
+
+
+def _client_error(code: str, status: int) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
+                       "Op")
+
+
+def test_multipart_failure_is_aborted_and_leaves_nothing(s3: S3ObjectStore, moto_server_url: str) -> None:
+    def fail_second(n: int, real: Any, kw: dict[str, Any]) -> Any:
+        if n == 2:
+            raise _client_error("AccessDenied", 403)
+        return real(**kw)
+
+    _wrap(s3, "upload_part", fail_second)
+    with pytest.raises(RemoteStorageIOError, match="big.log"):
+        s3.put("big.log", os.urandom(11 * MiB))
+    raw = _raw(moto_server_url)
+    assert raw.list_multipart_uploads(Bucket=s3.bucket).get("Uploads", []) == []
+    assert not s3.exists("big.log")
+
+
+def test_multipart_parts_are_retried(s3: S3ObjectStore) -> None:
+    def flaky(n: int, real: Any, kw: dict[str, Any]) -> Any:
+        if n in (1, 3):
+            raise EndpointConnectionError(endpoint_url="http://x")
+        return real(**kw)
+
+    calls = _wrap(s3, "upload_part", flaky)
+    data = os.urandom(11 * MiB)
+    assert s3.put("big.log", data) == len(data)
+    assert s3.get("big.log") == data
+    assert calls[0] == 5  # 3 parts + 2 retries
+
+
+def test_truncated_upload_is_detected_and_removed(s3: S3ObjectStore) -> None:
+    def truncate(n: int, real: Any, kw: dict[str, Any]) -> Any:
+        return real(**{**kw, "Body": kw["Body"][: len(kw["Body"]) // 2]})
+
+    _wrap(s3, "put_object", truncate)
+    with pytest.raises(RemoteStorageIOError, match="truncated: sent 1000 bytes, stored 500"):
+        s3.put("t.log", b"x" * 1000)
+    assert not s3.exists("t.log")
+
+
+def test_transient_errors_are_retried_then_surface(s3: S3ObjectStore) -> None:
+    def slow_down(n: int, real: Any, kw: dict[str, Any]) -> Any:
+        if n <= 2:
+            raise _client_error("SlowDown", 503)
+        return real(**kw)
+
+    calls = _wrap(s3, "put_object", slow_down)
+    s3.put("k", b"v")
+    assert calls[0] == 3 and s3.get("k") == b"v"
+
+    _wrap(s3, "get_object", lambda n, real, kw: (_ for _ in ()).throw(_client_error("InternalError", 500)))
+    with pytest.raises(RemoteStorageTransientError, match="InternalError") as ei:
+        s3.get("k")
+    assert ei.value.retriable and ei.value.key == "k"
+
+
+def test_missing_bucket_and_unreachable_endpoint(moto_server_url: str) -> None:
+    store = S3ObjectStore("no-such-bucket-x", endpoint_url=moto_server_url, backoff_s=0.001, **CREDS)
+    with pytest.raises(RemoteStorageIOError, match="bucket 'no-such-bucket-x' does not exist"):
+        store.put("k", b"v")
+    dead = S3ObjectStore("b", endpoint_url="http://127.0.0.1:1", backoff_s=0.001, max_attempts=2,
+                         connect_timeout_s=0.5, **CREDS)
+    with pytest.raises(RemoteStorageTransientError, match="'k'"):
+        dead.get("k")
+
+
+def test_missing_boto3_gives_an_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "boto3", None)
+    store = S3ObjectStore("b", **CREDS)
+    with pytest.raises(RemoteStorageNotInstalledError, match=r"pip install 'tiercompact\[s3\]'"):
+        store.get("k")
+
+
+def test_url_parsing_and_options() -> None:
+    s = load_object_store("s3://bucket/a/b/", endpoint_url="http://minio:9000", region="eu-west-1")
+    assert isinstance(s, S3ObjectStore)
+    assert (s.bucket, s.prefix, s.url, s.region) == ("bucket", "a/b", "s3://bucket/a/b", "eu-west-1")
+    with pytest.raises(InvalidConfigError):
+        load_object_store("s3:///nobucket")
+    with pytest.raises(InvalidConfigError, match="at least"):
+        S3ObjectStore("b", part_size=1024)
+    with pytest.raises(InvalidConfigError, match="not supported"):
+        load_object_store("gs://bucket/x")
