@@ -105,6 +105,9 @@ class ProducerStateManager:
         ``last_stable_offset_after`` is the LSO once this transaction is complete; computed
         here when not given.
         """
+        if batch.records_count == 0:
+            # a marker the cleaner emptied (RETAIN_EMPTY header): no-op, as Kafka's ProducerAppendInfo
+            return None
         pid = batch.producer_id
         ctype = batch.control_type()
         if ctype not in (ControlRecordType.COMMIT, ControlRecordType.ABORT):

@@ -1,0 +1,533 @@
+"""One cleaning round over one log (Kafka's ``Cleaner``), split into reusable steps.
+
+The cleaner works the way Kafka's LogCleaner essay describes. A log is a clean head
+``[log start, first dirty)`` followed by a dirty tail; a round:
+
+1. **Maps the dirty section** (:func:`build_offset_map_from_segments`): it walks the
+   cleanable segments ``[first dirty, first uncleanable)`` in order and records, for every
+   key, the offset of its last occurrence, in a fixed-size :class:`~cleaner.offset_map.OffsetMap`.
+   Records of aborted transactions are skipped. If the map holds ``slots * load factor``
+   keys before the section ends, the round stops mapping there: it cleans only up to the
+   last mapped offset and the next round continues from it ("multiple passes").
+2. **Recopies the log** from its start to the end of what was mapped, in groups of segments
+   that fit one segment (:func:`group_segments_by_size`). For each group a new ``.cleaned``
+   segment receives, batch by batch (:func:`clean_into`), what must be retained:
+
+   * a record is dropped if a later record of the same key was mapped (``offset < map[key]``),
+     or if it is a tombstone whose batch's delete horizon (KIP-534) has passed;
+   * records of aborted transactions are dropped; COMMIT/ABORT markers are kept while a batch
+     of their transaction is still read in the round, then stamped with a delete horizon and
+     removed once it passes (:class:`~cleaner.transactions.CleanedTransactionMetadata`);
+   * a batch whose records are all gone is still written as a 61-byte empty header if it is
+     its producer's last batch (so idempotent sequence state survives) or if it ends exactly
+     at the round's upper bound (KAFKA-17076, Kafka 4.0);
+   * a batch that loses nothing and needs no new horizon is copied byte for byte; otherwise it
+     is rebuilt with the same base offset, lastOffsetDelta, producer fields and codec.
+
+   **Deliberate difference from Kafka:** Kafka drops unkeyed records found in the mapped range
+   (``shouldRetainRecord`` counts them as invalid). tiercompact's product promise is "keyless
+   records are always kept", so they are retained (and still counted in
+   ``invalid_messages_read``).
+3. **Swaps** each cleaned segment in (:func:`swap_cleaned_segment`, LocalLog's
+   ``.cleaned -> .swap -> final`` protocol). The caller writes the cleaner checkpoint
+   (the returned end offset) only after every swap succeeded.
+
+Every step takes plain :class:`~log.segment.LogSegment` objects, so the tiered cleaner can map
+and clean downloaded remote segments chunk by chunk with the same code: call
+:func:`build_offset_map_from_segments` repeatedly with the same map, and :func:`clean_into`
+with any source and destination segment and a :class:`CleanContext`.
+
+Thread-safety: a :class:`Cleaner` (and its offset map) belongs to one thread. The functions
+only read the source segments (which are immutable once rolled) and write the destination;
+the swap takes the log's lock.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from cleaner.config import CleanerConfig
+from cleaner.log_to_clean import LogToClean
+from cleaner.offset_map import OffsetMap
+from cleaner.stats import CleanerStats
+from cleaner.throttler import Throttler
+from cleaner.transactions import CleanedTransactionMetadata
+from log.clock import SYSTEM_CLOCK, Clock
+from log.local_log import LocalLog, SimulatedCrash
+from log.record import RecordBatch, RecordBatchBuilder, build_empty_header
+from log.segment import CLEANED_SUFFIX, LogSegment
+from log.types import TimestampType, TopicPartition
+
+logger = logging.getLogger(__name__)
+
+INT32_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+
+
+class ProducerInfo(Protocol):
+    """What the cleaner reads of a producer's state (log.producer_state.ProducerStateEntry fits)."""
+
+    last_data_offset: int  # -1 when the producer has no data batch
+    producer_epoch: int
+
+
+class BatchRetention(enum.Enum):
+    """Kafka's RecordFilter.BatchRetention."""
+
+    DELETE = "delete"              # drop the batch without looking at its records
+    DELETE_EMPTY = "delete_empty"  # keep retained records; drop the batch if none remain
+    RETAIN_EMPTY = "retain_empty"  # keep at least an empty header
+
+
+def _no_check() -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class CleanContext:
+    """Everything :func:`clean_into` needs besides the map and the segments (one per round).
+
+    ``txn_metadata`` is shared (and mutated) by every segment of the round, in log order.
+    ``check_done`` raises LogCleaningAbortedError when the round must stop.
+    """
+
+    now_ms: int
+    delete_retention_ms: int
+    upper_bound_of_round: int
+    active_producers: Mapping[int, ProducerInfo]
+    txn_metadata: CleanedTransactionMetadata
+    legacy_delete_horizon_ms: int = 0
+    throttler: Throttler | None = None
+    check_done: Callable[[], None] = _no_check
+    io_buffer_size: int = 256 * 1024
+
+    def __post_init__(self) -> None:
+        if self.delete_retention_ms < 0:
+            raise ValueError(f"delete_retention_ms must be >= 0, got {self.delete_retention_ms}")
+        if self.io_buffer_size <= 0:
+            raise ValueError(f"io_buffer_size must be > 0, got {self.io_buffer_size}")
+
+    @property
+    def new_delete_horizon_ms(self) -> int:
+        return min(self.now_ms + self.delete_retention_ms, LONG_MAX)
+
+
+def _chunks(segment: LogSegment, start_position: int, chunk_bytes: int) -> Iterator[tuple[list[RecordBatch], int]]:
+    """Batches of ``segment`` from ``start_position``, grouped into chunks of about ``chunk_bytes``."""
+    chunk: list[RecordBatch] = []
+    size = 0
+    for _pos, batch in segment.batches(start_position, segment.size):
+        chunk.append(batch)
+        size += batch.size_in_bytes
+        if size >= chunk_bytes:
+            yield chunk, size
+            chunk, size = [], 0
+    if chunk:
+        yield chunk, size
+
+
+# ---- 1. mapping ---------------------------------------------------------------------------
+
+def build_offset_map_from_segments(
+    segments: Iterable[LogSegment],
+    start: int,
+    end: int,
+    offset_map: OffsetMap,
+    txn_metadata: CleanedTransactionMetadata,
+    *,
+    max_entries: int,
+    stats: CleanerStats | None = None,
+    throttler: Throttler | None = None,
+    check_done: Callable[[], None] = _no_check,
+    io_buffer_size: int = 256 * 1024,
+) -> bool:
+    """Map keys -> last offset for the records of ``segments`` in ``[start, end)`` (A.4.1).
+
+    The caller clears the map and adds the aborted transactions of ``[start, end)`` to
+    ``txn_metadata`` first. May be called several times with the same map and metadata over
+    consecutive runs of segments (the tiered cleaner maps chunk by chunk); each segment whose
+    base is above ``start`` first moves ``latest_offset`` to its base - 1, and a call that does
+    not fill the map ends with ``latest_offset = end - 1`` (both jump over offset gaps).
+
+    Returns True if the map filled up: ``offset_map.latest_offset`` is then the last offset
+    mapped and the round must stop there.
+    """
+    for seg in segments:
+        check_done()
+        if seg.base_offset > start:
+            offset_map.update_latest_offset(seg.base_offset - 1)
+        if _build_for_segment(seg, start, offset_map, txn_metadata, max_entries, stats, throttler,
+                              check_done, io_buffer_size):
+            return True
+    if end > start:
+        offset_map.update_latest_offset(end - 1)
+    return False
+
+
+def _build_for_segment(seg: LogSegment, start: int, offset_map: OffsetMap, txn: CleanedTransactionMetadata,
+                       max_entries: int, stats: CleanerStats | None, throttler: Throttler | None,
+                       check_done: Callable[[], None], io_buffer_size: int) -> bool:
+    position = seg.offset_index.lookup(start)[1]
+    for chunk, size in _chunks(seg, position, io_buffer_size):
+        check_done()
+        if throttler is not None:
+            throttler.maybe_throttle(size)
+        keys: list[bytes] = []
+        offs: list[int] = []
+        ends: list[tuple[int, int]] = []  # (number of keys collected after this batch, batch last offset)
+        messages = 0
+        for b in chunk:
+            if b.is_control:
+                txn.on_control_batch_read(b)
+                messages += 1
+            elif not txn.on_batch_read(b):
+                messages += b.records_count
+                if b.last_offset >= start:
+                    for off, key, _has_value in b.iter_key_offsets():
+                        if key is not None and off >= start:
+                            keys.append(key)
+                            offs.append(off)
+            ends.append((len(keys), b.last_offset))
+        if stats is not None:
+            stats.index_bytes_read(size)
+            stats.index_messages_read(messages)
+        latest = offset_map.latest_offset
+        consumed = offset_map.put_all(keys, offs, max_entries)
+        if consumed < len(keys):
+            # full at keys[consumed]: "latest" is the last event (a put or a batch end) before it
+            if consumed:
+                latest = max(latest, offs[consumed - 1])
+            for n, last in ends:
+                if n > consumed:
+                    break
+                if last >= start:
+                    latest = max(latest, last)
+            offset_map.update_latest_offset(latest)
+            return True
+        if consumed:
+            latest = max(latest, offs[-1])
+        for _n, last in ends:
+            if last >= start:
+                latest = max(latest, last)
+        offset_map.update_latest_offset(latest)
+    return False
+
+
+# ---- 2. grouping --------------------------------------------------------------------------
+
+def group_segments_by_size(segments: Iterable[LogSegment], max_size: int, max_index_size: int,
+                           first_uncleanable_offset: int) -> list[list[LogSegment]]:
+    """Group consecutive segments so each group fits one cleaned segment (A.6).
+
+    A group's log bytes stay <= ``max_size``, its offset- and time-index bytes <=
+    ``max_index_size``, and its offsets within 2^31-1 of the first segment's base (using the
+    next segment's base - 1, or ``first_uncleanable_offset - 1``, as the candidate's last offset).
+    Empty segments skip the offset check, so runs of them merge.
+    """
+    segs = list(segments)
+    groups: list[list[LogSegment]] = []
+    i = 0
+    while i < len(segs):
+        first = segs[i]
+        group = [first]
+        log_size = first.size
+        idx = first.offset_index.size_in_bytes
+        tidx = first.time_index.size_in_bytes
+        i += 1
+        while i < len(segs):
+            s = segs[i]
+            last_offset = segs[i + 1].base_offset - 1 if i + 1 < len(segs) else first_uncleanable_offset - 1
+            if not (log_size + s.size <= max_size
+                    and idx + s.offset_index.size_in_bytes <= max_index_size
+                    and tidx + s.time_index.size_in_bytes <= max_index_size
+                    and (s.size == 0 or last_offset - first.base_offset <= INT32_MAX)):
+                break
+            group.append(s)
+            log_size += s.size
+            idx += s.offset_index.size_in_bytes
+            tidx += s.time_index.size_in_bytes
+            i += 1
+        groups.append(group)
+    return groups
+
+
+# ---- 3. retention and rewriting ---------------------------------------------------------------
+
+@dataclass(slots=True)
+class _Pending:
+    """Output bytes waiting to be appended to the destination as one chunk."""
+
+    parts: list[bytes] = field(default_factory=list)
+    size: int = 0
+    largest_offset: int = -1
+    max_timestamp: int = -1
+    offset_of_max_timestamp: int = -1
+
+    def add(self, data: bytes, last_offset: int, max_timestamp: int) -> None:
+        self.parts.append(data)
+        self.size += len(data)
+        self.largest_offset = last_offset
+        if max_timestamp > self.max_timestamp or self.offset_of_max_timestamp < 0:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = last_offset
+
+
+def _is_last_of_producer(batch: RecordBatch, producers: Mapping[int, ProducerInfo]) -> bool:
+    p = producers.get(batch.producer_id)
+    if p is None:
+        return False
+    if p.last_data_offset >= 0:
+        return batch.last_offset == p.last_data_offset
+    return batch.is_control and batch.producer_epoch == p.producer_epoch
+
+
+def _rebuild(batch: RecordBatch, keep: list[bool], delete_horizon_ms: int | None) -> bytes:
+    builder = RecordBatchBuilder(
+        batch.base_offset,
+        compression=batch.compression,
+        timestamp_type=batch.timestamp_type,
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        is_transactional=batch.is_transactional,
+        is_control=batch.is_control,
+        partition_leader_epoch=batch.partition_leader_epoch,
+        delete_horizon_ms=delete_horizon_ms,
+        log_append_time_ms=batch.max_timestamp if batch.timestamp_type is TimestampType.LOG_APPEND_TIME else None,
+    )
+    for r, k in zip(batch.records(), keep, strict=True):
+        if k:
+            builder.append(r.offset, r.timestamp, r.key, r.value, r.headers)
+    return builder.build(last_offset_delta=batch.last_offset_delta)
+
+
+def clean_into(source: LogSegment, dest: LogSegment, offset_map: OffsetMap, ctx: CleanContext,
+               stats: CleanerStats | None = None) -> None:
+    """Append to ``dest`` what ``source`` must retain after this round (A.7, A.8).
+
+    The aborted transactions of ``source`` must already be in ``ctx.txn_metadata``
+    (:meth:`~cleaner.transactions.CleanedTransactionMetadata.add_aborted`), and
+    ``ctx.txn_metadata.cleaned_index`` should be ``dest.txn_index``. ``source`` is read from
+    position 0 in chunks of ``ctx.io_buffer_size``; ``dest`` may be any writable segment whose
+    base offset is <= the source's offsets (a ``.cleaned`` segment of a LocalLog, or a
+    temporary segment of the tiered cleaner).
+    """
+    stats = stats if stats is not None else CleanerStats()
+    txn = ctx.txn_metadata
+    now = ctx.now_ms
+    upper = ctx.upper_bound_of_round
+    producers = ctx.active_producers
+    latest = offset_map.latest_offset
+    throttler = ctx.throttler
+    get_many = offset_map.get_all
+    pending = _Pending()
+    flush_at = max(dest.index_interval_bytes, 1)
+
+    def flush() -> None:
+        if pending.parts:
+            data = b"".join(pending.parts)
+            dest.append(data, largest_offset=pending.largest_offset, largest_timestamp=pending.max_timestamp,
+                        offset_of_largest_timestamp=pending.offset_of_max_timestamp)
+            if throttler is not None:
+                throttler.maybe_throttle(len(data))
+            pending.parts.clear()
+            pending.size = 0
+            pending.max_timestamp = pending.offset_of_max_timestamp = -1
+
+    for chunk, size in _chunks(source, 0, ctx.io_buffer_size):
+        ctx.check_done()
+        if throttler is not None:
+            throttler.maybe_throttle(size)
+        stats.bytes_read += size
+        # pass 1, in log order: batch-level decisions (they advance the transaction state)
+        plans: list[tuple[RecordBatch, BatchRetention, bool, bool, list | None, int]] = []
+        lookup_keys: list[bytes] = []
+        for b in chunk:
+            if b.is_control:
+                can_discard = txn.on_control_batch_read(b)
+                discard_records = can_discard and b.has_delete_horizon and (b.delete_horizon_ms or 0) <= now
+            else:
+                can_discard = txn.on_batch_read(b)
+                discard_records = can_discard
+            if b.producer_id >= 0 and _is_last_of_producer(b, producers):
+                retention = BatchRetention.RETAIN_EMPTY
+            elif b.next_offset == upper:
+                retention = BatchRetention.RETAIN_EMPTY
+            elif discard_records:
+                retention = BatchRetention.DELETE
+            else:
+                retention = BatchRetention.DELETE_EMPTY
+            kos = None
+            first_lookup = len(lookup_keys)
+            if retention is not BatchRetention.DELETE and not discard_records and not b.is_control:
+                kos = list(b.iter_key_offsets())
+                for off, key, _hv in kos:
+                    if key is not None and off <= latest:
+                        lookup_keys.append(key)
+            plans.append((b, retention, discard_records, can_discard and b.is_control, kos, first_lookup))
+        found = get_many(lookup_keys) if lookup_keys else []
+        # pass 2: record-level decisions and output
+        for b, retention, discard_records, marker_for_empty_txn, kos, li in plans:
+            if retention is BatchRetention.DELETE:
+                stats.batches_deleted += 1
+                continue
+            count = b.records_count if b.is_control or kos is None else len(kos)
+            stats.messages_read += count
+            keep: list[bool] | None = None
+            tombstone_kept = False
+            if discard_records:
+                retained = 0
+            elif b.is_control:
+                retained = count
+            else:
+                assert kos is not None
+                retain_deletes = not b.has_delete_horizon or now < (b.delete_horizon_ms or 0)
+                keep = []
+                for off, key, has_value in kos:
+                    if off > latest:
+                        k = True
+                    elif key is None:
+                        # tiercompact keeps keyless records (Kafka drops them; see the module docstring)
+                        stats.invalid_messages_read += 1
+                        k = True
+                    else:
+                        k = off >= found[li] and (has_value or retain_deletes)
+                        li += 1
+                    if k and not has_value and key is not None:
+                        tombstone_kept = True
+                    keep.append(k)
+                retained = sum(keep)
+            if retained == 0:
+                if retention is BatchRetention.RETAIN_EMPTY:
+                    data = build_empty_header(b)
+                    stats.batches_emptied += 1
+                    stats.recopy_messages(0, len(data))
+                    pending.add(data, b.last_offset, b.max_timestamp)
+                else:
+                    stats.batches_deleted += 1
+                continue
+            need_horizon = (tombstone_kept or marker_for_empty_txn) and not b.has_delete_horizon
+            if retained == count and not need_horizon:
+                data = bytes(b.raw)
+                max_ts = b.max_timestamp
+                stats.batches_copied += 1
+            else:
+                horizon = ctx.new_delete_horizon_ms if need_horizon else b.delete_horizon_ms
+                data = _rebuild(b, keep if keep is not None else [True] * count, horizon)
+                max_ts = RecordBatch(data).max_timestamp
+                stats.batches_rebuilt += 1
+            stats.recopy_messages(retained, len(data))
+            pending.add(data, b.last_offset, max_ts)
+            if pending.size > flush_at:
+                flush()
+    flush()
+
+
+def finish_cleaned_segment(cleaned: LogSegment, last_modified_ms: int) -> None:
+    """Seal a cleaned segment: final time-index entry, flush, mtime of the last source (A.9)."""
+    cleaned.on_become_inactive()
+    cleaned.set_last_modified(last_modified_ms)
+
+
+def swap_cleaned_segment(log: LocalLog, cleaned: LogSegment, group: list[LogSegment]) -> None:
+    """Replace ``group`` by ``cleaned`` with the swap protocol (A.10)."""
+    log.replace_segments([cleaned], group)
+
+
+def clean_segments(log: LocalLog, group: list[LogSegment], offset_map: OffsetMap, ctx: CleanContext,
+                   stats: CleanerStats) -> LogSegment:
+    """Clean one group of a LocalLog into one new segment and swap it in (Kafka's cleanSegments)."""
+    cleaned = log.create_cleaned_segment(group[0].base_offset)
+    ctx.txn_metadata.cleaned_index = cleaned.txn_index
+    try:
+        for i, seg in enumerate(group):
+            upper = group[i + 1].base_offset if i + 1 < len(group) else seg.read_next_offset()
+            ctx.txn_metadata.add_aborted(log.collect_aborted_transactions(seg.base_offset, upper))
+            clean_into(seg, cleaned, offset_map, ctx, stats)
+        finish_cleaned_segment(cleaned, group[-1].last_modified)
+        swap_cleaned_segment(log, cleaned, group)
+    except SimulatedCrash:
+        raise  # a simulated power cut leaves the files where they are
+    except BaseException:
+        if cleaned.suffix == CLEANED_SUFFIX:
+            cleaned.delete_files()
+        raise
+    finally:
+        ctx.txn_metadata.cleaned_index = None
+    stats.segments_cleaned += len(group)
+    stats.groups += 1
+    return cleaned
+
+
+# ---- the round --------------------------------------------------------------------------------
+
+class Cleaner:
+    """Runs rounds with one offset map (one per cleaner thread). Not thread-safe.
+
+    ``check_done(tp)`` is called before each chunk and each mapped segment; it raises
+    LogCleaningAbortedError to stop the round (partition paused, thread shutting down).
+    """
+
+    def __init__(self, offset_map: OffsetMap, config: CleanerConfig, *, throttler: Throttler | None = None,
+                 clock: Clock = SYSTEM_CLOCK, check_done: Callable[[TopicPartition], None] | None = None,
+                 cleaner_id: int = 0) -> None:
+        self.offset_map = offset_map
+        self.config = config
+        self.throttler = throttler
+        self.clock = clock
+        self.check_done = check_done
+        self.id = cleaner_id
+        self.max_entries = int(offset_map.slots * config.load_factor)
+        if self.max_entries < 1:
+            raise ValueError(f"offset map of {offset_map.slots} slots holds no key at load factor {config.load_factor}")
+
+    def clean(self, ltc: LogToClean) -> tuple[int, CleanerStats]:
+        return self.do_clean(ltc, self.clock.milliseconds())
+
+    def do_clean(self, ltc: LogToClean, now: int) -> tuple[int, CleanerStats]:
+        """Clean ``ltc`` as of ``now``; returns (new checkpoint offset, stats)."""
+        log = ltc.log
+        tp = ltc.topic_partition
+        stats = CleanerStats(self.clock, tp, first_dirty_offset=ltc.first_dirty_offset)
+        start = ltc.first_dirty_offset
+        upper = ltc.first_uncleanable_offset
+        check = (lambda: self.check_done(tp)) if self.check_done is not None else _no_check
+        if upper <= start:
+            stats.end_offset = start
+            stats.index_done()
+            stats.all_done()
+            return start, stats
+        delete_retention = int(log.config.get("delete.retention.ms"))
+        before = log.segments_in_range(0, start)
+        legacy = before[-1].last_modified - delete_retention if before else 0
+        io_buf = self.config.io_buffer_per_thread
+        self.offset_map.clear()
+        map_txn = CleanedTransactionMetadata()
+        map_txn.add_aborted(log.collect_aborted_transactions(start, upper))
+        stats.map_full = build_offset_map_from_segments(
+            log.segments_in_range(start, upper), start, upper, self.offset_map, map_txn,
+            max_entries=self.max_entries, stats=stats, throttler=self.throttler, check_done=check,
+            io_buffer_size=io_buf)
+        stats.index_done()
+        end_offset = max(self.offset_map.latest_offset + 1, start)
+        groups = group_segments_by_size(log.segments_in_range(0, end_offset), log.config.segment_bytes,
+                                        int(log.config.get("segment.index.bytes")), upper)
+        with log.lock:
+            producers = log.producer_state.active_producers()
+        ctx = CleanContext(now_ms=now, delete_retention_ms=delete_retention, upper_bound_of_round=upper,
+                           active_producers=producers, txn_metadata=CleanedTransactionMetadata(),
+                           legacy_delete_horizon_ms=legacy, throttler=self.throttler, check_done=check,
+                           io_buffer_size=io_buf)
+        for group in groups:
+            clean_segments(log, group, self.offset_map, ctx, stats)
+        stats.buffer_utilization = self.offset_map.utilization
+        stats.end_offset = end_offset
+        stats.all_done()
+        logger.info("cleaned %s [%d, %d): %d -> %d bytes, %d -> %d records in %.3fs", tp, start, end_offset,
+                    stats.bytes_read, stats.bytes_written, stats.messages_read, stats.messages_written,
+                    stats.elapsed_secs)
+        return end_offset, stats

@@ -1,0 +1,290 @@
+"""The background cleaner: N threads that keep compacted logs clean (Kafka's LogCleaner).
+
+Each :class:`CleanerThread` loops (Kafka's ``CleanerThread.doWork``):
+
+1. ask the :class:`~cleaner.manager.LogCleanerManager` for the filthiest compacted log;
+   if there is one, run one round on it (:class:`~cleaner.cleaner.Cleaner`) and report the
+   result (``done_cleaning`` writes the checkpoint only after a successful round);
+   a round that raises anything but an abort marks the partition *uncleanable*, so a broken
+   partition is not retried in a hot loop;
+2. run retention (``delete_old_segments``) on logs whose cleanup.policy contains ``delete``;
+3. if nothing was cleaned, wait ``backoff_ms`` (woken early by :meth:`LogCleaner.wakeup` or
+   shutdown).
+
+An unexpected error outside a round kills the thread; dead threads are counted
+(``dead_thread_count``) and are not restarted, as in Kafka.
+
+All threads share one :class:`~cleaner.throttler.Throttler`; each has its own offset map of
+``dedupe_buffer_size / threads`` bytes.
+
+Metrics are pulled: the properties of :class:`LogCleaner` compute Kafka's gauges from the
+threads' last rounds. :func:`clean_partition` is the one-shot entry point behind
+``tiercompact clean TOPIC PARTITION``.
+
+Thread-safety: LogCleaner's public methods are thread-safe.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from typing import Any
+
+from cleaner.cleaner import Cleaner
+from cleaner.config import CleanerConfig
+from cleaner.errors import LogCleaningAbortedError, LogCleaningError, ThreadShutdownError
+from cleaner.manager import LogCleanerManager
+from cleaner.offset_map import OffsetMap, SkimpyOffsetMap
+from cleaner.stats import CleanerStats
+from cleaner.throttler import Throttler
+from log.clock import SYSTEM_CLOCK, Clock
+from log.errors import InvalidRequestError
+from log.log_manager import LogManager
+from log.types import TopicPartition
+
+logger = logging.getLogger(__name__)
+
+LAST_RUNS_KEPT = 50
+
+
+class CleanerThread(threading.Thread):
+    def __init__(self, owner: LogCleaner, thread_id: int, offset_map: OffsetMap) -> None:
+        super().__init__(name=f"tiercompact-log-cleaner-{thread_id}", daemon=True)
+        self.owner = owner
+        self.thread_id = thread_id
+        self._stop_event = threading.Event()
+        self._wake = threading.Event()
+        self.cleaner = Cleaner(offset_map, owner.config, throttler=owner.throttler, clock=owner.clock,
+                               check_done=self._check_done, cleaner_id=thread_id)
+        self.last_stats: CleanerStats | None = None
+        self.last_pre_clean_delay_ms = 0
+        self.dead = False
+
+    @property
+    def running(self) -> bool:
+        return not self._stop_event.is_set()
+
+    def _check_done(self, tp: TopicPartition) -> None:
+        if self._stop_event.is_set():
+            raise ThreadShutdownError("the cleaner is shutting down", tp)
+        self.owner.manager.check_cleaning_aborted(tp)
+
+    def initiate_shutdown(self) -> None:
+        self._stop_event.set()
+        self._wake.set()
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    def run(self) -> None:
+        try:
+            while self.running:
+                cleaned = self.do_work()
+                if not cleaned and self.running:
+                    self._wake.wait(self.owner.config.backoff_ms / 1000.0)
+                    self._wake.clear()
+        except BaseException:
+            self.dead = True
+            logger.exception("%s died", self.name)
+            raise
+
+    def do_work(self) -> bool:
+        """One iteration: clean the filthiest log if any, then retention. Returns whether it cleaned."""
+        manager = self.owner.manager
+        ltc = manager.grab_filthiest_compacted_log()
+        self.last_pre_clean_delay_ms = manager.pre_clean_stats.max_compaction_delay_ms
+        cleaned = False
+        if ltc is not None:
+            cleaned = True
+            stats = self.owner.run_round(self.cleaner, ltc)
+            if stats is not None:
+                self.last_stats = stats
+        self.owner.run_retention()
+        return cleaned
+
+
+class LogCleaner:
+    """The cleaner threads plus their shared manager, throttler and metrics."""
+
+    def __init__(self, config: CleanerConfig, log_manager: LogManager, *, clock: Clock = SYSTEM_CLOCK,
+                 throttler: Throttler | None = None) -> None:
+        self.config = config
+        self.log_manager = log_manager
+        self.clock = clock
+        self.throttler = throttler or Throttler(config.io_max_bytes_per_second, clock=clock)
+        self.manager = LogCleanerManager(log_manager.all_logs, log_manager.cleaner_checkpoint_path, clock=clock)
+        self._lock = threading.Lock()
+        self.threads: list[CleanerThread] = []
+        self._last_runs: collections.deque[dict[str, Any]] = collections.deque(maxlen=LAST_RUNS_KEPT)
+        self._started = False
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    def _new_map(self) -> OffsetMap:
+        return SkimpyOffsetMap(self.config.dedupe_buffer_per_thread)
+
+    def start(self) -> None:
+        with self._lock:
+            if self._started or not self.config.enable:
+                return
+            self.threads = [CleanerThread(self, i, self._new_map()) for i in range(self.config.threads)]
+            for t in self.threads:
+                t.start()
+            self._started = True
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        with self._lock:
+            threads = list(self.threads)
+            self._started = False
+        for t in threads:
+            t.initiate_shutdown()
+        for t in threads:
+            t.join(timeout)
+
+    def wakeup(self) -> None:
+        for t in list(self.threads):
+            t.wakeup()
+
+    # ---- rounds ------------------------------------------------------------------------
+    def run_round(self, cleaner: Cleaner, ltc: Any) -> CleanerStats | None:
+        """Run one round on an IN_PROGRESS log and complete it in the manager (A.11)."""
+        tp = ltc.topic_partition
+        end_offset: int | None = None
+        stats: CleanerStats | None = None
+        try:
+            end_offset, stats = cleaner.clean(ltc)
+        except LogCleaningAbortedError:
+            logger.info("%s: cleaning aborted", tp)
+        except Exception as e:
+            logger.exception("%s: cleaning failed; marking the partition uncleanable", tp)
+            self.manager.mark_uncleanable(tp)
+            self._record({"topic": tp.topic, "partition": tp.partition, "error": f"{type(e).__name__}: {e}",
+                          "end_ms": self.clock.milliseconds()})
+        finally:
+            self.manager.done_cleaning(tp, end_offset)
+        if stats is not None:
+            d = stats.as_dict()
+            d["end_ms"] = self.clock.milliseconds()
+            self._record(d)
+        return stats
+
+    def run_retention(self) -> None:
+        """Retention on deletable logs (cleanup.policy containing delete), holding them IN_PROGRESS."""
+        logs = self.manager.deletable_logs()
+        try:
+            now = self.clock.milliseconds()
+            for tp, log in logs:
+                try:
+                    log.delete_old_segments(now)
+                except Exception:
+                    logger.exception("%s: retention failed", tp)
+        finally:
+            self.manager.done_deleting([tp for tp, _ in logs])
+
+    def clean_now(self, tp: TopicPartition) -> CleanerStats:
+        """One round on ``tp`` now, ignoring min.cleanable.dirty.ratio (the admin API's clean).
+
+        Raises CleanerStateError if the partition is being cleaned or is paused, and
+        LogCleaningError (with the cause) if the round fails.
+        """
+        log = self.log_manager.get_log(tp)
+        if not log.config.compact:
+            raise InvalidRequestError(f"{tp}: cleanup.policy={log.config.get('cleanup.policy')} does not "
+                                      f"include 'compact'; there is nothing to clean")
+        self.manager.start_cleaning(tp)
+        end_offset: int | None = None
+        try:
+            now = self.clock.milliseconds()
+            ltc = self.manager.log_to_clean(tp, log, self.manager.all_cleaner_checkpoints().get(tp), now)
+            cleaner = Cleaner(self._new_map(), self.config, throttler=self.throttler, clock=self.clock,
+                              check_done=self.manager.check_cleaning_aborted)
+            end_offset, stats = cleaner.do_clean(ltc, now)
+        except LogCleaningError:
+            raise
+        except Exception as e:
+            raise LogCleaningError(f"cleaning failed: {type(e).__name__}: {e}", tp) from e
+        finally:
+            self.manager.done_cleaning(tp, end_offset)
+        d = stats.as_dict()
+        d["end_ms"] = self.clock.milliseconds()
+        self._record(d)
+        return stats
+
+    def _record(self, run: dict[str, Any]) -> None:
+        with self._lock:
+            self._last_runs.append(run)
+
+    # ---- metrics (pulled) --------------------------------------------------------------
+    def _last_stats(self) -> list[CleanerStats]:
+        return [t.last_stats for t in list(self.threads) if t.last_stats is not None]
+
+    @property
+    def max_buffer_utilization_percent(self) -> int:
+        """100 x max buffer utilization of the threads' last rounds (KAFKA-18597 semantics)."""
+        return int(100 * max((s.buffer_utilization for s in self._last_stats()), default=0.0))
+
+    @property
+    def cleaner_recopy_percent(self) -> int:
+        stats = self._last_stats()
+        read = sum(s.bytes_read for s in stats)
+        written = sum(s.bytes_written for s in stats)
+        return int(100 * written / max(read, 1))
+
+    @property
+    def max_clean_time_secs(self) -> int:
+        return int(max((s.elapsed_secs for s in self._last_stats()), default=0.0))
+
+    @property
+    def max_compaction_delay_secs(self) -> int:
+        delays = [t.last_pre_clean_delay_ms for t in list(self.threads)]
+        delays.append(self.manager.pre_clean_stats.max_compaction_delay_ms)
+        return int(max(delays) / 1000)
+
+    @property
+    def dead_thread_count(self) -> int:
+        return sum(1 for t in list(self.threads) if t.dead)
+
+    @property
+    def uncleanable_partitions_count(self) -> int:
+        return len(self.manager.uncleanable_partitions())
+
+    @property
+    def uncleanable_bytes(self) -> int:
+        return self.manager.uncleanable_bytes()
+
+    @property
+    def time_since_last_run_ms(self) -> int:
+        return self.manager.time_since_last_run_ms()
+
+    @property
+    def max_dirty_percent(self) -> int:
+        return self.manager.max_dirty_percent
+
+    @property
+    def last_runs(self) -> list[dict[str, Any]]:
+        """Recent round summaries (stats dicts, or {"error": ...} for a failed round), oldest first."""
+        with self._lock:
+            return list(self._last_runs)
+
+    def status(self) -> dict[str, Any]:
+        """GET /v1/cleaner's shape."""
+        return {
+            "threads": self.config.threads,
+            "dead_threads": self.dead_thread_count,
+            "uncleanable_partitions": [str(tp) for tp in sorted(self.manager.uncleanable_partitions())],
+            "last_runs": self.last_runs,
+        }
+
+
+def clean_partition(log_manager: LogManager, tp: TopicPartition, cleaner_config: CleanerConfig | None = None,
+                    clock: Clock | None = None, *, log_cleaner: LogCleaner | None = None) -> CleanerStats:
+    """One cleaning round on ``tp`` ignoring the dirty-ratio threshold; updates the checkpoint.
+
+    With a running ``log_cleaner``, goes through it so the round is coordinated with its threads
+    (the partition must not be in a cleaning state). Without one, uses a private manager over
+    ``log_manager``'s checkpoint file (for the CLI, when no service is running).
+    """
+    if log_cleaner is not None:
+        return log_cleaner.clean_now(tp)
+    lc = LogCleaner(cleaner_config or CleanerConfig(), log_manager, clock=clock or log_manager.clock)
+    return lc.clean_now(tp)
