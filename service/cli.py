@@ -1,0 +1,121 @@
+"""The ``tiercompact`` console script: serve, demo, clean, dump-log, config-docs.
+
+Every ServiceConfig option is a flag of ``serve`` and ``clean`` (``--data-dir``,
+``--remote``, ...); flags override ``TIERCOMPACT_*`` environment variables, which
+override the config file, which overrides the defaults (see service/config.py).
+Exit codes: 0 success, 1 the operation failed (a corrupt segment, a failed clean),
+2 bad usage or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from log.errors import TiercompactError
+from service.config import ServiceConfig, ServiceConfigError, load_config, options_reference_markdown
+
+
+def _add_option_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help="TOML (or .json) config file")
+    for name, f in ServiceConfig.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        if f.annotation in (bool, "bool"):
+            p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None,
+                           help=f.description)
+        else:
+            p.add_argument(flag, dest=name, default=None, metavar=name.upper(), help=f.description)
+
+
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    return {name: getattr(args, name, None) for name in ServiceConfig.model_fields}
+
+
+def _load(args: argparse.Namespace) -> ServiceConfig:
+    return load_config(_flags(args), config_file=args.config)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tiercompact", description="Kafka-style log compaction for tiered logs.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the HTTP admin API and background cleaning/tiering")
+    _add_option_flags(serve)
+
+    dump = sub.add_parser("dump-log", help="print the batches of segment files (like kafka-dump-log)")
+    dump.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                      help=".log, .index, .timeindex or .txnindex file")
+    dump.add_argument("--print-records", action="store_true", help="print every record too")
+
+    docs = sub.add_parser("config-docs", help="print the topic configuration reference (Markdown)")
+    docs.add_argument("--service", action="store_true", help="print the service options table instead")
+    return parser
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from service.app import create_app
+    from service.node import Node
+
+    config = _load(args)
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    node = Node(config)
+    app = create_app(node, manage_lifecycle=True)
+    # uvicorn turns SIGTERM/SIGINT into a graceful stop; the app's lifespan then shuts the node down.
+    uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level, access_log=False)
+    return 0
+
+
+def cmd_dump_log(args: argparse.Namespace) -> int:
+    from service.dump import dump_file
+
+    ok = True
+    for path in args.paths:
+        if not path.is_file():
+            print(f"error: {path} is not a file", file=sys.stderr)
+            ok = False
+            continue
+        try:
+            ok = dump_file(path, print, print_records=args.print_records) and ok
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            ok = False
+    return 0 if ok else 1
+
+
+def cmd_config_docs(args: argparse.Namespace) -> int:
+    from log.config import config_reference_markdown
+
+    print(options_reference_markdown() if args.service else config_reference_markdown(), end="")
+    return 0
+
+
+COMMANDS = {"serve": cmd_serve, "dump-log": cmd_dump_log, "config-docs": cmd_config_docs}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except ServiceConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except TiercompactError as e:
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _print_json(doc: Any) -> None:
+    print(json.dumps(doc, indent=2, sort_keys=True, default=str))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""ServiceConfig: the settings of one ``tiercompact serve`` node, and where they come from.
+
+Every option can be given four ways; the first that sets it wins:
+
+1. a command-line flag (``--data-dir DIR``),
+2. an environment variable ``TIERCOMPACT_<OPTION>`` (``TIERCOMPACT_DATA_DIR``),
+3. the config file (``--config FILE`` or ``TIERCOMPACT_CONFIG``; TOML, or JSON when the
+   name ends in ``.json``), whose keys are the option names (``data_dir`` or ``data-dir``),
+4. the defaults below.
+
+The merged values are validated once, at load; an invalid value raises
+:class:`ServiceConfigError` naming the option, the value and where it came from, so a
+person can fix the right place. pydantic is used here and in ``schemas.py`` only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from log.errors import InvalidConfigError
+
+ENV_PREFIX = "TIERCOMPACT_"
+CONFIG_FILE_ENV = ENV_PREFIX + "CONFIG"
+
+
+class ServiceConfigError(InvalidConfigError):
+    """A service option is invalid; the message names the option, the value and its source."""
+
+
+class ServiceConfig(BaseModel):
+    """Validated, immutable settings of a node (see the module docstring for the sources)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    data_dir: Path = Field(Path("./data"), description="Directory holding partition logs and checkpoints.")
+    remote: str | None = Field(None, description="Object store URL: file:///dir or s3://bucket/prefix "
+                                                 "(default file://<data dir>/remote).")
+    metadata: str | None = Field(None, description="Metadata store URL: sqlite:///path or postgresql://... "
+                                                   "(default sqlite:///<data dir>/metadata.db).")
+    s3_endpoint: str | None = Field(None, description="S3 endpoint URL (MinIO); default: AWS environment.")
+    s3_region: str | None = Field(None, description="S3 region name.")
+    host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
+    port: int = Field(8080, ge=0, le=65535, description="Port of the HTTP API (0 = any free port).")
+    token: str | None = Field(None, description="Bearer token required by mutating endpoints (none = open).")
+    auth_reads: bool = Field(False, description="Require the token for read endpoints too.")
+    broker_id: int = Field(0, ge=0, description="This node's broker id (recorded with leadership and uploads).")
+    cleaner_threads: int = Field(1, ge=0, le=64, description="Background cleaner threads (0 = clean on request only).")
+    dedupe_buffer_size: int = Field(32 * 1024 * 1024, ge=1024,
+                                    description="Bytes of offset map shared by the cleaner threads (24 B/key).")
+    io_max_bytes_per_second: float | None = Field(None, gt=0,
+                                                  description="Cleaner I/O throttle in bytes/s (none = unlimited).")
+    cleaner_backoff_ms: int = Field(15_000, ge=1, description="Cleaner thread sleep when nothing is cleanable.")
+    tiering_interval_ms: int = Field(30_000, ge=10,
+                                     description="How often rolled segments are tiered and retention applied.")
+    roll_check_interval_ms: int = Field(5_000, ge=10,
+                                        description="How often active segments are checked for a forced roll "
+                                                    "(segment.ms, max.compaction.lag.ms).")
+    remote_cache_bytes: int = Field(1024 * 1024 * 1024, ge=0,
+                                    description="Disk budget for downloaded remote segment chunks.")
+    max_request_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest accepted HTTP request body.")
+    max_records_per_request: int = Field(10_000, ge=1, description="Most records one produce request may carry.")
+    max_fetch_records: int = Field(10_000, ge=1, description="Largest max_records a read may ask for.")
+    max_fetch_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Batch bytes one read scans at most.")
+    log_level: str = Field("info", description="Log level: debug, info, warning, error.")
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, v: str) -> str:
+        v = v.lower()
+        if v not in ("debug", "info", "warning", "error", "critical"):
+            raise ValueError("must be one of debug, info, warning, error, critical")
+        return v
+
+    @field_validator("token")
+    @classmethod
+    def _token(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            return None
+        if v is not None and len(v) < 8:
+            raise ValueError("a token must have at least 8 characters")
+        return v
+
+    @model_validator(mode="after")
+    def _derived_defaults(self) -> ServiceConfig:
+        data = self.data_dir.expanduser().resolve()
+        object.__setattr__(self, "data_dir", data)
+        if self.remote is None:
+            object.__setattr__(self, "remote", (data / "remote").as_uri())
+        if self.metadata is None:
+            object.__setattr__(self, "metadata", f"sqlite:///{data / 'metadata.db'}")
+        return self
+
+    @property
+    def remote_url(self) -> str:
+        assert self.remote is not None
+        return self.remote
+
+    @property
+    def metadata_url(self) -> str:
+        assert self.metadata is not None
+        return self.metadata
+
+
+OPTIONS: tuple[str, ...] = tuple(ServiceConfig.model_fields)
+
+
+def _normalise_key(key: str) -> str:
+    return key.strip().replace("-", "_").replace(".", "_").lower()
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Options from a TOML (or ``.json``) file; a ``[tiercompact]`` table is used when present."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ServiceConfigError(f"cannot read config file {path}: {e.strerror or e}") from None
+    try:
+        doc = json.loads(raw) if path.suffix.lower() == ".json" else tomllib.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ServiceConfigError(f"config file {path} is not valid {'JSON' if path.suffix == '.json' else 'TOML'}: "
+                                 f"{e}") from None
+    if not isinstance(doc, dict):
+        raise ServiceConfigError(f"config file {path} must hold a table of options")
+    if isinstance(doc.get("tiercompact"), dict):
+        doc = doc["tiercompact"]
+    out: dict[str, Any] = {}
+    for k, v in doc.items():
+        name = _normalise_key(k)
+        if name not in OPTIONS:
+            raise ServiceConfigError(f"unknown option {k!r} in config file {path}; known options: "
+                                     f"{', '.join(OPTIONS)}")
+        out[name] = v
+    return out
+
+
+def load_config(flags: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None,
+                config_file: str | os.PathLike[str] | None = None) -> ServiceConfig:
+    """Merge flags > environment > config file > defaults and validate the result.
+
+    ``flags`` maps option names to values; None values mean "not given". The config file
+    is ``config_file``, else ``TIERCOMPACT_CONFIG`` from ``env``, else none.
+
+    Raises:
+        ServiceConfigError: an unknown option, an unreadable file or an invalid value.
+    """
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+
+    path = config_file if config_file is not None else env.get(CONFIG_FILE_ENV)
+    if path:
+        for k, v in read_config_file(Path(path)).items():
+            values[k], sources[k] = v, f"config file {path}"
+    for name in OPTIONS:
+        var = ENV_PREFIX + name.upper()
+        if var in env:
+            values[name], sources[name] = env[var], f"environment variable {var}"
+    for k, v in (flags or {}).items():
+        if v is None:
+            continue
+        name = _normalise_key(k)
+        if name not in OPTIONS:
+            raise ServiceConfigError(f"unknown option {k!r}; known options: {', '.join(OPTIONS)}")
+        values[name], sources[name] = v, f"flag --{name.replace('_', '-')}"
+    try:
+        return ServiceConfig(**values)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            name = str(err["loc"][0]) if err["loc"] else ""
+            src = sources.get(name, "defaults")
+            given = values.get(name, "<default>")
+            msg = err["msg"].removeprefix("Value error, ")
+            problems.append(f"option {name}={given!r} (from {src}) is invalid: {msg}")
+        raise ServiceConfigError("; ".join(problems)) from None
+
+
+def options_reference_markdown() -> str:
+    """The service options table for the README (flag, environment variable, default, meaning)."""
+    lines = ["| option | flag | environment | default | meaning |", "|---|---|---|---|---|"]
+    for name, f in ServiceConfig.model_fields.items():
+        default = f.default
+        lines.append(f"| `{name}` | `--{name.replace('_', '-')}` | `{ENV_PREFIX}{name.upper()}` | "
+                     f"`{default}` | {f.description or ''} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,204 @@
+"""HTTP error mapping: every error leaves the API as ``{"error": "<message>"}`` with a status.
+
+One table maps each :class:`~log.errors.TiercompactError` subtree to an HTTP status;
+an error's status is that of the nearest class in its MRO found in the table
+(``tests/service/test_errors.py`` checks every subclass in the tree has a specific
+entry, so a new error type forces a decision here). FastAPI's validation errors, bad
+JSON and Starlette's 404/405 are rewritten to the same shape, and an unexpected
+exception becomes a 500 whose body names the exception type, never a stack trace.
+
+Service-only errors (authentication, request size, jobs) are defined here:
+
+    TiercompactError
+    └── ServiceError
+        ├── UnauthorizedError      no bearer token where one is required (401)
+        ├── ForbiddenError         a wrong bearer token (403)
+        ├── RequestTooLargeError   body or record count above the configured limit (413)
+        ├── JobNotFoundError       no such clean job (404)
+        └── ServiceUnavailableError the node is starting or shutting down (503)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from log.errors import (
+    CorruptRecordError,
+    InvalidConfigError,
+    InvalidProducerEpochError,
+    InvalidRequestError,
+    InvalidTxnStateError,
+    LogSegmentOffsetOverflowError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    TiercompactError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from metadata.errors import (
+    FencedLeaderEpochError,
+    InvalidStateTransitionError,
+    MetadataError,
+    MetadataStoreError,
+    RemoteSegmentNotFoundError,
+)
+from remote.errors import (
+    ObjectNotFoundError,
+    RemoteStorageError,
+    RemoteStorageIOError,
+    RemoteStorageNotInstalledError,
+    RemoteStorageTransientError,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class ServiceError(TiercompactError):
+    """Root of the errors only the HTTP service raises."""
+
+
+class UnauthorizedError(ServiceError):
+    """A request lacks the bearer token the node requires."""
+
+
+class ForbiddenError(ServiceError):
+    """A request carries a bearer token that does not match."""
+
+
+class RequestTooLargeError(ServiceError):
+    """A request body or record count exceeds the configured limit."""
+
+
+class JobNotFoundError(ServiceError):
+    """No clean job with that id (jobs are kept in memory and lost on restart)."""
+
+
+class ServiceUnavailableError(ServiceError):
+    """The node cannot serve this now (shutting down, or a feature not configured)."""
+
+    retriable = True
+
+
+#: error class -> HTTP status; resolved through the MRO, nearest class first.
+STATUS: dict[type[TiercompactError], int] = {
+    # log
+    InvalidConfigError: 400,
+    InvalidRequestError: 400,
+    CorruptRecordError: 500,  # bytes on our disk / in our store are damaged: not the caller's fault
+    OffsetOutOfRangeError: 416,
+    LogSegmentOffsetOverflowError: 500,
+    InvalidProducerEpochError: 409,
+    OutOfOrderSequenceError: 409,
+    InvalidTxnStateError: 409,
+    UnknownTopicOrPartitionError: 404,
+    TopicExistsError: 409,
+    # metadata
+    MetadataError: 500,
+    FencedLeaderEpochError: 409,
+    InvalidStateTransitionError: 409,
+    RemoteSegmentNotFoundError: 404,
+    MetadataStoreError: 503,
+    # remote
+    RemoteStorageError: 502,
+    RemoteStorageTransientError: 503,
+    ObjectNotFoundError: 502,  # metadata names an object the store lacks: an upstream inconsistency
+    RemoteStorageIOError: 502,
+    RemoteStorageNotInstalledError: 500,
+    # service
+    ServiceError: 500,
+    UnauthorizedError: 401,
+    ForbiddenError: 403,
+    RequestTooLargeError: 413,
+    JobNotFoundError: 404,
+    ServiceUnavailableError: 503,
+}
+
+
+def register_status(cls: type[TiercompactError], status: int) -> None:
+    """Map an error class of an optional subsystem (imported only when present)."""
+    STATUS[cls] = status
+
+
+def status_for(exc: BaseException | type[BaseException]) -> int:
+    cls = exc if isinstance(exc, type) else type(exc)
+    for klass in cls.__mro__:
+        if klass in STATUS:
+            return STATUS[klass]  # type: ignore[index]
+    return 500
+
+
+def mapped_class_for(cls: type[TiercompactError]) -> type[TiercompactError] | None:
+    """The table entry deciding ``cls``'s status, or None when only the root would."""
+    for klass in cls.__mro__:
+        if klass is TiercompactError:
+            return None
+        if klass in STATUS:
+            return klass
+    return None
+
+
+def error_body(message: str) -> dict[str, str]:
+    return {"error": message}
+
+
+def _validation_message(errors: list[dict[str, Any]]) -> tuple[int, str]:
+    """One readable line per pydantic error; malformed JSON is a 400, a wrong shape a 422."""
+    parts = []
+    status = 422
+    for err in errors:
+        if err.get("type") == "json_invalid":
+            status = 400
+            ctx = err.get("ctx") or {}
+            parts.append(f"request body is not valid JSON ({ctx.get('error', 'parse error')}); "
+                         f"send a JSON object with Content-Type: application/json")
+            continue
+        loc = [str(x) for x in err.get("loc", ()) if x != "body"]
+        where = ".".join(loc) if loc else "request body"
+        if loc and err.get("loc", ("",))[0] == "query":
+            where = f"query parameter {'.'.join(loc[1:])}"
+        elif loc and err.get("loc", ("",))[0] == "path":
+            where = f"path parameter {'.'.join(loc[1:])}"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return status, "; ".join(parts) or "invalid request"
+
+
+def install_error_handlers(app: FastAPI, on_error: Callable[[TiercompactError], None] | None = None) -> None:
+    """Register the handlers; ``on_error`` sees every TiercompactError (metrics count fencing)."""
+
+    @app.exception_handler(TiercompactError)
+    def _tiercompact(request: Request, exc: TiercompactError) -> JSONResponse:
+        status = status_for(exc)
+        if on_error is not None:
+            on_error(exc)
+        if status >= 500:
+            logger.error("%s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return JSONResponse(error_body(str(exc) or type(exc).__name__), status_code=status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        status, message = _validation_message(list(exc.errors()))
+        return JSONResponse(error_body(message), status_code=status)
+
+    @app.exception_handler(StarletteHTTPException)
+    def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if exc.status_code == 404 and detail == "Not Found":
+            detail = (f"no such endpoint {request.method} {request.url.path}; topic names may only use "
+                      f"[a-zA-Z0-9._-]; see /docs")
+        elif exc.status_code == 405:
+            detail = f"method {request.method} is not allowed on {request.url.path}; see /docs"
+        return JSONResponse(error_body(detail), status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("%s %s failed unexpectedly", request.method, request.url.path)
+        return JSONResponse(error_body(f"internal error ({type(exc).__name__}); the server log has the details"),
+                            status_code=500)

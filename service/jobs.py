@@ -1,0 +1,95 @@
+"""In-memory registry of asynchronous clean jobs (``POST .../clean?wait=false``).
+
+A job runs on a small worker pool; its state moves pending -> running -> succeeded |
+failed and is read back through ``GET /v1/jobs/{id}``. Finished jobs are kept up to
+``max_finished`` (oldest dropped first); jobs do not survive a restart, which is fine
+because a clean is idempotent and can simply be requested again. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from log.errors import TiercompactError
+from service.errors import JobNotFoundError, ServiceUnavailableError
+
+logger = logging.getLogger(__name__)
+
+PENDING, RUNNING, SUCCEEDED, FAILED = "pending", "running", "succeeded", "failed"
+
+
+@dataclass
+class Job:
+    job_id: str
+    topic: str
+    partition: int
+    state: str = PENDING
+    stats: dict[str, Any] | None = None
+    error: str | None = None
+    done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"job_id": self.job_id, "state": self.state, "topic": self.topic, "partition": self.partition,
+                "stats": self.stats, "error": self.error}
+
+
+class JobRegistry:
+    def __init__(self, workers: int = 2, max_finished: int = 1000) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tiercompact-job")
+        self._jobs: OrderedDict[str, Job] = OrderedDict()
+        self._lock = threading.Lock()
+        self._max_finished = max_finished
+        self._closed = False
+
+    def submit(self, topic: str, partition: int, fn: Callable[[], dict[str, Any]]) -> Job:
+        job = Job(uuid.uuid4().hex, topic, partition)
+        with self._lock:
+            if self._closed:
+                raise ServiceUnavailableError("the node is shutting down; retry the clean after it restarts")
+            self._jobs[job.job_id] = job
+            self._trim()
+        self._pool.submit(self._run, job, fn)
+        return job
+
+    def _run(self, job: Job, fn: Callable[[], dict[str, Any]]) -> None:
+        job.state = RUNNING
+        try:
+            job.stats = fn()
+            job.state = SUCCEEDED
+        except TiercompactError as e:
+            job.error, job.state = f"{type(e).__name__}: {e}", FAILED
+        except Exception as e:  # a job must always finish with a state a client can read
+            logger.exception("clean job %s failed", job.job_id)
+            job.error, job.state = f"internal error ({type(e).__name__}): {e}", FAILED
+        finally:
+            job.done.set()
+
+    def _trim(self) -> None:
+        finished = [j for j in self._jobs.values() if j.state in (SUCCEEDED, FAILED)]
+        for j in finished[: max(0, len(finished) - self._max_finished)]:
+            del self._jobs[j.job_id]
+
+    def get(self, job_id: str) -> Job:
+        with self._lock:
+            job = self._jobs.get(job_id)
+        if job is None:
+            raise JobNotFoundError(f"no clean job {job_id!r}; jobs are kept in memory and lost on restart")
+        return job
+
+    def shutdown(self) -> None:
+        """Stop accepting jobs, drop queued ones and wait for running ones (they abort themselves)."""
+        with self._lock:
+            self._closed = True
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            for job in self._jobs.values():
+                if job.state == PENDING:
+                    job.state, job.error = FAILED, "cancelled: the node shut down before the job started"
+                    job.done.set()

@@ -1,0 +1,84 @@
+"""Prometheus metrics, pulled from node state at scrape time (Kafka's gauges read ``lastStats``).
+
+Nothing pushes into counters on the hot path: :class:`NodeCollector` asks the node (and
+through it the cleaner, the counting object store and the metadata layer) for current
+values whenever ``/metrics`` is scraped. The names are Kafka's log-cleaner gauges plus
+the tiered counters of shared/API.md, declared once here so tests can check them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from service.node import Node
+
+MAX_COMPACTION_DELAY_SECS = "max_compaction_delay_secs"
+MAX_CLEAN_TIME_SECS = "max_clean_time_secs"
+UNCLEANABLE_PARTITIONS_COUNT = "uncleanable_partitions_count"
+UNCLEANABLE_BYTES = "uncleanable_bytes"
+DEAD_THREAD_COUNT = "dead_thread_count"
+MAX_BUFFER_UTILIZATION_PERCENT = "max_buffer_utilization_percent"
+CLEANER_RECOPY_PERCENT = "cleaner_recopy_percent"
+TIME_SINCE_LAST_RUN_MS = "time_since_last_run_ms"
+REMOTE_BYTES_DOWNLOADED_TOTAL = "remote_bytes_downloaded_total"
+REMOTE_BYTES_UPLOADED_TOTAL = "remote_bytes_uploaded_total"
+REMOTE_SEGMENTS_SKIPPED_BY_BLOOM_TOTAL = "remote_segments_skipped_by_bloom_total"
+FENCED_OPERATIONS_TOTAL = "fenced_operations_total"
+
+#: gauge name -> help text (Kafka's LogCleaner / LogCleanerManager gauges)
+GAUGES: dict[str, str] = {
+    MAX_COMPACTION_DELAY_SECS: "Largest delay, over all partitions, between a record becoming due for "
+                               "compaction (max.compaction.lag.ms) and its cleaning, in seconds (KIP-354).",
+    MAX_CLEAN_TIME_SECS: "Duration of the longest of the last cleaning runs, in seconds.",
+    UNCLEANABLE_PARTITIONS_COUNT: "Partitions the cleaner gave up on after an error.",
+    UNCLEANABLE_BYTES: "Bytes of the uncleanable partitions' dirty sections.",
+    DEAD_THREAD_COUNT: "Cleaner threads that died.",
+    MAX_BUFFER_UTILIZATION_PERCENT: "Highest offset-map (dedupe buffer) fill in the last runs, percent.",
+    CLEANER_RECOPY_PERCENT: "Bytes written / bytes read by the last cleaning runs, percent.",
+    TIME_SINCE_LAST_RUN_MS: "Milliseconds since a cleaner thread last finished a run.",
+}
+
+#: counter name -> help text (tiered storage)
+COUNTERS: dict[str, str] = {
+    REMOTE_BYTES_DOWNLOADED_TOTAL: "Bytes read from the object store (tiered reads and cleaning).",
+    REMOTE_BYTES_UPLOADED_TOTAL: "Bytes written to the object store (tiering and cleaned segments).",
+    REMOTE_SEGMENTS_SKIPPED_BY_BLOOM_TOTAL: "Remote segments the tiered cleaner did not download because "
+                                            "their bloom filter matched no key of the offset map.",
+    FENCED_OPERATIONS_TOTAL: "Publishes, uploads and deletes rejected because their leader epoch was fenced.",
+}
+
+METRIC_NAMES: tuple[str, ...] = (*GAUGES, *COUNTERS)
+
+
+class NodeCollector(Collector):
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def collect(self) -> Iterator[Metric]:
+        values = self.node.metrics()
+        for name, doc in GAUGES.items():
+            if name in values:
+                g = GaugeMetricFamily(name, doc)
+                g.add_metric([], float(values[name]))
+                yield g
+        for name, doc in COUNTERS.items():
+            if name in values:
+                c = CounterMetricFamily(name, doc)
+                c.add_metric([], float(values[name]))
+                yield c
+
+
+def make_registry(node: Node) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NodeCollector(node))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

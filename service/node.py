@@ -1,0 +1,384 @@
+"""Node: the composition root of ``tiercompact serve``.
+
+Builds, from a :class:`~service.config.ServiceConfig`, everything a node runs: the
+Scheduler and LogManager (local logs, recovered on open), the object store (wrapped to
+count bytes for metrics), the RemoteStorageManager and metadata store, the
+RemoteLogManager (tiering and reads over both tiers) and the LogCleaner, plus the
+background threads of :mod:`service.threads`. The HTTP routes, the CLI, the demo and the
+bench all drive a node through the methods here, so the service logic lives in one
+place and the routes stay thin.
+
+Lifecycle: ``Node(config)`` opens the stores (local recovery runs as logs are opened);
+:meth:`start` re-registers leadership of every partition, then starts the cleaner and
+the periodic threads; :meth:`shutdown` stops them in reverse order (in-flight cleans are
+aborted by the cleaner, which leaves only ``.cleaned`` files that recovery removes),
+closes every log (marking a clean shutdown) and the stores. Both are idempotent.
+
+Thread-safety: every method may be called from many request threads at once; the
+collaborators are thread-safe and the node's own counters take a lock.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from log.checkpoint import OffsetCheckpointFile
+from log.clock import SYSTEM_CLOCK, Clock
+from log.errors import InvalidRequestError, TiercompactError
+from log.fetch import READ_COMMITTED, check_isolation, records_from_batches
+from log.local_log import AppendResult, LocalLog, RecordSpec
+from log.log_manager import LogManager, Topic
+from log.record import CompressionType, ControlRecordType, Record
+from log.scheduler import Scheduler
+from log.types import TopicPartition, validate_topic_name
+from metadata import load_metadata_manager
+from metadata.errors import FencedLeaderEpochError
+from remote import load_object_store
+from remote.object_store import ObjectStore, PutData
+from remote.storage_manager import RemoteStorageManager
+from service.config import ServiceConfig
+from service.jobs import JobRegistry
+from service.threads import PeriodicTask
+
+logger = logging.getLogger(__name__)
+
+
+class CountingObjectStore(ObjectStore):
+    """Delegates to a store and counts the bytes moved (remote_bytes_*_total metrics)."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self._lock = threading.Lock()
+        self.bytes_uploaded = 0
+        self.bytes_downloaded = 0
+
+    def _up(self, n: int) -> int:
+        with self._lock:
+            self.bytes_uploaded += n
+        return n
+
+    def _down(self, n: int) -> int:
+        with self._lock:
+            self.bytes_downloaded += n
+        return n
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    def put(self, key: str, data: PutData) -> int:
+        return self._up(self.inner.put(key, data))
+
+    def put_file(self, key: str, path: str | os.PathLike[str]) -> int:
+        return self._up(self.inner.put_file(key, path))
+
+    def get(self, key: str) -> bytes:
+        data = self.inner.get(key)
+        self._down(len(data))
+        return data
+
+    def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
+        data = self.inner.get_range(key, start, end_exclusive)
+        self._down(len(data))
+        return data
+
+    def get_to_file(self, key: str, path: str | os.PathLike[str], start: int = 0, end: int | None = None) -> int:
+        return self._down(self.inner.get_to_file(key, path, start, end))
+
+    def size(self, key: str) -> int:
+        return self.inner.size(key)
+
+    def exists(self, key: str) -> bool:
+        return self.inner.exists(key)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        return self.inner.list(prefix)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    records: list[Record]
+    next_offset: int
+    log_start_offset: int
+    high_watermark: int
+
+
+def decode_field(value: str | None, encoding: str, what: str) -> bytes | None:
+    """A request's key/value/header string -> bytes; bad base64 is a 400 naming the field."""
+    if value is None:
+        return None
+    if encoding == "base64":
+        try:
+            return base64.b64decode(value, validate=True)
+        except (ValueError, TypeError):
+            raise InvalidRequestError(f"{what} is not valid base64: {value[:40]!r}") from None
+    return value.encode("utf-8")
+
+
+def encode_field(value: bytes | None, encoding: str, what: str) -> str | None:
+    """Record bytes -> a response string; bytes that are not UTF-8 ask for encoding=base64."""
+    if value is None:
+        return None
+    if encoding == "base64":
+        return base64.b64encode(value).decode("ascii")
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidRequestError(f"{what} is not valid UTF-8; read with encoding=base64") from None
+
+
+class Node:
+    """One tiercompact node; see the module docstring."""
+
+    def __init__(self, config: ServiceConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.config = config
+        self.clock = clock
+        self.broker_id = config.broker_id
+        self.data_dir = config.data_dir
+        self._lock = threading.Lock()
+        self._started = False
+        self._closed = False
+        self.fenced_operations = 0
+        self.segments_skipped_by_bloom = 0
+        self.threads: list[PeriodicTask] = []
+        self.scheduler = Scheduler(clock, name="tiercompact-delete-scheduler")
+        self.log_manager = LogManager(self.data_dir, clock=clock, scheduler=self.scheduler)
+        self.object_store = CountingObjectStore(load_object_store(config.remote_url, **self._store_options()))
+        self.storage_manager = RemoteStorageManager(self.object_store, clock=clock)
+        self.metadata = load_metadata_manager(config.metadata_url)
+        self.jobs = JobRegistry()
+
+    def _store_options(self) -> dict[str, Any]:
+        if not self.config.remote_url.startswith("s3://"):
+            return {}
+        opts: dict[str, Any] = {}
+        if self.config.s3_endpoint:
+            opts["endpoint_url"] = self.config.s3_endpoint
+        if self.config.s3_region:
+            opts["region"] = self.config.s3_region
+        return opts
+
+    # ---- lifecycle -------------------------------------------------------------------
+    def start(self) -> Node:
+        with self._lock:
+            if self._started:
+                return self
+            self._started = True
+        self.threads = [
+            PeriodicTask("tiercompact-retention", self.run_retention_once, self.config.tiering_interval_ms),
+            PeriodicTask("tiercompact-force-roll", self.run_force_roll_once, self.config.roll_check_interval_ms),
+        ]
+        for t in self.threads:
+            t.start()
+        logger.info("node %d started on %s (remote %s, metadata %s)", self.broker_id, self.data_dir,
+                    self.config.remote_url, _redact(self.config.metadata_url))
+        return self
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        for t in self.threads:
+            t.initiate_shutdown()
+        self.jobs.shutdown()
+        for t in self.threads:
+            t.shutdown()
+        self.scheduler.shutdown()
+        self.log_manager.close()
+        for closer in (self.metadata.close, self.object_store.close):
+            try:
+                closer()
+            except Exception:  # closing must not stop the rest of the shutdown
+                logger.exception("error while closing")
+        logger.info("node %d stopped", self.broker_id)
+
+    def __enter__(self) -> Node:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def note_error(self, exc: TiercompactError) -> None:
+        """Count what metrics report about errors (fenced operations)."""
+        if isinstance(exc, FencedLeaderEpochError):
+            with self._lock:
+                self.fenced_operations += 1
+
+    def metrics(self) -> dict[str, float]:
+        """Current metric values by name (service.metrics pulls these at scrape time)."""
+        out: dict[str, float] = {}
+        with self._lock:
+            out["fenced_operations_total"] = self.fenced_operations
+            out["remote_segments_skipped_by_bloom_total"] = self.segments_skipped_by_bloom
+        out["remote_bytes_uploaded_total"] = self.object_store.bytes_uploaded
+        out["remote_bytes_downloaded_total"] = self.object_store.bytes_downloaded
+        return out
+
+    # ---- background passes -------------------------------------------------------------
+    def run_retention_once(self) -> None:
+        """Local retention for delete policies."""
+        now = self.clock.milliseconds()
+        for tp, log in self.log_manager.all_logs().items():
+            try:
+                if log.config.delete:
+                    deleted = log.delete_old_segments(now)
+                    if deleted:
+                        logger.info("%s: retention deleted segments %s", tp, deleted)
+            except TiercompactError as e:
+                self.note_error(e)
+                logger.warning("%s: retention failed: %s", tp, e)
+
+    def run_force_roll_once(self) -> list[TopicPartition]:
+        """KIP-354: roll active segments past segment.ms / max.compaction.lag.ms."""
+        rolled = []
+        now = self.clock.milliseconds()
+        for tp, log in self.log_manager.all_logs().items():
+            if log.maybe_roll(now):
+                rolled.append(tp)
+        return rolled
+
+    # ---- topics ----------------------------------------------------------------------
+    def create_topic(self, name: str, partitions: int = 1, config: dict[str, Any] | None = None) -> Topic:
+        return self.log_manager.create_topic(name, partitions, config)
+
+    def topics(self) -> list[Topic]:
+        return self.log_manager.topics()
+
+    def topic(self, name: str) -> Topic:
+        validate_topic_name(name)
+        return self.log_manager.topic(name)
+
+    def alter_config(self, name: str, changes: dict[str, Any]) -> Topic:
+        validate_topic_name(name)
+        return self.log_manager.alter_config(name, changes)
+
+    def delete_topic(self, name: str) -> None:
+        validate_topic_name(name)
+        self.log_manager.delete_topic(name)
+
+    # ---- partitions ------------------------------------------------------------------
+    def log(self, topic: str, partition: int) -> LocalLog:
+        return self.log_manager.get_log(TopicPartition(validate_topic_name(topic), partition))
+
+    def produce(self, topic: str, partition: int, records: Sequence[RecordSpec], *, compression: str = "none",
+                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                transactional: bool = False) -> AppendResult:
+        if len(records) > self.config.max_records_per_request:
+            from service.errors import RequestTooLargeError
+
+            raise RequestTooLargeError(f"{len(records)} records in one request; the limit is "
+                                       f"max_records_per_request={self.config.max_records_per_request}")
+        log = self.log(topic, partition)
+        return log.append_records(records, compression=CompressionType.from_name(compression),
+                                  producer_id=producer_id, producer_epoch=producer_epoch,
+                                  base_sequence=base_sequence, transactional=transactional)
+
+    def append_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, kind: str) -> int:
+        types = {"commit": ControlRecordType.COMMIT, "abort": ControlRecordType.ABORT}
+        if kind not in types:
+            raise InvalidRequestError(f"marker type {kind!r} is invalid: use commit or abort")
+        return self.log(topic, partition).append_marker(producer_id, producer_epoch, types[kind])
+
+    def read(self, topic: str, partition: int, offset: int, *, max_records: int = 500,
+             isolation: str = "read_uncommitted") -> ReadResult:
+        """Records from ``offset``; an empty page means the caller reached the high watermark."""
+        check_isolation(isolation)
+        if not 1 <= max_records <= self.config.max_fetch_records:
+            raise InvalidRequestError(f"max_records={max_records} is invalid: must be 1.."
+                                      f"{self.config.max_fetch_records}")
+        if offset < 0:
+            raise InvalidRequestError(f"offset={offset} is invalid: must be >= 0")
+        log = self.log(topic, partition)
+        return self._read_local(log, offset, max_records, isolation)
+
+    def _read_local(self, log: LocalLog, offset: int, max_records: int, isolation: str) -> ReadResult:
+        hw = log.high_watermark
+        upper = log.last_stable_offset if isolation == READ_COMMITTED else hw
+        start = log.log_start_offset
+        nxt = offset
+        # A page of only control batches or aborted records holds no record but moves the
+        # offset; keep going so an empty page always means "nothing more below the upper bound".
+        while nxt < upper:
+            batches = log.read(nxt, max_bytes=self.config.max_fetch_bytes, max_offset=upper)
+            if not batches:
+                break
+            aborted = log.collect_aborted_transactions(nxt, upper) if isolation == READ_COMMITTED else []
+            res = records_from_batches(batches, nxt, isolation=isolation, aborted=aborted, max_records=max_records)
+            if res.records or res.next_offset <= nxt:
+                return ReadResult(res.records, max(res.next_offset, nxt), start, hw)
+            nxt = res.next_offset
+        if offset > hw:
+            log.read(offset)  # raises OffsetOutOfRangeError with the log's own message
+        return ReadResult([], max(nxt, offset) if offset <= upper else offset, start, hw)
+
+    def roll(self, topic: str, partition: int) -> int:
+        return self.log(topic, partition).roll().base_offset
+
+    def partition_info(self, topic: str, partition: int) -> dict[str, Any]:
+        log = self.log(topic, partition)
+        tp = log.topic_partition
+        segs = log.all_segments()
+        segments = [{"base_offset": s.base_offset, "end_offset": max(s.read_next_offset() - 1, s.base_offset - 1),
+                     "size_bytes": s.size, "tier": "local", "segment_id": None, "state": None,
+                     "max_timestamp": s.largest_timestamp} for s in segs]
+        checkpoint = self.cleaner_checkpoint(tp)
+        dirty, must = self._ratios(log, checkpoint)
+        local_bytes = sum(s.size for s in segs)
+        return {
+            "topic": tp.topic, "partition": tp.partition,
+            "log_start_offset": log.log_start_offset,
+            "log_end_offset": log.log_end_offset,
+            "last_stable_offset": log.last_stable_offset,
+            "high_watermark": log.high_watermark,
+            "leader_epoch": log.leader_epoch,
+            "cleaner_checkpoint": checkpoint,
+            "dirty_ratio": dirty,
+            "must_clean_ratio": must,
+            "local_size_bytes": local_bytes,
+            "remote_size_bytes": 0,
+            "segments": segments,
+        }
+
+    def cleaner_checkpoint(self, tp: TopicPartition) -> int | None:
+        return OffsetCheckpointFile(self.log_manager.cleaner_checkpoint_path).read().get(tp)
+
+    def _ratios(self, log: LocalLog, checkpoint: int | None) -> tuple[float, float]:
+        """Dirty ratio (bytes after the checkpoint / bytes of the cleanable range) and the
+        must-clean ratio (dirty bytes older than max.compaction.lag.ms / cleanable bytes)."""
+        segs = log.all_segments()[:-1]  # the active segment is never cleanable
+        total = sum(s.size for s in segs)
+        if not total or not log.config.compact:
+            return 0.0, 0.0
+        first_dirty = checkpoint if checkpoint is not None else log.log_start_offset
+        dirty = [s for s in segs if s.base_offset >= first_dirty]
+        now = self.clock.milliseconds()
+        max_lag = int(log.config.get("max.compaction.lag.ms"))
+        overdue = [s for s in dirty if now - s.largest_timestamp > max_lag]
+        return (sum(s.size for s in dirty) / total, sum(s.size for s in overdue) / total)
+
+
+def _redact(url: str) -> str:
+    """A URL without its password, for logs."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
+    return url
+
+
+def data_dir_of(path: str | os.PathLike[str]) -> Path:
+    return Path(path).expanduser().resolve()

@@ -1,0 +1,77 @@
+"""/v1/topics/{topic}/partitions/{p}: produce, markers, read, describe, roll, tier, clean, leadership."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+
+from log.local_log import RecordSpec
+from service.node import decode_field, encode_field
+from service.routes.deps import READ, WRITE, NodeDep, PartitionPath, TopicPath
+from service.schemas import (
+    Error,
+    FetchResponse,
+    MarkerRequest,
+    MarkerResponse,
+    Partition,
+    ProduceRequest,
+    ProduceResponse,
+    RollResponse,
+)
+
+router = APIRouter(prefix="/v1/topics/{topic}/partitions/{partition}", tags=["partitions"],
+                   responses={400: {"model": Error}, 401: {"model": Error}, 403: {"model": Error},
+                              404: {"model": Error}, 409: {"model": Error}, 413: {"model": Error}})
+
+
+@router.post("/records", response_model=ProduceResponse, dependencies=WRITE)
+def produce(topic: TopicPath, partition: PartitionPath, body: ProduceRequest, node: NodeDep) -> dict:
+    enc = body.encoding
+    specs = []
+    for i, r in enumerate(body.records):
+        headers = tuple((h.key, decode_field(h.value, enc, f"records[{i}].headers[{j}].value"))
+                        for j, h in enumerate(r.headers))
+        specs.append(RecordSpec(decode_field(r.key, enc, f"records[{i}].key"),
+                                decode_field(r.value, enc, f"records[{i}].value"), r.timestamp, headers))
+    p = body.producer
+    res = node.produce(topic, partition, specs, compression=body.compression,
+                       producer_id=p.id if p else -1, producer_epoch=p.epoch if p else -1,
+                       base_sequence=p.base_sequence if p else -1, transactional=p.transactional if p else False)
+    return {"base_offset": res.base_offset, "last_offset": res.last_offset, "duplicate": res.duplicate}
+
+
+@router.post("/markers", response_model=MarkerResponse, dependencies=WRITE)
+def append_marker(topic: TopicPath, partition: PartitionPath, body: MarkerRequest, node: NodeDep) -> dict:
+    return {"offset": node.append_marker(topic, partition, body.producer_id, body.producer_epoch, body.type)}
+
+
+@router.get("/records", response_model=FetchResponse, dependencies=READ)
+def read_records(topic: TopicPath, partition: PartitionPath, node: NodeDep,
+                 offset: Annotated[int, Query(ge=0)] = 0,
+                 max_records: Annotated[int, Query(ge=1)] = 500,
+                 isolation: Literal["read_uncommitted", "read_committed"] = "read_uncommitted",
+                 encoding: Literal["utf-8", "base64"] = "utf-8") -> dict:
+    res = node.read(topic, partition, offset, max_records=max_records, isolation=isolation)
+    out = []
+    for r in res.records:
+        out.append({
+            "offset": r.offset,
+            "key": encode_field(r.key, encoding, f"the key at offset {r.offset}"),
+            "value": encode_field(r.value, encoding, f"the value at offset {r.offset}"),
+            "timestamp": r.timestamp,
+            "headers": [{"key": k, "value": encode_field(v, encoding, f"header {k!r} at offset {r.offset}")}
+                        for k, v in r.headers],
+        })
+    return {"records": out, "next_offset": res.next_offset, "log_start_offset": res.log_start_offset,
+            "high_watermark": res.high_watermark}
+
+
+@router.get("", response_model=Partition, dependencies=READ)
+def describe_partition(topic: TopicPath, partition: PartitionPath, node: NodeDep) -> dict:
+    return node.partition_info(topic, partition)
+
+
+@router.post("/roll", response_model=RollResponse, dependencies=WRITE)
+def roll(topic: TopicPath, partition: PartitionPath, node: NodeDep) -> dict:
+    return {"base_offset": node.roll(topic, partition)}
