@@ -1,0 +1,639 @@
+"""RemoteLogManager: tiering of rolled segments, retention on both tiers, deferred deletion,
+and one read path over local and remote segments (Kafka's RemoteLogManager + seed 004).
+
+Lifecycle of a segment of a ``remote.storage.enable`` partition:
+
+1. **Copy** (:meth:`RemoteLogManager.copy_rolled_segments`). Every rolled segment whose end
+   is below the last stable offset and that remote storage does not cover yet is copied,
+   oldest first: COPY_SEGMENT_STARTED metadata (fresh segment id, the segment's leader
+   epochs, fenced by our leader epoch) -> RemoteStorageManager upload of the log, its
+   indexes and its leader-epoch checkpoint -> the key bloom filter into the metadata store
+   -> COPY_SEGMENT_FINISHED. "Covered" is decided from metadata (the highest end offset of
+   the referenced remote segments), never from memory, so a restart does not copy again.
+   The files are hard-linked (copied across filesystems) into a staging directory under
+   the log's lock first, so a concurrent clean or retention cannot pull them away mid-upload.
+2. **Local retention** (:meth:`apply_local_retention`): only segments already copied, past
+   ``local.retention.ms`` / beyond ``local.retention.bytes``, oldest first, never the active
+   one. With ``cleanup.policy=compact`` (no delete) a segment must also lie entirely below
+   the cleaner checkpoint (seed 004 "Deletion of local log segment file ... compact").
+3. **Remote retention** (:meth:`apply_remote_retention`, policy containing ``delete``):
+   remote segments past ``retention.ms`` / beyond ``retention.bytes`` (counting local-only
+   bytes too) are deleted through DELETE_SEGMENT_STARTED -> objects -> FINISHED.
+4. **Deferred deletion** (:meth:`delete_unreferenced`): segments superseded by compaction,
+   abandoned uploads and unfinished deletions are deleted the same way. The tombstone step
+   DELETE_SEGMENT_STARTED is a fenced write, so a zombie leader is rejected with
+   FencedLeaderEpochError before it touches an object.
+
+A failed copy abandons its segment id at once (DELETE_SEGMENT_STARTED, delete, FINISHED);
+if even that fails, the COPY_SEGMENT_STARTED row is found again by the metadata store's
+orphan rules (older than the grace period, or written under an older epoch) and deleted by
+a later :meth:`run_once`. After a crash, :meth:`recover_orphans` deletes every unfinished
+upload right away (call it at startup, before any cleaner runs: it treats every
+COPY_SEGMENT_STARTED segment of the partition as abandoned), and the next copy uploads
+the segment again under a new id. A local segment is only ever deleted once a
+COPY_SEGMENT_FINISHED remote segment covers it.
+
+Leadership: :meth:`become_leader` registers the epoch in the metadata store and the local
+log's leader-epoch cache. A partition nobody registered yet is registered on first use at
+epoch ``max(local log epoch, 0)`` for this broker. Otherwise the manager adopts the
+registered leader state the first time it touches the partition (a restarted single-node
+service continues as the leader it was, whatever broker id the admin API gave it). The
+epoch a manager learnt stays cached: if another manager registers a higher epoch later,
+every fenced write of the first one is rejected (it is a zombie) until it calls
+become_leader again.
+
+Thread-safety: thread-safe. Mutating operations on one partition (copy, retention,
+deletion, leadership) are serialised by a per-partition lock; different partitions proceed
+in parallel. Reads take no partition lock: they rely on the LocalLog's lock, the metadata
+store's consistency and segment ids never being reused, and retry once if a segment
+vanished under them (retention or compaction).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from log.clock import Clock
+from log.errors import OffsetOutOfRangeError, TiercompactError
+from log.fetch import READ_COMMITTED, check_isolation, records_from_batches
+from log.index.bloom import build_segment_bloom
+from log.index.txn_index import AbortedTxn
+from log.local_log import LocalLog
+from log.log_manager import LogManager
+from log.record import Record, RecordBatch
+from log.segment import LogSegment
+from log.types import TopicPartition
+from metadata.errors import FencedLeaderEpochError
+from metadata.manager import RemoteLogMetadataManager
+from metadata.types import LeaderState, RemoteLogSegmentId, RemoteLogSegmentMetadata
+from metadata.types import RemoteLogSegmentState as S
+from remote.errors import ObjectNotFoundError
+from remote.read_cache import MiB, RemoteReadCache
+from remote.remote_reader import RemoteSegmentReader, collect_aborted
+from remote.storage_manager import LogSegmentData, RemoteStorageManager
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CACHE_BYTES = 256 * MiB
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    records: list[Record]
+    next_offset: int
+    log_start_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class TierResult:
+    copied: list[int]
+    deleted_local: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentView:
+    """One row of GET /v1/topics/{t}/partitions/{p} "segments"."""
+
+    base_offset: int
+    end_offset: int
+    size_bytes: int
+    tier: str
+    max_timestamp: int
+    segment_id: str | None = None
+    state: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.tier not in ("local", "remote", "both"):
+            raise ValueError(f"tier must be local, remote or both, got {self.tier!r}")
+
+
+@dataclass(slots=True)
+class PartitionRunResult:
+    """What :meth:`RemoteLogManager.run_once` did for one partition."""
+
+    copied: list[int] = field(default_factory=list)
+    deleted_local: list[int] = field(default_factory=list)
+    deleted_remote: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogManagerStats:
+    bytes_uploaded: int
+    bytes_downloaded: int
+    segments_copied: int
+    segments_deleted: int
+    copy_failures: int
+    fenced_operations: int
+
+
+class RemoteLogManager:
+    """See the module docstring for the lifecycle, leadership and thread-safety."""
+
+    def __init__(
+        self,
+        log_manager: LogManager,
+        metadata_manager: RemoteLogMetadataManager,
+        storage_manager: RemoteStorageManager,
+        *,
+        broker_id: int,
+        clock: Clock,
+        cache_dir: Path,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        cache_chunk_bytes: int = MiB,
+        cleaner_checkpoint: Callable[[TopicPartition], int | None] = lambda tp: None,
+    ) -> None:
+        self.log_manager = log_manager
+        self.metadata = metadata_manager
+        self.rsm = storage_manager
+        self.broker_id = broker_id
+        self.clock = clock
+        self.cache_dir = Path(cache_dir)
+        self._staging = self.cache_dir / "staging"
+        shutil.rmtree(self._staging, ignore_errors=True)  # leftovers of a crashed copy
+        self.cache = RemoteReadCache(self.cache_dir / "read-cache", cache_bytes, chunk_bytes=cache_chunk_bytes)
+        self.reader = RemoteSegmentReader(storage_manager, self.cache)
+        self._cleaner_checkpoint = cleaner_checkpoint
+        self._guard = threading.Lock()
+        self._tp_locks: dict[TopicPartition, threading.RLock] = {}
+        self._leaders: dict[TopicPartition, LeaderState] = {}
+        self._abandoned: dict[TopicPartition, dict[str, RemoteLogSegmentMetadata]] = {}
+        self._counters = {"bytes_uploaded": 0, "segments_copied": 0, "segments_deleted": 0, "copy_failures": 0,
+                          "fenced_operations": 0}
+        self._closed = False
+
+    # ---- plumbing ----------------------------------------------------------------------------
+    def _lock(self, tp: TopicPartition) -> threading.RLock:
+        with self._guard:
+            return self._tp_locks.setdefault(tp, threading.RLock())
+
+    def _bump(self, name: str, n: int = 1) -> None:
+        with self._guard:
+            self._counters[name] += n
+
+    def stats(self) -> RemoteLogManagerStats:
+        with self._guard:
+            c = dict(self._counters)
+        return RemoteLogManagerStats(c["bytes_uploaded"], self.reader.bytes_downloaded, c["segments_copied"],
+                                     c["segments_deleted"], c["copy_failures"], c["fenced_operations"])
+
+    def _log(self, tp: TopicPartition) -> LocalLog:
+        return self.log_manager.get_log(tp)
+
+    # ---- leadership --------------------------------------------------------------------------
+    def become_leader(self, tp: TopicPartition, leader_epoch: int, broker_id: int) -> LeaderState:
+        """Register ``broker_id`` as leader at ``leader_epoch`` (strictly increasing, else
+        FencedLeaderEpochError) and start the epoch at the log end in the local log."""
+        with self._lock(tp):
+            log = self._log(tp)
+            start = log.log_end_offset
+            state = self.metadata.become_leader(tp, leader_epoch, broker_id, start_offset=start)
+            if log.leader_epoch < leader_epoch:
+                log.assign_epoch(leader_epoch, start)
+            self._leaders[tp] = state
+            return state
+
+    def leader_state(self, tp: TopicPartition) -> LeaderState:
+        """The leader this manager acts as (registered on first use; see the module docstring)."""
+        with self._lock(tp):
+            cached = self._leaders.get(tp)
+            if cached is not None:
+                return cached
+            log = self._log(tp)
+            state = self.metadata.leader_state(tp)
+            if state is None:
+                epoch = max(log.leader_epoch, 0)
+                start = next((e.start_offset for e in log.epoch_entries if e.epoch == epoch), log.log_start_offset)
+                try:
+                    state = self.metadata.become_leader(tp, epoch, self.broker_id, start_offset=start)
+                except FencedLeaderEpochError:
+                    state = self.metadata.leader_state(tp)  # another broker registered first
+                    assert state is not None
+            if log.leader_epoch < state.leader_epoch:
+                lineage = dict(self.metadata.leader_epochs(tp))
+                log.assign_epoch(state.leader_epoch, lineage.get(state.leader_epoch, log.log_end_offset))
+            self._leaders[tp] = state
+            return state
+
+    def leader_epoch(self, tp: TopicPartition) -> int:
+        return self.leader_state(tp).leader_epoch
+
+    # ---- copy ----------------------------------------------------------------------------------
+    def _highest_remote_offset(self, tp: TopicPartition) -> int:
+        segs = self.metadata.list_remote_log_segments(tp)
+        return max((m.end_offset for m in segs), default=-1)
+
+    def copy_rolled_segments(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
+        """Copy every rolled, stable, not yet covered segment, oldest first; returns the new
+        (COPY_SEGMENT_FINISHED) metadata. A failure abandons that upload and raises."""
+        with self._lock(tp):
+            log = self._log(tp)
+            if not log.config.remote_storage_enable:
+                return []
+            epoch = self.leader_epoch(tp)
+            highest = self._highest_remote_offset(tp)
+            copied: list[RemoteLogSegmentMetadata] = []
+            for seg in log.all_segments()[:-1]:
+                if seg.size == 0:
+                    continue
+                nxt = seg.read_next_offset()
+                if nxt - 1 <= highest:
+                    continue
+                if nxt > log.last_stable_offset:
+                    break  # later segments are above the LSO too
+                md = self._copy_segment(tp, log, seg, epoch)
+                if md is None:  # replaced by the cleaner meanwhile: the next run copies its successor
+                    break
+                copied.append(md)
+                highest = md.end_offset
+            return copied
+
+    def _stage(self, log: LocalLog, seg: LogSegment, into: Path) -> tuple[LogSegmentData, int, int] | None:
+        """Link the segment's files into ``into`` under the log's lock; (data, size, next offset)."""
+        with log.lock:
+            if seg not in log.segments:
+                return None
+            seg.flush()
+            into.mkdir(parents=True)
+            staged: dict[str, Path | None] = {}
+            for name, src in (("log", seg.log_path), ("index", seg.offset_index.path),
+                              ("timeindex", seg.time_index.path), ("txnindex", seg.txn_index.path)):
+                dst = into / src.name
+                if not src.exists():
+                    if name == "txnindex":
+                        staged[name] = None
+                        continue
+                    dst.write_bytes(b"")  # an index never written (no entries) is an empty index
+                else:
+                    try:
+                        os.link(src, dst)
+                    except OSError:
+                        shutil.copyfile(src, dst)
+                staged[name] = dst
+            nxt = seg.read_next_offset()
+            entries = [e for e in log.epoch_entries if e.start_offset < nxt]
+            checkpoint = f"0\n{len(entries)}\n" + "".join(f"{e.epoch} {e.start_offset}\n" for e in entries)
+            log_path = staged["log"]
+            assert log_path is not None and staged["index"] is not None and staged["timeindex"] is not None
+            data = LogSegmentData(log_path, staged["index"], staged["timeindex"], staged["txnindex"],
+                                  checkpoint.encode())
+            return data, log_path.stat().st_size, nxt
+
+    def _copy_segment(self, tp: TopicPartition, log: LocalLog, seg: LogSegment,
+                      epoch: int) -> RemoteLogSegmentMetadata | None:
+        staging = self._staging / uuid.uuid4().hex
+        try:
+            staged = self._stage(log, seg, staging)
+            if staged is None:
+                return None
+            data, size, nxt = staged
+            md = RemoteLogSegmentMetadata(
+                remote_log_segment_id=RemoteLogSegmentId.generate(tp), start_offset=seg.base_offset,
+                end_offset=nxt - 1, max_timestamp_ms=seg.largest_timestamp, broker_id=self.broker_id, event_timestamp_ms=self.clock.milliseconds(),
+                segment_size_in_bytes=size, segment_leader_epochs=log.epochs_for_range(seg.base_offset, nxt))
+            self.metadata.add_remote_log_segment_metadata(md, leader_epoch=epoch)
+            try:
+                self.rsm.copy_log_segment_data(md, data)
+                self._put_bloom(md, data.log_segment, float(log.config.get("remote.compaction.bloom.fpp")))
+                done = self.metadata.update_remote_log_segment_state(
+                    md.remote_log_segment_id, S.COPY_SEGMENT_FINISHED, leader_epoch=epoch,
+                    event_timestamp_ms=self.clock.milliseconds(), broker_id=self.broker_id)
+            except Exception as e:
+                self._bump("copy_failures")
+                if isinstance(e, FencedLeaderEpochError):
+                    self._bump("fenced_operations")
+                logger.warning("%s: copy of segment %d as %s failed (%s); abandoning the upload",
+                               tp, seg.base_offset, md.id, e)
+                self._abandon(md, epoch)
+                raise
+            uploaded = sum(p.stat().st_size for p in (data.log_segment, data.offset_index, data.time_index,
+                                                      data.transaction_index) if p is not None)
+            self._bump("bytes_uploaded", uploaded + len(data.leader_epoch_index))
+            self._bump("segments_copied")
+            logger.info("%s: copied segment [%d, %d] (%d bytes) as %s", tp, md.start_offset, md.end_offset,
+                        size, md.id)
+            return done
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _put_bloom(self, md: RemoteLogSegmentMetadata, log_path: Path, fpp: float) -> None:
+        """A missing filter only costs the cleaner a download (it builds one lazily), so a
+        failure here is logged, not fatal to the copy."""
+        try:
+            self.metadata.put_bloom_filter(md.remote_log_segment_id, build_segment_bloom(log_path, fpp).to_bytes())
+        except TiercompactError as e:
+            logger.warning("%s: could not store the bloom filter of %s: %s", md.topic_partition, md.id, e)
+
+    def _abandon(self, md: RemoteLogSegmentMetadata, epoch: int) -> None:
+        try:
+            self._delete_remote(md, epoch)
+        except Exception as e:  # noqa: BLE001 - retried by run_once / the orphan rules
+            logger.warning("%s: could not abandon upload %s yet (%s); will retry", md.topic_partition, md.id, e)
+            with self._guard:
+                self._abandoned.setdefault(md.topic_partition, {})[md.id] = md
+
+    # ---- deletion ------------------------------------------------------------------------------
+    def _delete_remote(self, md: RemoteLogSegmentMetadata, epoch: int) -> None:
+        """DELETE_SEGMENT_STARTED (fenced) -> delete objects (idempotent) -> FINISHED."""
+        sid = md.remote_log_segment_id
+        now = self.clock.milliseconds()
+        try:
+            self.metadata.update_remote_log_segment_state(sid, S.DELETE_SEGMENT_STARTED, leader_epoch=epoch,
+                                                          event_timestamp_ms=now, broker_id=self.broker_id)
+        except FencedLeaderEpochError:
+            self._bump("fenced_operations")
+            raise
+        self.rsm.delete_log_segment_data(md)
+        self.cache.invalidate_segment(md.id)
+        self.metadata.update_remote_log_segment_state(sid, S.DELETE_SEGMENT_FINISHED, leader_epoch=epoch,
+                                                      event_timestamp_ms=self.clock.milliseconds(),
+                                                      broker_id=self.broker_id)
+        with self._guard:
+            self._abandoned.get(md.topic_partition, {}).pop(md.id, None)
+        self._bump("segments_deleted")
+
+    def delete_unreferenced(self, tp: TopicPartition, *, orphan_grace_ms: int | None = None) -> list[str]:
+        """The deferred-delete step: delete superseded segments, abandoned uploads and
+        unfinished deletions; returns the deleted segment ids.
+
+        Validation: the DELETE_SEGMENT_STARTED tombstone is written with our leader epoch in
+        the same transaction as the fence check, so a zombie leader gets
+        FencedLeaderEpochError before any object is touched; a segment readers still see is
+        never deleted. A storage failure on one segment does not stop the others; the first
+        one is raised at the end (the segment stays DELETE_SEGMENT_STARTED and is retried).
+        """
+        with self._lock(tp):
+            epoch = self.leader_epoch(tp)
+            todo = {m.id: m for m in self.metadata.unreferenced_segments(tp, orphan_grace_ms=orphan_grace_ms)}
+            with self._guard:
+                abandoned = dict(self._abandoned.get(tp, {}))
+            if abandoned:
+                pending = {m.id: m for m in self.metadata.list_remote_log_segments(
+                    tp, include_superseded=True, states=[S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED])}
+                for sid in abandoned:
+                    if sid in pending:
+                        todo.setdefault(sid, pending[sid])
+                    else:  # finished meanwhile (or never written): nothing left to do
+                        with self._guard:
+                            self._abandoned.get(tp, {}).pop(sid, None)
+            lineage_ok = {sid: self.metadata.is_segment_within_leader_epochs(md, tp) for sid, md in todo.items()}
+            deleted: list[str] = []
+            first_error: Exception | None = None
+            for sid, md in sorted(todo.items(), key=lambda kv: (kv[1].start_offset, kv[0])):
+                if md.is_referenced:
+                    continue
+                try:
+                    self._delete_remote(md, epoch)
+                except FencedLeaderEpochError:
+                    raise
+                except TiercompactError as e:
+                    logger.warning("%s: deferred delete of %s failed: %s", tp, sid, e)
+                    first_error = first_error or e
+                    continue
+                logger.info("%s: deleted unreferenced segment %s [%d, %d] (%s%s)", tp, sid, md.start_offset,
+                            md.end_offset, md.state.name if md.superseded_by is None else "superseded",
+                            "" if lineage_ok[sid] else ", outside the current epoch lineage")
+                deleted.append(sid)
+            if first_error is not None:
+                raise first_error
+            return deleted
+
+    def recover_orphans(self, tp: TopicPartition) -> list[str]:
+        """At startup: delete every unfinished upload of ``tp`` now (no grace period)."""
+        return self.delete_unreferenced(tp, orphan_grace_ms=0)
+
+    # ---- retention -----------------------------------------------------------------------------
+    def apply_local_retention(self, tp: TopicPartition, now: int | None = None) -> list[int]:
+        """Delete copied local segments past local retention; returns their base offsets."""
+        with self._lock(tp):
+            log = self._log(tp)
+            cfg = log.config
+            if not cfg.remote_storage_enable:
+                return []
+            now = self.clock.milliseconds() if now is None else now
+            highest = self._highest_remote_offset(tp)
+            checkpoint: int | None = None
+            gate_on_checkpoint = cfg.compact and not cfg.delete
+            if gate_on_checkpoint:
+                checkpoint = self._cleaner_checkpoint(tp)
+                if checkpoint is None:
+                    return []
+            deletable: list[LogSegment] = []
+            for seg in log.retention_breached_segments(now, cfg.local_retention_ms, cfg.local_retention_bytes):
+                nxt = seg.read_next_offset()
+                if nxt - 1 > highest:
+                    break  # not copied yet: it and everything after it stay (deletion is from the start)
+                if checkpoint is not None and nxt > checkpoint:
+                    break  # not cleaned yet (cleanup.policy=compact)
+                deletable.append(seg)
+            return log.delete_segments(deletable) if deletable else []
+
+    def apply_remote_retention(self, tp: TopicPartition, now: int | None = None) -> list[str]:
+        """For cleanup.policy containing delete: delete remote segments past retention.ms /
+        beyond retention.bytes (plus the local copies they cover); returns deleted ids."""
+        with self._lock(tp):
+            log = self._log(tp)
+            cfg = log.config
+            if not cfg.remote_storage_enable or not cfg.delete:
+                return []
+            now = self.clock.milliseconds() if now is None else now
+            epoch = self.leader_epoch(tp)
+            segs = self.metadata.list_remote_log_segments(tp)
+            retention_ms, retention_bytes = int(cfg.get("retention.ms")), int(cfg.get("retention.bytes"))
+            breached: list[RemoteLogSegmentMetadata] = []
+            if retention_ms >= 0:
+                for md in segs:
+                    if now - md.max_timestamp_ms <= retention_ms:
+                        break
+                    breached.append(md)
+            if retention_bytes >= 0:
+                highest = max((m.end_offset for m in segs), default=-1)
+                local_only = sum(s.size for s in log.all_segments() if s.read_next_offset() - 1 > highest)
+                excess = sum(m.segment_size_in_bytes for m in segs) + local_only - retention_bytes
+                for md in segs:
+                    if md in breached:
+                        excess -= md.segment_size_in_bytes
+                        continue
+                    if excess - md.segment_size_in_bytes < 0:
+                        break
+                    breached.append(md)
+                    excess -= md.segment_size_in_bytes
+            deleted: list[str] = []
+            for md in breached:
+                self._delete_remote(md, epoch)
+                deleted.append(md.id)
+            if breached:
+                end = max(m.end_offset for m in breached)
+                with log.lock:
+                    local = [s for s in log.all_segments()[:-1] if s.read_next_offset() - 1 <= end]
+                    log.delete_segments(local)
+            return deleted
+
+    # ---- the background loop -----------------------------------------------------------------
+    def tier(self, tp: TopicPartition) -> TierResult:
+        """Copy rolled segments now, then apply local retention (POST .../tier)."""
+        copied = self.copy_rolled_segments(tp)
+        return TierResult([m.start_offset for m in copied], self.apply_local_retention(tp))
+
+    def run_once(self) -> dict[TopicPartition, PartitionRunResult]:
+        """One pass over every remote-storage partition: copy, local retention, remote
+        retention, deferred deletion. A failing step is logged and recorded; it stops
+        neither the other steps nor the other partitions."""
+        out: dict[TopicPartition, PartitionRunResult] = {}
+        for tp, log in sorted(self.log_manager.all_logs().items()):
+            if not log.config.remote_storage_enable:
+                continue
+            res = out[tp] = PartitionRunResult()
+            steps: list[tuple[str, Callable[[], None]]] = [
+                ("copy", lambda tp=tp, res=res: res.copied.extend(m.start_offset for m in
+                                                                  self.copy_rolled_segments(tp))),
+                ("local retention", lambda tp=tp, res=res: res.deleted_local.extend(self.apply_local_retention(tp))),
+                ("remote retention", lambda tp=tp, res=res: res.deleted_remote.extend(
+                    self.apply_remote_retention(tp))),
+                ("deferred delete", lambda tp=tp, res=res: res.deleted_remote.extend(self.delete_unreferenced(tp))),
+            ]
+            for name, step in steps:
+                try:
+                    step()
+                except Exception as e:  # noqa: BLE001 - one partition's failure must not stop the loop
+                    logger.warning("%s: %s failed: %s", tp, name, e)
+                    res.errors.append(f"{name}: {e}")
+        return out
+
+    # ---- sizes and views -----------------------------------------------------------------------
+    def remote_segments(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
+        """The referenced remote segments, by start offset (metadata only)."""
+        return self.metadata.list_remote_log_segments(tp)
+
+    def remote_log_size(self, tp: TopicPartition) -> int:
+        """Bytes of the referenced remote segments (the metadata store's cached sum)."""
+        return self.metadata.remote_log_size(tp)
+
+    def log_start_offset(self, tp: TopicPartition) -> int:
+        local = self._log(tp).log_start_offset
+        first = self.metadata.remote_log_segment_metadata(tp, 0)
+        return local if first is None else min(first.start_offset, local)
+
+    def segments_view(self, tp: TopicPartition) -> list[SegmentView]:
+        log = self._log(tp)
+        remote = self.metadata.list_remote_log_segments(tp)
+        out: list[SegmentView] = []
+        used: set[str] = set()
+        for seg in log.all_segments():
+            end = seg.read_next_offset() - 1
+            cover = next((m for m in remote if seg.size and m.start_offset <= seg.base_offset
+                          and m.end_offset >= end), None)
+            if cover is not None:
+                used.add(cover.id)
+            out.append(SegmentView(seg.base_offset, end, seg.size, "both" if cover else "local",
+                                   seg.largest_timestamp, cover.id if cover else None,
+                                   cover.state.name if cover else None))
+        for m in remote:
+            if m.id not in used:
+                out.append(SegmentView(m.start_offset, m.end_offset, m.segment_size_in_bytes, "remote",
+                                       m.max_timestamp_ms, m.id, m.state.name))
+        out.sort(key=lambda v: (v.base_offset, v.tier != "remote"))
+        return out
+
+    # ---- reading -------------------------------------------------------------------------------
+    def read(self, tp: TopicPartition, offset: int, *, max_bytes: int = MiB, isolation: str = "read_uncommitted",
+             max_records: int = 500) -> ReadResult:
+        """Records from ``offset`` on, from whichever tier holds them (local preferred).
+
+        Raises OffsetOutOfRangeError below the log start (either tier) or above the log end.
+        """
+        check_isolation(isolation)
+        for attempt in range(3):
+            try:
+                return self._read(tp, offset, max_bytes, isolation, max_records)
+            except (FileNotFoundError, ObjectNotFoundError):
+                # retention or compaction removed a segment between the lookup and the read
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _read(self, tp: TopicPartition, offset: int, max_bytes: int, isolation: str,
+              max_records: int) -> ReadResult:
+        log = self._log(tp)
+        hw = log.high_watermark
+        start = self.log_start_offset(tp)
+        if offset < start or offset > log.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {tp}: valid offsets are [{start}, {log.log_end_offset}] "
+                f"(log start offset to log end offset)")
+        cur = offset
+        while True:
+            local_start = log.log_start_offset
+            if cur >= local_start:
+                return self._read_local(log, cur, max_bytes, isolation, max_records, start, hw)
+            md = self.metadata.remote_log_segment_metadata(tp, cur)
+            if md is None or md.start_offset >= local_start:
+                cur = local_start  # a gap up to the local log
+                continue
+            cur = max(cur, md.start_offset)
+            batches = self.reader.read(md, cur, max_bytes)
+            if not batches:
+                cur = md.end_offset + 1  # compaction emptied the rest of this segment
+                continue
+            aborted: list[AbortedTxn] = []
+            if isolation == READ_COMMITTED:
+                aborted = self._remote_aborted(tp, log, md, cur, batches[-1].next_offset)
+            res = records_from_batches(batches, cur, isolation=isolation, aborted=aborted, max_records=max_records)
+            if res.records or res.next_offset > md.end_offset:
+                return ReadResult(res.records, res.next_offset, start, hw)
+            cur = max(res.next_offset, cur + 1) if res.next_offset > cur else md.end_offset + 1
+
+    def _read_local(self, log: LocalLog, offset: int, max_bytes: int, isolation: str, max_records: int,
+                    start: int, hw: int) -> ReadResult:
+        lso = log.last_stable_offset if isolation == READ_COMMITTED else None
+        batches: list[RecordBatch] = log.read(offset, max_bytes=max_bytes, max_offset=lso)
+        aborted: list[AbortedTxn] = []
+        if isolation == READ_COMMITTED and batches:
+            upper = batches[-1].next_offset
+            aborted = [t for t in log.collect_aborted_transactions(offset, log.log_end_offset + 1)
+                       if t.first_offset < upper]
+        res = records_from_batches(batches, offset, isolation=isolation, aborted=aborted, max_records=max_records)
+        return ReadResult(res.records, res.next_offset, start, hw)
+
+    def _remote_aborted(self, tp: TopicPartition, log: LocalLog, md: RemoteLogSegmentMetadata, start: int,
+                        upper: int) -> list[AbortedTxn]:
+        """Kafka's collectAbortedTransactions for a remote fetch: this segment's txn index,
+        then later remote segments, then the local log, until an entry's LSO reaches ``upper``
+        (an ABORT marker lives in the segment holding it, possibly after the fetched range)."""
+        out, complete = collect_aborted(self.reader.aborted_transactions(md), start, upper)
+        if complete:
+            return out
+        for later in self.metadata.list_remote_log_segments(tp):
+            if later.start_offset <= md.start_offset or later.id == md.id:
+                continue
+            found, complete = collect_aborted(self.reader.aborted_transactions(later), start, upper)
+            out.extend(found)
+            if complete:
+                return out
+        local_start = log.log_start_offset
+        found, _ = collect_aborted(log.collect_aborted_transactions(local_start, log.log_end_offset + 1),
+                                   start, upper)
+        seen = {(t.producer_id, t.first_offset) for t in out}
+        out.extend(t for t in found if (t.producer_id, t.first_offset) not in seen)
+        return out
+
+    def position_for(self, md: RemoteLogSegmentMetadata, offset: int) -> int:
+        """Byte position in a remote segment to start reading ``offset`` at (for the tiered
+        cleaner's ranged fetches), from the cached remote offset index."""
+        return self.reader.position_for(md, offset)
+
+    def close(self) -> None:
+        """Empty the read cache. Idempotent; the log, metadata and storage managers are the
+        caller's to close."""
+        if self._closed:
+            return
+        self._closed = True
+        self.cache.clear()

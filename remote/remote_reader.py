@@ -1,0 +1,147 @@
+"""RemoteSegmentReader: record batches and aborted transactions out of one remote segment.
+
+The remote half of the RemoteLogManager's read path (Kafka's RemoteLogReader /
+RemoteLogManager.read): look the target offset up in the segment's remote offset index
+(``IndexType.OFFSET``, Kafka's 8-byte ``relativeOffset, position`` entries, relative to the
+segment's start offset), fetch from that byte position through the
+:class:`~remote.read_cache.RemoteReadCache` in windows of ``max(max_bytes, 64 KiB)``, and
+walk whole batches. A batch larger than the window is fetched whole (its length is in the
+first 12 bytes). Every batch read from the object store has its CRC checked, since it left
+our disk. Thread-safe (stateless apart from the thread-safe cache and counters).
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+import threading
+from collections.abc import Iterable
+
+from log.errors import CorruptRecordError
+from log.index.txn_index import AbortedTxn
+from log.record import LOG_OVERHEAD, RecordBatch, iter_batches
+from metadata.types import RemoteLogSegmentMetadata
+from remote.read_cache import RemoteReadCache
+from remote.storage_manager import IndexType, RemoteStorageManager
+
+MIN_WINDOW = 64 * 1024
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TXN_ENTRY = struct.Struct(">hqqqq")
+
+
+class RemoteSegmentReader:
+    def __init__(self, rsm: RemoteStorageManager, cache: RemoteReadCache) -> None:
+        self.rsm = rsm
+        self.cache = cache
+        self._lock = threading.Lock()
+        self.bytes_downloaded = 0
+
+    def _count(self, n: int) -> None:
+        with self._lock:
+            self.bytes_downloaded += n
+
+    # ---- indexes -----------------------------------------------------------------------------
+    def _index_bytes(self, md: RemoteLogSegmentMetadata, index: IndexType) -> bytes:
+        def load() -> bytes:
+            data = self.rsm.fetch_index(md, index)
+            self._count(len(data))
+            return data
+
+        return self.cache.get(f"{md.id}{index.value}", load)
+
+    def offset_index(self, md: RemoteLogSegmentMetadata) -> list[tuple[int, int]]:
+        """The remote offset index as ``[(absolute offset, position)]``."""
+        data = self._index_bytes(md, IndexType.OFFSET)
+        key = self.rsm.object_key(md, IndexType.OFFSET)
+        if len(data) % _OFFSET_ENTRY.size:
+            raise CorruptRecordError(f"offset index of {len(data)} bytes is not a multiple of 8", source=key)
+        return [(md.start_offset + rel, pos) for rel, pos in _OFFSET_ENTRY.iter_unpack(data)]
+
+    def position_for(self, md: RemoteLogSegmentMetadata, offset: int) -> int:
+        """Byte position of the batch to start scanning at for ``offset`` (Kafka's lookup)."""
+        entries = self.offset_index(md)
+        i = bisect.bisect_right(entries, (offset, 2**62)) - 1
+        if i < 0:
+            return 0
+        pos = entries[i][1]
+        return pos if 0 <= pos < md.segment_size_in_bytes else 0
+
+    def aborted_transactions(self, md: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
+        data = self._index_bytes(md, IndexType.TRANSACTION)
+        key = self.rsm.object_key(md, IndexType.TRANSACTION)
+        if len(data) % _TXN_ENTRY.size:
+            raise CorruptRecordError(f"transaction index of {len(data)} bytes is not a multiple of 34", source=key)
+        out = []
+        for version, pid, first, last, lso in _TXN_ENTRY.iter_unpack(data):
+            if version != 0 or last < first:
+                raise CorruptRecordError("transaction index entry invalid", source=key)
+            out.append(AbortedTxn(pid, first, last, lso))
+        return out
+
+    # ---- data --------------------------------------------------------------------------------
+    def _range(self, md: RemoteLogSegmentMetadata, start: int, end: int) -> bytes:
+        def fetch(lo: int, hi: int) -> bytes:
+            data = self.rsm.fetch_log_segment(md, lo, hi)
+            self._count(len(data))
+            return data
+
+        return self.cache.read_range(md.id, md.segment_size_in_bytes, start, end, fetch)
+
+    def read(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int) -> list[RecordBatch]:
+        """Batches of the segment holding offsets >= ``offset``, up to ``max_bytes`` (at least
+        one batch if any remains). An empty list means the segment holds nothing at or after
+        ``offset`` (compaction removed its tail)."""
+        size = md.segment_size_in_bytes
+        source = self.rsm.object_key(md)
+        pos = self.position_for(md, offset)
+        window = max(max_bytes, MIN_WINDOW)
+        out: list[RecordBatch] = []
+        total = 0
+        first_checked = pos == 0
+        while pos < size:
+            data = self._range(md, pos, min(size, pos + window))
+            consumed = 0
+            rescan = False
+            for p, batch in iter_batches(data, source=source, allow_truncated_tail=True):
+                if not first_checked:
+                    first_checked = True
+                    if batch.base_offset > offset:
+                        rescan = True  # the index pointed past the target: scan from the start
+                        break
+                consumed = p + batch.size_in_bytes
+                if batch.last_offset < offset:
+                    continue
+                if out and total + batch.size_in_bytes > max_bytes:
+                    return out
+                batch.ensure_valid(source=source, position=pos + p)
+                out.append(batch)
+                total += batch.size_in_bytes
+            if rescan:
+                pos = 0
+                continue
+            if consumed == 0:
+                if len(data) < LOG_OVERHEAD:
+                    raise CorruptRecordError(f"truncated batch header ({len(data)} bytes)", source=source,
+                                             position=pos)
+                length = int.from_bytes(data[8:12], "big", signed=True)
+                if length <= 0 or pos + LOG_OVERHEAD + length > size:
+                    raise CorruptRecordError(f"batch length {length} runs past the segment's {size} bytes",
+                                             source=source, position=pos)
+                window = LOG_OVERHEAD + length  # one batch bigger than the window: fetch it whole
+                continue
+            pos += consumed
+            if total >= max_bytes:
+                break
+        return out
+
+
+def collect_aborted(txns: Iterable[AbortedTxn], start: int, upper: int) -> tuple[list[AbortedTxn], bool]:
+    """Kafka's TransactionIndex.collectAbortedTxns over entries: those overlapping
+    ``[start, upper)``, and whether the search is complete (an entry's LSO >= upper)."""
+    out: list[AbortedTxn] = []
+    for t in txns:
+        if t.last_offset >= start and t.first_offset < upper:
+            out.append(t)
+            if t.last_stable_offset >= upper:
+                return out, True
+    return out, False
