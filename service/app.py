@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.errors import error_body, install_error_handlers
 from service.metrics import make_registry, render
 from service.node import Node
-from service.routes import partitions, topics
+from service.routes import cleaner, partitions, topics
 from service.schemas import Health
 
 API_DESCRIPTION = """Kafka-style log compaction for partitions whose segments live on local disk and in S3.
@@ -120,4 +120,5 @@ def create_app(node: Node, *, manage_lifecycle: bool = False) -> FastAPI:
 
     app.include_router(topics.router)
     app.include_router(partitions.router)
+    app.include_router(cleaner.router)
     return app

@@ -47,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the HTTP admin API and background cleaning/tiering")
     _add_option_flags(serve)
 
+    clean = sub.add_parser("clean", help="run one cleaning pass on a partition and print its stats (JSON)")
+    clean.add_argument("topic")
+    clean.add_argument("partition", type=int)
+    _add_option_flags(clean)
+
     dump = sub.add_parser("dump-log", help="print the batches of segment files (like kafka-dump-log)")
     dump.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                       help=".log, .index, .timeindex or .txnindex file")
@@ -69,6 +74,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = create_app(node, manage_lifecycle=True)
     # uvicorn turns SIGTERM/SIGINT into a graceful stop; the app's lifespan then shuts the node down.
     uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level, access_log=False)
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    """A pass on the data dir without starting the service's threads (stop `serve` first:
+    two processes must not own one data dir)."""
+    from service.node import Node
+
+    config = _load(args)
+    logging.basicConfig(level=config.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    with Node(config) as node:
+        _print_json(node.clean(args.topic, args.partition))
     return 0
 
 
@@ -96,7 +113,7 @@ def cmd_config_docs(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"serve": cmd_serve, "dump-log": cmd_dump_log, "config-docs": cmd_config_docs}
+COMMANDS = {"serve": cmd_serve, "clean": cmd_clean, "dump-log": cmd_dump_log, "config-docs": cmd_config_docs}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,6 +29,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from cleaner.errors import (
+    CleanerStateError,
+    LogCleaningAbortedError,
+    LogCleaningError,
+    OffsetMapFullError,
+    ThreadShutdownError,
+)
 from log.errors import (
     CorruptRecordError,
     InvalidConfigError,
@@ -111,6 +118,12 @@ STATUS: dict[type[TiercompactError], int] = {
     ObjectNotFoundError: 502,  # metadata names an object the store lacks: an upstream inconsistency
     RemoteStorageIOError: 502,
     RemoteStorageNotInstalledError: 500,
+    # cleaner
+    LogCleaningError: 500,
+    LogCleaningAbortedError: 409,  # paused or aborted on purpose (topic deleted, leadership moved)
+    ThreadShutdownError: 503,
+    OffsetMapFullError: 500,
+    CleanerStateError: 409,
     # service
     ServiceError: 500,
     UnauthorizedError: 401,

@@ -29,7 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from log.checkpoint import OffsetCheckpointFile
+from cleaner.config import CleanerConfig
+from cleaner.errors import CleanerStateError
+from cleaner.log_cleaner import LogCleaner, clean_partition
+from cleaner.log_to_clean import LogToClean, cleanable_offsets
+from cleaner.manager import CleaningStateKind
 from log.clock import SYSTEM_CLOCK, Clock
 from log.errors import InvalidRequestError, TiercompactError
 from log.fetch import READ_COMMITTED, check_isolation, records_from_batches
@@ -48,6 +52,9 @@ from service.jobs import JobRegistry
 from service.threads import PeriodicTask
 
 logger = logging.getLogger(__name__)
+
+CLEAN_BUSY_WAIT_MS = 50
+CLEAN_BUSY_RETRIES = 600
 
 
 class CountingObjectStore(ObjectStore):
@@ -159,7 +166,17 @@ class Node:
         self.object_store = CountingObjectStore(load_object_store(config.remote_url, **self._store_options()))
         self.storage_manager = RemoteStorageManager(self.object_store, clock=clock)
         self.metadata = load_metadata_manager(config.metadata_url)
+        self.cleaner = LogCleaner(self._cleaner_config(), self.log_manager, clock=clock)
         self.jobs = JobRegistry()
+        self._running_cleans: dict[TopicPartition, int] = {}
+
+    def _cleaner_config(self) -> CleanerConfig:
+        c = self.config
+        kwargs: dict[str, Any] = {"threads": max(c.cleaner_threads, 1), "enable": c.cleaner_threads > 0,
+                                  "dedupe_buffer_size": c.dedupe_buffer_size, "backoff_ms": c.cleaner_backoff_ms}
+        if c.io_max_bytes_per_second is not None:
+            kwargs["io_max_bytes_per_second"] = c.io_max_bytes_per_second
+        return CleanerConfig(**kwargs)
 
     def _store_options(self) -> dict[str, Any]:
         if not self.config.remote_url.startswith("s3://"):
@@ -183,6 +200,7 @@ class Node:
         ]
         for t in self.threads:
             t.start()
+        self.cleaner.start()
         logger.info("node %d started on %s (remote %s, metadata %s)", self.broker_id, self.data_dir,
                     self.config.remote_url, _redact(self.config.metadata_url))
         return self
@@ -194,7 +212,17 @@ class Node:
             self._closed = True
         for t in self.threads:
             t.initiate_shutdown()
+        # in-flight cleans stop at their next check; they leave only .cleaned files, which
+        # recovery removes, and no checkpoint moves
+        with self._lock:
+            running = list(self._running_cleans)
+        for tp in running:
+            try:
+                self.cleaner.manager.abort_and_pause_cleaning(tp, timeout=30)
+            except TiercompactError as e:
+                logger.warning("%s: could not abort the running clean: %s", tp, e)
         self.jobs.shutdown()
+        self.cleaner.shutdown()
         for t in self.threads:
             t.shutdown()
         self.scheduler.shutdown()
@@ -224,23 +252,20 @@ class Node:
         with self._lock:
             out["fenced_operations_total"] = self.fenced_operations
             out["remote_segments_skipped_by_bloom_total"] = self.segments_skipped_by_bloom
+        c = self.cleaner
+        for name in ("max_compaction_delay_secs", "max_clean_time_secs", "uncleanable_partitions_count",
+                     "uncleanable_bytes", "dead_thread_count", "max_buffer_utilization_percent",
+                     "cleaner_recopy_percent", "time_since_last_run_ms"):
+            out[name] = getattr(c, name)
         out["remote_bytes_uploaded_total"] = self.object_store.bytes_uploaded
         out["remote_bytes_downloaded_total"] = self.object_store.bytes_downloaded
         return out
 
     # ---- background passes -------------------------------------------------------------
     def run_retention_once(self) -> None:
-        """Local retention for delete policies."""
-        now = self.clock.milliseconds()
-        for tp, log in self.log_manager.all_logs().items():
-            try:
-                if log.config.delete:
-                    deleted = log.delete_old_segments(now)
-                    if deleted:
-                        logger.info("%s: retention deleted segments %s", tp, deleted)
-            except TiercompactError as e:
-                self.note_error(e)
-                logger.warning("%s: retention failed: %s", tp, e)
+        """Local retention of non-tiered delete-policy logs (coordinated with cleaning by the
+        cleaner's manager, so a round and a retention pass never touch a log at once)."""
+        self.cleaner.run_retention()
 
     def run_force_roll_once(self) -> list[TopicPartition]:
         """KIP-354: roll active segments past segment.ms / max.compaction.lag.ms."""
@@ -267,8 +292,16 @@ class Node:
         return self.log_manager.alter_config(name, changes)
 
     def delete_topic(self, name: str) -> None:
-        validate_topic_name(name)
-        self.log_manager.delete_topic(name)
+        topic = self.topic(name)
+        tps = [TopicPartition(name, p) for p in range(topic.partitions)]
+        manager = self.cleaner.manager
+        for tp in tps:
+            manager.abort_and_pause_cleaning(tp, timeout=60)
+        try:
+            self.log_manager.delete_topic(name)
+        finally:
+            for tp in tps:
+                manager.forget(tp)
 
     # ---- partitions ------------------------------------------------------------------
     def log(self, topic: str, partition: int) -> LocalLog:
@@ -354,21 +387,61 @@ class Node:
         }
 
     def cleaner_checkpoint(self, tp: TopicPartition) -> int | None:
-        return OffsetCheckpointFile(self.log_manager.cleaner_checkpoint_path).read().get(tp)
+        return self.cleaner.manager.all_cleaner_checkpoints().get(tp)
 
     def _ratios(self, log: LocalLog, checkpoint: int | None) -> tuple[float, float]:
-        """Dirty ratio (bytes after the checkpoint / bytes of the cleanable range) and the
-        must-clean ratio (dirty bytes older than max.compaction.lag.ms / cleanable bytes)."""
-        segs = log.all_segments()[:-1]  # the active segment is never cleanable
-        total = sum(s.size for s in segs)
-        if not total or not log.config.compact:
+        """The cleaner's own dirty and must-clean ratios (Kafka's LogToClean)."""
+        if not log.config.compact:
             return 0.0, 0.0
-        first_dirty = checkpoint if checkpoint is not None else log.log_start_offset
-        dirty = [s for s in segs if s.base_offset >= first_dirty]
         now = self.clock.milliseconds()
-        max_lag = int(log.config.get("max.compaction.lag.ms"))
-        overdue = [s for s in dirty if now - s.largest_timestamp > max_lag]
-        return (sum(s.size for s in dirty) / total, sum(s.size for s in overdue) / total)
+        offs = cleanable_offsets(log, checkpoint, now)
+        ltc = LogToClean(log.topic_partition, log, offs.first_dirty_offset, offs.first_uncleanable_dirty_offset,
+                         now=now)
+        return ltc.cleanable_ratio, ltc.must_clean_ratio
+
+    # ---- cleaning --------------------------------------------------------------------
+    def clean(self, topic: str, partition: int) -> dict[str, Any]:
+        """One cleaning round on the partition now, ignoring the dirty-ratio threshold."""
+        log = self.log(topic, partition)
+        tp = log.topic_partition
+        with self._lock:
+            if self._closed:
+                from service.errors import ServiceUnavailableError
+
+                raise ServiceUnavailableError("the node is shutting down; clean again after it restarts")
+            self._running_cleans[tp] = self._running_cleans.get(tp, 0) + 1
+        try:
+            stats = self._clean_when_free(tp)
+        finally:
+            with self._lock:
+                n = self._running_cleans.pop(tp) - 1
+                if n:
+                    self._running_cleans[tp] = n
+        with self._lock:
+            self.segments_skipped_by_bloom += int(stats.get("segments_skipped_by_bloom") or 0)
+        return stats
+
+    def _clean_when_free(self, tp: TopicPartition) -> dict[str, Any]:
+        # A background round on the same partition makes clean_now refuse; an operator's
+        # "clean now" should wait for it and then run its own round, not fail.
+        for _ in range(CLEAN_BUSY_RETRIES):
+            try:
+                return clean_partition(self.log_manager, tp, log_cleaner=self.cleaner).as_dict()
+            except CleanerStateError:
+                if self._closed:
+                    raise
+                state = self.cleaner.manager.state(tp)
+                if state is not None and state.kind is not CleaningStateKind.IN_PROGRESS:
+                    raise  # paused (being deleted) or aborted: waiting will not help
+                self.clock.sleep(CLEAN_BUSY_WAIT_MS)
+        return clean_partition(self.log_manager, tp, log_cleaner=self.cleaner).as_dict()
+
+    def submit_clean(self, topic: str, partition: int) -> str:
+        self.log(topic, partition)  # unknown partitions fail now, not in the job
+        return self.jobs.submit(topic, partition, lambda: self.clean(topic, partition)).job_id
+
+    def cleaner_status(self) -> dict[str, Any]:
+        return self.cleaner.status()
 
 
 def _redact(url: str) -> str:

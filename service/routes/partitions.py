@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
 
 from log.local_log import RecordSpec
 from service.node import decode_field, encode_field
@@ -12,6 +13,7 @@ from service.routes.deps import READ, WRITE, NodeDep, PartitionPath, TopicPath
 from service.schemas import (
     Error,
     FetchResponse,
+    JobAccepted,
     MarkerRequest,
     MarkerResponse,
     Partition,
@@ -75,3 +77,12 @@ def describe_partition(topic: TopicPath, partition: PartitionPath, node: NodeDep
 @router.post("/roll", response_model=RollResponse, dependencies=WRITE)
 def roll(topic: TopicPath, partition: PartitionPath, node: NodeDep) -> dict:
     return {"base_offset": node.roll(topic, partition)}
+
+
+@router.post("/clean", dependencies=WRITE, status_code=200,
+             responses={200: {"description": "cleaner stats"}, 202: {"model": JobAccepted}})
+def clean(topic: TopicPath, partition: PartitionPath, node: NodeDep, wait: bool = True) -> Any:
+    """One cleaning round now (ignores min.cleanable.dirty.ratio); wait=false runs it as a job."""
+    if not wait:
+        return JSONResponse({"job_id": node.submit_clean(topic, partition)}, status_code=202)
+    return node.clean(topic, partition)
