@@ -249,9 +249,8 @@ class S3ObjectStore(ObjectStore):
                 rest_of_head = rest_of_head[self.part_size:]
                 if len(nxt) < self.part_size:
                     nxt += stream.read(self.part_size - len(nxt))
-                body, n = pending, number
-                resp = self._call(f"upload part {n}", key, lambda b=body, n=n: client.upload_part(
-                    Bucket=self.bucket, Key=full, UploadId=upload_id, PartNumber=n, Body=b))
+                resp = self._call(f"upload part {number}", key, _bind_part(
+                    client, self.bucket, full, upload_id, number, pending))
                 parts.append({"PartNumber": number, "ETag": resp["ETag"]})
                 sent += len(pending)
                 number += 1
@@ -375,3 +374,10 @@ class S3ObjectStore(ObjectStore):
             return out
 
         return iter(sorted(self._call("list", prefix, pages)))
+
+
+def _bind_part(client: Any, bucket: str, key: str, upload_id: str, number: int, body: bytes) -> Callable[[], Any]:
+    def upload() -> Any:
+        return client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body)
+
+    return upload
