@@ -360,7 +360,8 @@ class RemoteLogManager:
             self._abandoned.get(md.topic_partition, {}).pop(md.id, None)
         self._bump("segments_deleted")
 
-    def delete_unreferenced(self, tp: TopicPartition, *, orphan_grace_ms: int | None = None) -> list[str]:
+    def delete_unreferenced(self, tp: TopicPartition, *, orphan_grace_ms: int | None = None,
+                            _all_unfinished: bool = False) -> list[str]:
         """The deferred-delete step: delete superseded segments, abandoned uploads and
         unfinished deletions; returns the deleted segment ids.
 
@@ -373,6 +374,9 @@ class RemoteLogManager:
         with self._lock(tp):
             epoch = self.leader_epoch(tp)
             todo = {m.id: m for m in self.metadata.unreferenced_segments(tp, orphan_grace_ms=orphan_grace_ms)}
+            if _all_unfinished:
+                todo.update((m.id, m) for m in self.metadata.list_remote_log_segments(
+                    tp, include_superseded=True, states=[S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED]))
             with self._guard:
                 abandoned = dict(self._abandoned.get(tp, {}))
             if abandoned:
@@ -408,7 +412,7 @@ class RemoteLogManager:
 
     def recover_orphans(self, tp: TopicPartition) -> list[str]:
         """At startup: delete every unfinished upload of ``tp`` now (no grace period)."""
-        return self.delete_unreferenced(tp, orphan_grace_ms=0)
+        return self.delete_unreferenced(tp, _all_unfinished=True)
 
     # ---- retention -----------------------------------------------------------------------------
     def apply_local_retention(self, tp: TopicPartition, now: int | None = None) -> list[int]:
