@@ -52,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     clean.add_argument("partition", type=int)
     _add_option_flags(clean)
 
+    demo = sub.add_parser("demo", help="a self-contained tour: produce, tier, compact, read back")
+    demo.add_argument("--records", type=int, default=20_000, help="records to produce (default 20000)")
+    demo.add_argument("--keys", type=int, default=1_000, help="distinct keys (default 1000)")
+    demo.add_argument("--dir", type=Path, default=None, help="data dir to use (default: a temporary one)")
+    demo.add_argument("--seed", type=int, default=42, help="random seed of the workload")
+
     dump = sub.add_parser("dump-log", help="print the batches of segment files (like kafka-dump-log)")
     dump.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                       help=".log, .index, .timeindex or .txnindex file")
@@ -89,6 +95,17 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from service.demo import run_demo
+
+    logging.basicConfig(level="WARNING", format="%(levelname)s %(name)s: %(message)s")
+    if args.records < 1 or args.keys < 1:
+        print("error: --records and --keys must be at least 1", file=sys.stderr)
+        return 2
+    report = run_demo(args.records, args.keys, args.dir, seed=args.seed)
+    return 0 if report["ok"] else 1
+
+
 def cmd_dump_log(args: argparse.Namespace) -> int:
     from service.dump import dump_file
 
@@ -113,7 +130,7 @@ def cmd_config_docs(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"serve": cmd_serve, "clean": cmd_clean, "dump-log": cmd_dump_log, "config-docs": cmd_config_docs}
+COMMANDS = {"serve": cmd_serve, "clean": cmd_clean, "demo": cmd_demo, "dump-log": cmd_dump_log, "config-docs": cmd_config_docs}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -45,6 +45,7 @@ from log.types import TopicPartition, validate_topic_name
 from metadata import load_metadata_manager
 from metadata.errors import FencedLeaderEpochError
 from remote import load_object_store
+from remote.log_manager import RemoteLogManager
 from remote.object_store import ObjectStore, PutData
 from remote.storage_manager import RemoteStorageManager
 from service.config import ServiceConfig
@@ -53,6 +54,9 @@ from service.threads import PeriodicTask
 
 logger = logging.getLogger(__name__)
 
+REMOTE_CACHE_DIR = "remote-cache"
+COUNTED_BY_RLM = "_tiercompact_counted_by_rlm"
+MAX_EMPTY_PAGES = 1000
 CLEAN_BUSY_WAIT_MS = 50
 CLEAN_BUSY_RETRIES = 600
 
@@ -167,6 +171,11 @@ class Node:
         self.storage_manager = RemoteStorageManager(self.object_store, clock=clock)
         self.metadata = load_metadata_manager(config.metadata_url)
         self.cleaner = LogCleaner(self._cleaner_config(), self.log_manager, clock=clock)
+        self.remote = RemoteLogManager(self.log_manager, self.metadata, self.storage_manager,
+                                       broker_id=config.broker_id, clock=clock,
+                                       cache_dir=self.data_dir / REMOTE_CACHE_DIR,
+                                       cache_bytes=config.remote_cache_bytes,
+                                       cleaner_checkpoint=self.cleaner_checkpoint)
         self.jobs = JobRegistry()
         self._running_cleans: dict[TopicPartition, int] = {}
 
@@ -188,12 +197,18 @@ class Node:
             opts["region"] = self.config.s3_region
         return opts
 
+    @property
+    def tiered_cleaning(self) -> bool:
+        """Whether cleans of tiered partitions compact the remote tier too."""
+        return False
+
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> Node:
         with self._lock:
             if self._started:
                 return self
             self._started = True
+        self.recover()
         self.threads = [
             PeriodicTask("tiercompact-retention", self.run_retention_once, self.config.tiering_interval_ms),
             PeriodicTask("tiercompact-force-roll", self.run_force_roll_once, self.config.roll_check_interval_ms),
@@ -204,6 +219,22 @@ class Node:
         logger.info("node %d started on %s (remote %s, metadata %s)", self.broker_id, self.data_dir,
                     self.config.remote_url, _redact(self.config.metadata_url))
         return self
+
+    def recover(self) -> None:
+        """Startup recovery beyond the local logs' own: adopt the registered leadership of
+        every tiered partition and delete uploads a crash left unfinished, before any
+        cleaner or tiering pass runs."""
+        for tp, log in sorted(self.log_manager.all_logs().items()):
+            if not log.config.remote_storage_enable:
+                continue
+            try:
+                self.remote.leader_state(tp)
+                removed = self.remote.recover_orphans(tp)
+                if removed:
+                    logger.info("%s: removed %d unfinished uploads left by a crash", tp, len(removed))
+            except TiercompactError as e:
+                self.note_error(e)
+                logger.warning("%s: recovery of remote state failed: %s", tp, e)
 
     def shutdown(self) -> None:
         with self._lock:
@@ -227,7 +258,7 @@ class Node:
             t.shutdown()
         self.scheduler.shutdown()
         self.log_manager.close()
-        for closer in (self.metadata.close, self.object_store.close):
+        for closer in (self.remote.close, self.metadata.close, self.object_store.close):
             try:
                 closer()
             except Exception:  # closing must not stop the rest of the shutdown
@@ -241,8 +272,10 @@ class Node:
         self.shutdown()
 
     def note_error(self, exc: TiercompactError) -> None:
-        """Count what metrics report about errors (fenced operations)."""
-        if isinstance(exc, FencedLeaderEpochError):
+        """Count what metrics report about errors (fenced operations).
+
+        Fenced errors raised out of the RemoteLogManager were already counted by it."""
+        if isinstance(exc, FencedLeaderEpochError) and not getattr(exc, COUNTED_BY_RLM, False):
             with self._lock:
                 self.fenced_operations += 1
 
@@ -250,7 +283,7 @@ class Node:
         """Current metric values by name (service.metrics pulls these at scrape time)."""
         out: dict[str, float] = {}
         with self._lock:
-            out["fenced_operations_total"] = self.fenced_operations
+            out["fenced_operations_total"] = self.fenced_operations + self.remote.stats().fenced_operations
             out["remote_segments_skipped_by_bloom_total"] = self.segments_skipped_by_bloom
         c = self.cleaner
         for name in ("max_compaction_delay_secs", "max_clean_time_secs", "uncleanable_partitions_count",
@@ -266,6 +299,10 @@ class Node:
         """Local retention of non-tiered delete-policy logs (coordinated with cleaning by the
         cleaner's manager, so a round and a retention pass never touch a log at once)."""
         self.cleaner.run_retention()
+        for tp, res in self.remote.run_once().items():
+            if res.copied or res.deleted_local or res.deleted_remote:
+                logger.info("%s: tiered %s, deleted local %s, deleted remote %s", tp, res.copied,
+                            res.deleted_local, res.deleted_remote)
 
     def run_force_roll_once(self) -> list[TopicPartition]:
         """KIP-354: roll active segments past segment.ms / max.compaction.lag.ms."""
@@ -298,10 +335,22 @@ class Node:
         for tp in tps:
             manager.abort_and_pause_cleaning(tp, timeout=60)
         try:
+            for tp in tps:
+                self._delete_remote_data(tp)
             self.log_manager.delete_topic(name)
         finally:
             for tp in tps:
                 manager.forget(tp)
+
+    def _delete_remote_data(self, tp: TopicPartition) -> None:
+        """Objects first, then the metadata (a crash in between leaves rows naming missing
+        objects, which a retried delete removes; never objects nobody knows about)."""
+        mds = {m.id: m for m in self.metadata.list_remote_log_segments(tp, include_superseded=True)}
+        mds.update({m.id: m for m in self.metadata.unreferenced_segments(tp, orphan_grace_ms=0)})
+        for md in mds.values():
+            self.storage_manager.delete_log_segment_data(md)
+            self.remote.cache.invalidate_segment(md.id)
+        self.metadata.delete_partition(tp)
 
     # ---- partitions ------------------------------------------------------------------
     def log(self, topic: str, partition: int) -> LocalLog:
@@ -336,7 +385,21 @@ class Node:
         if offset < 0:
             raise InvalidRequestError(f"offset={offset} is invalid: must be >= 0")
         log = self.log(topic, partition)
-        return self._read_local(log, offset, max_records, isolation)
+        if not log.config.remote_storage_enable:
+            return self._read_local(log, offset, max_records, isolation)
+        tp = log.topic_partition
+        res = self.remote.read(tp, offset, max_bytes=self.config.max_fetch_bytes, isolation=isolation,
+                               max_records=max_records)
+        # a page holding only control batches or aborted records: keep going, so an empty
+        # page always means "nothing more to read now"
+        for _ in range(MAX_EMPTY_PAGES):
+            upper = log.last_stable_offset if isolation == READ_COMMITTED else log.high_watermark
+            if res.records or res.next_offset >= upper or res.next_offset <= offset:
+                break
+            offset = res.next_offset
+            res = self.remote.read(tp, offset, max_bytes=self.config.max_fetch_bytes, isolation=isolation,
+                                   max_records=max_records)
+        return ReadResult(res.records, res.next_offset, res.log_start_offset, res.high_watermark)
 
     def _read_local(self, log: LocalLog, offset: int, max_records: int, isolation: str) -> ReadResult:
         hw = log.high_watermark
@@ -365,15 +428,21 @@ class Node:
         log = self.log(topic, partition)
         tp = log.topic_partition
         segs = log.all_segments()
-        segments = [{"base_offset": s.base_offset, "end_offset": max(s.read_next_offset() - 1, s.base_offset - 1),
-                     "size_bytes": s.size, "tier": "local", "segment_id": None, "state": None,
-                     "max_timestamp": s.largest_timestamp} for s in segs]
+        local_bytes = sum(s.size for s in segs)
+        tiered = log.config.remote_storage_enable
+        if tiered:
+            segments = [{"base_offset": v.base_offset, "end_offset": v.end_offset, "size_bytes": v.size_bytes,
+                         "tier": v.tier, "segment_id": v.segment_id, "state": v.state,
+                         "max_timestamp": v.max_timestamp} for v in self.remote.segments_view(tp)]
+        else:
+            segments = [{"base_offset": s.base_offset, "end_offset": s.read_next_offset() - 1, "size_bytes": s.size,
+                         "tier": "local", "segment_id": None, "state": None, "max_timestamp": s.largest_timestamp}
+                        for s in segs]
         checkpoint = self.cleaner_checkpoint(tp)
         dirty, must = self._ratios(log, checkpoint)
-        local_bytes = sum(s.size for s in segs)
         return {
             "topic": tp.topic, "partition": tp.partition,
-            "log_start_offset": log.log_start_offset,
+            "log_start_offset": self.remote.log_start_offset(tp) if tiered else log.log_start_offset,
             "log_end_offset": log.log_end_offset,
             "last_stable_offset": log.last_stable_offset,
             "high_watermark": log.high_watermark,
@@ -382,9 +451,28 @@ class Node:
             "dirty_ratio": dirty,
             "must_clean_ratio": must,
             "local_size_bytes": local_bytes,
-            "remote_size_bytes": 0,
+            "remote_size_bytes": self.remote.remote_log_size(tp) if tiered else 0,
             "segments": segments,
         }
+
+    def tier(self, topic: str, partition: int) -> dict[str, list[int]]:
+        """Copy rolled segments to the object store now and apply local retention."""
+        log = self.log(topic, partition)
+        if not log.config.remote_storage_enable:
+            raise InvalidRequestError(f"topic {topic!r} has remote.storage.enable=false; set it with "
+                                      f"PATCH /v1/topics/{topic}/config to tier its segments")
+        try:
+            res = self.remote.tier(log.topic_partition)
+        except FencedLeaderEpochError as e:
+            setattr(e, COUNTED_BY_RLM, True)
+            raise
+        return {"copied": res.copied, "deleted_local": res.deleted_local}
+
+    def become_leader(self, topic: str, partition: int, leader_epoch: int, broker_id: int) -> dict[str, Any]:
+        """Register a new leader epoch (a leadership move); writes under older epochs are fenced."""
+        log = self.log(topic, partition)
+        self.remote.become_leader(log.topic_partition, leader_epoch, broker_id)
+        return self.partition_info(topic, partition)
 
     def cleaner_checkpoint(self, tp: TopicPartition) -> int | None:
         return self.cleaner.manager.all_cleaner_checkpoints().get(tp)

@@ -14,12 +14,14 @@ from service.schemas import (
     Error,
     FetchResponse,
     JobAccepted,
+    LeadershipRequest,
     MarkerRequest,
     MarkerResponse,
     Partition,
     ProduceRequest,
     ProduceResponse,
     RollResponse,
+    TierResponse,
 )
 
 router = APIRouter(prefix="/v1/topics/{topic}/partitions/{partition}", tags=["partitions"],
@@ -86,3 +88,15 @@ def clean(topic: TopicPath, partition: PartitionPath, node: NodeDep, wait: bool 
     if not wait:
         return JSONResponse({"job_id": node.submit_clean(topic, partition)}, status_code=202)
     return node.clean(topic, partition)
+
+
+@router.post("/tier", response_model=TierResponse, dependencies=WRITE)
+def tier(topic: TopicPath, partition: PartitionPath, node: NodeDep) -> dict:
+    """Copy rolled segments to the object store now and apply local retention."""
+    return node.tier(topic, partition)
+
+
+@router.post("/leadership", response_model=Partition, dependencies=WRITE)
+def leadership(topic: TopicPath, partition: PartitionPath, body: LeadershipRequest, node: NodeDep) -> dict:
+    """Move leadership to ``broker_id`` at ``leader_epoch``; older epochs are fenced from then on."""
+    return node.become_leader(topic, partition, body.leader_epoch, body.broker_id)
