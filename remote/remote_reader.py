@@ -21,10 +21,12 @@ from log.errors import CorruptRecordError
 from log.index.txn_index import AbortedTxn
 from log.record import LOG_OVERHEAD, RecordBatch, iter_batches
 from metadata.types import RemoteLogSegmentMetadata
+from remote.errors import RemoteStorageIOError
 from remote.read_cache import RemoteReadCache
 from remote.storage_manager import IndexType, RemoteStorageManager
 
 MIN_WINDOW = 64 * 1024
+_INDEX_READ_ATTEMPTS = 3
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TXN_ENTRY = struct.Struct(">hqqqq")
 
@@ -45,7 +47,19 @@ class RemoteSegmentReader:
         def load() -> bytes:
             data = self.rsm.fetch_index(md, index)
             self._count(len(data))
-            return data
+            if not data and index is IndexType.TRANSACTION:
+                return data  # copied without a txn index
+            # a short whole-object read would silently drop index entries (for the txn index:
+            # aborted records shown to read_committed consumers), so check it against the size
+            key = self.rsm.object_key(md, index)
+            for _ in range(_INDEX_READ_ATTEMPTS):
+                expected = self.rsm.store.size(key)
+                if len(data) == expected:
+                    return data
+                data = self.rsm.fetch_index(md, index)
+                self._count(len(data))
+            raise RemoteStorageIOError(f"index read returned {len(data)} of {expected} bytes after "
+                                       f"{_INDEX_READ_ATTEMPTS} attempts", key=key)
 
         return self.cache.get(f"{md.id}{index.value}", load)
 
