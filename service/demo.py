@@ -61,7 +61,8 @@ def _tier_counts(node: Node, records: list[Any]) -> dict[str, Any]:
 
 
 def _read_all(node: Node) -> list[Any]:
-    out, offset = [], 0
+    out: list[Any] = []
+    offset = 0
     while True:
         res = node.read(TOPIC, 0, offset, max_records=5000)
         if not res.records:

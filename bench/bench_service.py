@@ -1,0 +1,209 @@
+"""Load test of the HTTP service on loopback -> bench/results/service.json.
+
+A real uvicorn server (127.0.0.1, a free port) on a fresh data dir; for ~20 s (5 s with
+BENCH_QUICK=1) several producer threads append keyed records with updates and tombstones,
+reader threads page through partitions, and an admin thread rolls, tiers and cleans while
+the background cleaner and tiering loop run too. Afterwards every partition is cleaned
+once more and read from offset 0: the newest record of every key must be the one the
+producers' acknowledged appends say it is (no record lost), and no request may have failed.
+Reports requests/s and latency percentiles per kind of request.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.common import peak_rss_mb, quick, write_result
+from service.config import load_config
+from service.node import Node
+from service.server import ServerThread
+
+TOPIC = "load"
+PARTITIONS = 4
+PRODUCERS = 4
+READERS = 4
+KEYS = 400
+BATCH = 50
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.latency: dict[str, list[float]] = defaultdict(list)
+        self.failures: list[str] = []
+
+    def timed(self, kind: str, fn: Any) -> httpx.Response:
+        t0 = time.perf_counter()
+        try:
+            r = fn()
+        except httpx.HTTPError as e:
+            with self.lock:
+                self.failures.append(f"{kind}: {type(e).__name__}: {e}")
+            raise
+        dt = time.perf_counter() - t0
+        with self.lock:
+            self.latency[kind].append(dt)
+            if r.status_code >= 400:
+                self.failures.append(f"{kind}: HTTP {r.status_code} {r.text[:200]}")
+        return r
+
+
+def _pct(xs: list[float], p: float) -> float:
+    if not xs:
+        return 0.0
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def main() -> None:
+    duration = 5.0 if quick() else 20.0
+    root = Path(tempfile.mkdtemp(prefix="tiercompact-bench-service-"))
+    node = Node(load_config({"data_dir": root, "cleaner_threads": 2, "tiering_interval_ms": 500,
+                             "roll_check_interval_ms": 200, "cleaner_backoff_ms": 200,
+                             "log_level": "warning"}, env={}))
+    stats = Stats()
+    model: dict[int, dict[str, tuple[int, str | None]]] = {p: {} for p in range(PARTITIONS)}
+    model_lock = threading.Lock()
+    stop = threading.Event()
+    produced = [0]
+
+    with ServerThread(node) as srv:
+        base = srv.url
+
+        def producer(pid: int) -> None:
+            rng = random.Random(pid)
+            with httpx.Client(base_url=base, timeout=60) as c:
+                seq = 0
+                while not stop.is_set():
+                    p = rng.randrange(PARTITIONS)
+                    recs = []
+                    for _ in range(BATCH):
+                        k = f"key-{rng.randrange(KEYS)}"
+                        v = None if rng.random() < 0.05 else f"p{pid}-{seq}-{'x' * rng.randrange(20, 200)}"
+                        seq += 1
+                        recs.append((k, v))
+                    r = stats.timed("produce", lambda p=p, recs=recs: c.post(
+                        f"/v1/topics/{TOPIC}/partitions/{p}/records",
+                        json={"records": [{"key": k, "value": v} for k, v in recs], "compression": "lz4"}))
+                    if r.status_code != 200:
+                        continue
+                    b = r.json()["base_offset"]
+                    with model_lock:
+                        m = model[p]
+                        for i, (k, v) in enumerate(recs):
+                            if k not in m or m[k][0] < b + i:
+                                m[k] = (b + i, v)
+                        produced[0] += len(recs)
+
+        def reader(rid: int) -> None:
+            rng = random.Random(1000 + rid)
+            with httpx.Client(base_url=base, timeout=60) as c:
+                while not stop.is_set():
+                    p = rng.randrange(PARTITIONS)
+                    r = stats.timed("describe", lambda p=p: c.get(f"/v1/topics/{TOPIC}/partitions/{p}"))
+                    if r.status_code != 200:
+                        continue
+                    hw = r.json()["log_end_offset"]
+                    offset = rng.randrange(max(hw, 1))
+                    for _ in range(3):
+                        r = stats.timed("read", lambda p=p, o=offset: c.get(
+                            f"/v1/topics/{TOPIC}/partitions/{p}/records", params={"offset": o, "max_records": 200}))
+                        if r.status_code != 200:
+                            break
+                        page = r.json()
+                        offs = [x["offset"] for x in page["records"]]
+                        if offs != sorted(offs) or (offs and offs[0] < offset):
+                            with stats.lock:
+                                stats.failures.append(f"read: offsets out of order from {offset}: {offs[:5]}")
+                        if not offs:
+                            break
+                        offset = page["next_offset"]
+
+        def admin() -> None:
+            rng = random.Random(99)
+            with httpx.Client(base_url=base, timeout=120) as c:
+                while not stop.wait(1.0):
+                    p = rng.randrange(PARTITIONS)
+                    path = f"/v1/topics/{TOPIC}/partitions/{p}"
+                    stats.timed("roll", lambda path=path: c.post(f"{path}/roll"))
+                    stats.timed("tier", lambda path=path: c.post(f"{path}/tier"))
+                    stats.timed("clean", lambda path=path: c.post(f"{path}/clean"))
+                    stats.timed("metrics", lambda: c.get("/metrics"))
+
+        with httpx.Client(base_url=base, timeout=60) as c:
+            r = c.post("/v1/topics", json={"name": TOPIC, "partitions": PARTITIONS, "config": {
+                "cleanup.policy": "compact", "remote.storage.enable": True, "segment.bytes": 256 * 1024,
+                "segment.ms": 2000, "min.cleanable.dirty.ratio": 0.2, "local.retention.ms": -1}})
+            r.raise_for_status()
+
+        threads = ([threading.Thread(target=producer, args=(i,)) for i in range(PRODUCERS)]
+                   + [threading.Thread(target=reader, args=(i,)) for i in range(READERS)]
+                   + [threading.Thread(target=admin)])
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        time.sleep(duration)
+        stop.set()
+        for t in threads:
+            t.join(120)
+        elapsed = time.perf_counter() - t0
+
+        # final check: clean once more, read everything, compare the newest record of every key
+        lost = 0
+        final_records = 0
+        with httpx.Client(base_url=base, timeout=120) as c:
+            for p in range(PARTITIONS):
+                path = f"/v1/topics/{TOPIC}/partitions/{p}"
+                c.post(f"{path}/roll").raise_for_status()
+                c.post(f"{path}/tier").raise_for_status()
+                c.post(f"{path}/clean").raise_for_status()
+                seen: dict[str, tuple[int, str | None]] = {}
+                offset = 0
+                while True:
+                    page = c.get(f"{path}/records", params={"offset": offset, "max_records": 5000}).json()
+                    if not page["records"]:
+                        break
+                    for x in page["records"]:
+                        seen[x["key"]] = (x["offset"], x["value"])
+                    final_records += len(page["records"])
+                    offset = page["next_offset"]
+                lost += sum(1 for k, v in model[p].items() if seen.get(k) != v)
+            metrics = c.get("/metrics").text
+            cleaner = c.get("/v1/cleaner").json()
+    shutil.rmtree(root, ignore_errors=True)
+
+    total = sum(len(v) for v in stats.latency.values())
+    per_kind = {k: {"requests": len(v), "per_sec": round(len(v) / elapsed, 1),
+                    "p50_ms": round(statistics.median(v) * 1000, 2), "p99_ms": round(_pct(v, 99) * 1000, 2),
+                    "max_ms": round(max(v) * 1000, 2)} for k, v in sorted(stats.latency.items())}
+    all_lat = [x for v in stats.latency.values() for x in v]
+    result = {
+        "duration_s": round(elapsed, 2), "partitions": PARTITIONS, "producer_threads": PRODUCERS,
+        "reader_threads": READERS, "records_per_produce": BATCH, "keys_per_partition": KEYS,
+        "requests": total, "requests_per_sec": round(total / elapsed, 1),
+        "p99_ms": round(_pct(all_lat, 99) * 1000, 2),
+        "records_produced": produced[0], "records_produced_per_sec": round(produced[0] / elapsed, 1),
+        "final_records_read": final_records, "keys_lost_or_wrong": lost,
+        "failed_requests": len(stats.failures), "failures_sample": stats.failures[:5],
+        "cleaner_rounds_seen": len(cleaner["last_runs"]), "dead_cleaner_threads": cleaner["dead_threads"],
+        "metrics_exposed": all(n in metrics for n in ("max_clean_time_secs", "remote_bytes_uploaded_total")),
+        "by_kind": per_kind, "peak_rss_mb": round(peak_rss_mb(), 1),
+        "ok": lost == 0 and not stats.failures,
+    }
+    write_result("service", result)
+    if not result["ok"]:
+        raise AssertionError(f"service load test failed: {lost} keys lost/wrong, failures {stats.failures[:3]}")
+
+
+if __name__ == "__main__":
+    main()
