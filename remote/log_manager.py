@@ -574,10 +574,15 @@ class RemoteLogManager:
                 f"offset {offset} is out of range for {tp}: valid offsets are [{start}, {log.log_end_offset}] "
                 f"(log start offset to log end offset)")
         cur = offset
+        scanned = 0
         while True:
             local_start = log.log_start_offset
             if cur >= local_start:
                 return self._read_local(log, cur, max_bytes, isolation, max_records, start, hw)
+            if scanned >= max_bytes:
+                # only compacted-away, aborted or control data so far: report progress, a
+                # consumer fetches again from next_offset (bounds the work of one call)
+                return ReadResult([], cur, start, hw)
             md = self.metadata.remote_log_segment_metadata(tp, cur)
             if md is None or md.start_offset >= local_start:
                 cur = local_start  # a gap up to the local log
@@ -587,13 +592,15 @@ class RemoteLogManager:
             if not batches:
                 cur = md.end_offset + 1  # compaction emptied the rest of this segment
                 continue
+            scanned += sum(b.size_in_bytes for b in batches)
             aborted: list[AbortedTxn] = []
             if isolation == READ_COMMITTED:
                 aborted = self._remote_aborted(tp, log, md, cur, batches[-1].next_offset)
             res = records_from_batches(batches, cur, isolation=isolation, aborted=aborted, max_records=max_records)
-            if res.records or res.next_offset > md.end_offset:
+            if res.records:
                 return ReadResult(res.records, res.next_offset, start, hw)
-            cur = max(res.next_offset, cur + 1) if res.next_offset > cur else md.end_offset + 1
+            # a gap left by compaction (or only aborted/control batches): go on to the next offset present
+            cur = res.next_offset if res.next_offset > cur else md.end_offset + 1
 
     def _read_local(self, log: LocalLog, offset: int, max_bytes: int, isolation: str, max_records: int,
                     start: int, hw: int) -> ReadResult:
