@@ -461,7 +461,12 @@ class LocalLog:
     def collect_aborted_transactions(self, start_offset: int, upper: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start_offset, upper), from the .txnindex files."""
         with self.lock:
-            segs = self.segments.range(start_offset, upper) if start_offset < upper else []
+            # An entry lives in the segment holding its ABORT marker, which may lie at or beyond
+            # ``upper``: walk from floor(start_offset) through every later segment until one
+            # completes the search, as Kafka's LocalLog.collectAbortedTransactions does.
+            first = self.segments.floor(start_offset) or self.segments.first()
+            segs = ([s for s in self.segments.all() if s.base_offset >= first.base_offset]
+                    if start_offset < upper and first is not None else [])
             out: list[AbortedTxn] = []
             for seg in segs:
                 found, complete = seg.txn_index.collect(start_offset, upper)
