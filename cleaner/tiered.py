@@ -1,0 +1,543 @@
+"""TieredCleaner: Kafka's cleaning round for a partition whose segments live in an object store.
+
+This is seed 004's "download-clean-upload", built from the local cleaner's steps
+(:func:`~cleaner.cleaner.build_offset_map_from_segments`, :func:`~cleaner.cleaner.clean_into`)
+so the retention rules are exactly the local ones. A round over one partition:
+
+1. **Plan from metadata alone.** The referenced remote segments are the canonical log below
+   the tiering point. The dirty range is ``[checkpoint, upper)`` where the checkpoint is the
+   larger of the local cleaner-offset-checkpoint and the remote cleaner-offset vector's
+   value for the newest epoch, and ``upper`` is the first uncleanable offset (last stable
+   offset, active segment, ``min.compaction.lag.ms``), capped at the end of what is already
+   in remote storage and rounded down to a remote segment boundary.
+2. **Map the dirty range in chunks** of at most ``min(segment.bytes, free disk / 3)``: the
+   remote segments of a chunk that have no identical local copy are fetched into a temporary
+   directory, mapped into the same offset map, and deleted before the next chunk. If the
+   map fills, the round ends where it got (the next round continues from there).
+3. **Rewrite** every referenced segment below the mapped end. A segment of the already
+   clean region is first tested against its bloom filter (stored by the metadata manager):
+   if none of the map's keys can be in it, and it holds no transactional batch and no
+   delete horizon that has passed, it is **skipped** and carried forward unchanged.
+   Otherwise consecutive segments to rewrite are grouped up to ``segment.bytes``; each
+   group is fetched source by source (so local disk holds one source plus the output),
+   cleaned into one new segment, and uploaded under a **new** RemoteLogSegmentId with
+   its new bloom filter, registered COPY_SEGMENT_STARTED under the round's leader epoch.
+4. **Publish once** through :meth:`RemoteLogMetadataManager.publish_compaction` with the
+   cleaner-offset vector ``{..., epoch: end}``: the new segments become readable and the old
+   ones unreferenced in one fenced transaction. A leader whose epoch was superseded while
+   the round ran is rejected there (whatever the arrival order) and deletes what it
+   uploaded; its metadata rows are orphans the new leader's deferred-delete loop removes.
+   The replaced objects are deleted later by that loop, after epoch validation.
+5. **Finish locally**: the cleaner checkpoint is written and local copies wholly below the
+   new checkpoint (stale, uncompacted caches of remote data) are removed, so local and
+   remote reads agree.
+
+Deliberate differences from Kafka (which cannot compact tiered topics at all): the producer
+state used for "keep each producer's last batch" is the local log's, so a producer seen only
+in remote segments is not protected; and segments of the clean region that the bloom filter
+rules out are not recopied, so their tombstones are revisited only once their recorded delete
+horizon has passed (see :mod:`log.index.bloom` for the summary stored with each filter).
+
+Thread-safety: a TieredCleaner (and its offset map) belongs to one cleaner thread; rounds on
+different partitions may run in different TieredCleaners at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cleaner.cleaner import CleanContext, build_offset_map_from_segments, clean_into, finish_cleaned_segment
+from cleaner.config import CleanerConfig
+from cleaner.offset_map import OffsetMap
+from cleaner.stats import CleanerStats
+from cleaner.throttler import Throttler
+from cleaner.transactions import CleanedTransactionMetadata
+from log.checkpoint import LeaderEpochCheckpointFile
+from log.clock import SYSTEM_CLOCK, Clock
+from log.errors import TiercompactError
+from log.index.bloom import KeyBloomFilter, build_segment_bloom
+from log.index.txn_index import AbortedTxn, parse_txn_index
+from log.local_log import LocalLog
+from log.segment import LogSegment
+from log.types import EpochEntry, TopicPartition
+from metadata.errors import FencedLeaderEpochError
+from metadata.manager import RemoteLogMetadataManager
+from metadata.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
+from remote.storage_manager import IndexType, LogSegmentData, RemoteStorageManager
+
+logger = logging.getLogger(__name__)
+
+INT32_MAX = 2**31 - 1
+
+
+class InsufficientDiskError(TiercompactError):
+    """Free disk cannot hold one remote segment within the chunk bound (free / 3)."""
+
+    retriable = True
+
+
+# ---- local disk accounting ------------------------------------------------------------------
+
+class TempSpace:
+    """The tiered cleaner's temporary directory, with the bytes it holds and their peak.
+
+    Every downloaded or written file is registered; ``hook(current_bytes)`` is called after
+    each change so a test can assert the disk bound without timing anything.
+    """
+
+    def __init__(self, directory: Path, hook: Callable[[int], None] | None = None) -> None:
+        self.dir = Path(directory)
+        shutil.rmtree(self.dir, ignore_errors=True)  # leftovers of a crashed round
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.hook = hook
+        self._files: dict[Path, int] = {}
+        self.current = 0
+        self.peak = 0
+
+    def _update(self) -> None:
+        self.current = sum(self._files.values())
+        self.peak = max(self.peak, self.current)
+        if self.hook is not None:
+            self.hook(self.current)
+
+    def track(self, *paths: Path, counted: bool = True) -> None:
+        """Register files; ``counted=False`` for hard links to data already on local disk."""
+        for p in paths:
+            if p.exists():
+                self._files[p] = p.stat().st_size if counted else 0
+        self._update()
+
+    def release(self, *paths: Path) -> None:
+        for p in paths:
+            p.unlink(missing_ok=True)
+            self._files.pop(p, None)
+        self._update()
+
+    def cleanup(self) -> None:
+        self.release(*list(self._files))
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# ---- planning ------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class TieredRoundPlan:
+    """What a round will do, computed from metadata and the local log only."""
+
+    topic_partition: TopicPartition
+    leader_epoch: int
+    first_dirty_offset: int
+    upper: int
+    segments: tuple[RemoteLogSegmentMetadata, ...]  # every referenced segment, by offset
+    dirty: tuple[RemoteLogSegmentMetadata, ...]
+    cleaner_offsets: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def cleanable_bytes(self) -> int:
+        return sum(s.segment_size_in_bytes for s in self.dirty)
+
+    @property
+    def remote_bytes(self) -> int:
+        return sum(s.segment_size_in_bytes for s in self.segments)
+
+
+def plan_round(tp: TopicPartition, log: LocalLog, rlmm: RemoteLogMetadataManager, *, leader_epoch: int,
+               local_checkpoint: int | None, now: int) -> TieredRoundPlan | None:
+    """The cleanable range of a tiered partition (Kafka's cleanableOffsets over both tiers).
+
+    Returns None when nothing is in remote storage yet.
+    """
+    segments = rlmm.list_remote_log_segments(tp)
+    if not segments:
+        return None
+    log_start = segments[0].start_offset
+    remote_cp = rlmm.resolve_cleaner_checkpoint(tp)
+    cps = [c for c in (local_checkpoint, remote_cp) if c is not None]
+    cp = max(cps) if cps else log_start
+    if cp < log_start or cp > log.log_end_offset:
+        cp = log_start
+    remote_end = segments[-1].end_offset + 1
+    candidates = [remote_end, log.last_stable_offset, log.active_segment.base_offset]
+    min_lag = max(int(log.config.get("min.compaction.lag.ms")), 0)
+    if min_lag > 0:
+        for s in segments:
+            if s.end_offset >= cp and s.max_timestamp_ms > now - min_lag:
+                candidates.append(s.start_offset)
+                break
+    raw_upper = min(candidates)
+    upper = raw_upper
+    for s in segments:  # round down to a remote segment boundary
+        if s.start_offset < raw_upper <= s.end_offset:
+            upper = s.start_offset
+            break
+    upper = max(cp, upper)
+    dirty = tuple(s for s in segments if s.end_offset >= cp and s.start_offset < upper)
+    return TieredRoundPlan(tp, leader_epoch, cp, upper, tuple(segments), dirty, dict(rlmm.cleaner_offsets(tp)))
+
+
+def dirty_ratio(plan: TieredRoundPlan, local_only_bytes: int) -> float:
+    """cleanable / (remote + local-only) bytes, from metadata (no object-store call)."""
+    total = plan.remote_bytes + local_only_bytes
+    return plan.cleanable_bytes / total if total else 0.0
+
+
+# ---- the round -------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class _Source:
+    md: RemoteLogSegmentMetadata
+    segment: LogSegment
+    temp_files: tuple[Path, ...] = ()
+
+
+class TieredCleaner:
+    """Runs tiered cleaning rounds with one offset map. See the module docstring."""
+
+    def __init__(self, rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager, offset_map: OffsetMap,
+                 config: CleanerConfig, *, temp_dir: Path, broker_id: int = 0, clock: Clock = SYSTEM_CLOCK,
+                 throttler: Throttler | None = None, free_disk: Callable[[Path], int] | None = None,
+                 disk_hook: Callable[[int], None] | None = None, bloom_skip: bool = True,
+                 check_done: Callable[[TopicPartition], None] | None = None) -> None:
+        self.rlmm = rlmm
+        self.rsm = rsm
+        self.offset_map = offset_map
+        self.config = config
+        self.temp_root = Path(temp_dir)
+        self.broker_id = broker_id
+        self.clock = clock
+        self.throttler = throttler
+        self.free_disk = free_disk or (lambda p: shutil.disk_usage(p).free)
+        self.disk_hook = disk_hook
+        self.bloom_skip = bloom_skip
+        self.check_done = check_done
+        self.max_entries = int(offset_map.slots * config.load_factor)
+        if self.max_entries < 1:
+            raise ValueError(f"offset map of {offset_map.slots} slots holds no key at load factor {config.load_factor}")
+        #: the last round's temp space (peak bytes for tests and stats)
+        self.last_space: TempSpace | None = None
+
+    # ---- chunk bound ---------------------------------------------------------------------
+    def chunk_bound(self, log: LocalLog) -> int:
+        """min(segment.bytes, free disk / 3): room for downloads, the map's spill and output."""
+        self.temp_root.mkdir(parents=True, exist_ok=True)
+        return max(min(log.config.segment_bytes, self.free_disk(self.temp_root) // 3), 1)
+
+    # ---- the round -------------------------------------------------------------------------
+    def clean(self, log: LocalLog, *, leader_epoch: int, local_checkpoint: int | None,
+              now: int | None = None) -> tuple[int, CleanerStats]:
+        """One round on ``log``'s partition; returns (new checkpoint, stats).
+
+        Raises:
+            FencedLeaderEpochError: leadership moved while the round ran; nothing was published
+                and the round's uploads were removed.
+            InsufficientDiskError: free disk cannot hold one segment within the chunk bound.
+        """
+        tp = log.topic_partition
+        now = self.clock.milliseconds() if now is None else now
+        stats = CleanerStats(self.clock, tp)
+        plan = plan_round(tp, log, self.rlmm, leader_epoch=leader_epoch, local_checkpoint=local_checkpoint, now=now)
+        if plan is None or plan.upper <= plan.first_dirty_offset:
+            cp = plan.first_dirty_offset if plan else (local_checkpoint or 0)
+            stats.first_dirty_offset = stats.end_offset = cp
+            stats.index_done()
+            stats.all_done()
+            return cp, stats
+        stats.first_dirty_offset = plan.first_dirty_offset
+        space = TempSpace(self.temp_root / tp.dir_name, self.disk_hook)
+        self.last_space = space
+        uploaded: list[RemoteLogSegmentMetadata] = []
+        try:
+            end = self._map_dirty_range(log, plan, space, stats)
+            stats.index_done()
+            uploaded, replaced = self._rewrite(log, plan, end, now, space, stats)
+            vector = dict(plan.cleaner_offsets)
+            vector[leader_epoch] = end
+            if uploaded or replaced:
+                self.rlmm.publish_compaction(tp, leader_epoch=leader_epoch,
+                                             new_segment_ids=[m.remote_log_segment_id for m in uploaded],
+                                             replaced_segment_ids=[m.remote_log_segment_id for m in replaced],
+                                             cleaner_offsets=vector)
+            else:
+                self.rlmm.publish_cleaner_offsets(tp, leader_epoch=leader_epoch, cleaner_offsets=vector)
+        except BaseException as e:
+            self._abandon(uploaded, leader_epoch, fenced=isinstance(e, FencedLeaderEpochError))
+            raise
+        finally:
+            space.cleanup()
+        self._drop_stale_local_copies(log, end)
+        stats.buffer_utilization = self.offset_map.utilization
+        stats.end_offset = end
+        stats.all_done()
+        logger.info("tiered clean %s [%d, %d): %d segments downloaded, %d skipped by bloom, %d B down, %d B up",
+                    tp, plan.first_dirty_offset, end, stats.segments_downloaded, stats.segments_skipped_by_bloom,
+                    stats.bytes_downloaded, stats.bytes_uploaded)
+        return end, stats
+
+    def _check(self, tp: TopicPartition) -> Callable[[], None]:
+        if self.check_done is None:
+            return lambda: None
+        return lambda: self.check_done(tp)  # type: ignore[misc]
+
+    # ---- phase 1: the offset map ----------------------------------------------------------
+    def _map_dirty_range(self, log: LocalLog, plan: TieredRoundPlan, space: TempSpace, stats: CleanerStats) -> int:
+        tp = log.topic_partition
+        start, upper = plan.first_dirty_offset, plan.upper
+        self.offset_map.clear()
+        txn = CleanedTransactionMetadata()
+        txn.add_aborted(t for s in plan.dirty for t in self._aborted_txns(log, s, start, upper))
+        bound = self.chunk_bound(log)
+        for chunk in self._chunks(plan.dirty, bound):
+            sources = [self._open_source(log, md, space, stats, bound) for md in chunk]
+            try:
+                full = build_offset_map_from_segments(
+                    [s.segment for s in sources], start, upper, self.offset_map, txn, max_entries=self.max_entries,
+                    stats=stats, throttler=self.throttler, check_done=self._check(tp),
+                    io_buffer_size=self.config.io_buffer_per_thread)
+            finally:
+                for s in sources:
+                    self._close_source(s, space)
+            if full:
+                stats.map_full = True
+                return max(self.offset_map.latest_offset + 1, start)
+        return upper
+
+    @staticmethod
+    def _chunks(segments: Sequence[RemoteLogSegmentMetadata], bound: int) -> Iterator[list[RemoteLogSegmentMetadata]]:
+        chunk: list[RemoteLogSegmentMetadata] = []
+        size = 0
+        for md in segments:
+            if chunk and size + md.segment_size_in_bytes > bound:
+                yield chunk
+                chunk, size = [], 0
+            chunk.append(md)
+            size += md.segment_size_in_bytes
+        if chunk:
+            yield chunk
+
+    # ---- sources: a local copy, or a download ----------------------------------------------
+    @staticmethod
+    def _local_copy(log: LocalLog, md: RemoteLogSegmentMetadata) -> LogSegment | None:
+        """The local segment holding exactly the remote segment's bytes ('both' tier), if any."""
+        with log.lock:
+            seg = log.segments.get(md.start_offset)
+            if seg is None or seg is log.active_segment or seg.size != md.segment_size_in_bytes:
+                return None
+            if seg.read_next_offset() != md.end_offset + 1 or not seg.log_path.exists():
+                return None
+            return seg
+
+    def _aborted_txns(self, log: LocalLog, md: RemoteLogSegmentMetadata, start: int, upper: int) -> list[AbortedTxn]:
+        local = self._local_copy(log, md)
+        if local is not None:
+            entries = local.txn_index.all()
+        else:
+            entries = parse_txn_index(self.rsm.fetch_index(md, IndexType.TRANSACTION), source=md.id)
+        return [t for t in entries if t.last_offset >= start and t.first_offset < upper]
+
+    def _open_source(self, log: LocalLog, md: RemoteLogSegmentMetadata, space: TempSpace, stats: CleanerStats,
+                     bound: int) -> _Source:
+        linked = self._link_local_copy(log, md, space)
+        if linked is not None:
+            return linked
+        if md.segment_size_in_bytes > bound:
+            raise InsufficientDiskError(
+                f"remote segment {md.id} of {log.topic_partition} is {md.segment_size_in_bytes} bytes but the chunk "
+                f"bound min(segment.bytes, free disk / 3) is {bound}; free disk space under {self.temp_root}")
+        base = md.start_offset
+        log_path = space.dir / f"{base:020d}.log"
+        n = self.rsm.fetch_log_segment_to_file(md, log_path)
+        txn_bytes = self.rsm.fetch_index(md, IndexType.TRANSACTION)
+        files = [log_path]
+        if txn_bytes:
+            txn_path = space.dir / f"{base:020d}.txnindex"
+            txn_path.write_bytes(txn_bytes)
+            files.append(txn_path)
+        space.track(*files)
+        stats.segments_downloaded += 1
+        stats.bytes_downloaded += n + len(txn_bytes)
+        if self.throttler is not None:
+            self.throttler.maybe_throttle(n)
+        seg = LogSegment(space.dir, base, index_interval_bytes=int(log.config.get("index.interval.bytes")))
+        return _Source(md, seg, tuple(files + [seg.offset_index.path, seg.time_index.path]))
+
+    @staticmethod
+    def _link_local_copy(log: LocalLog, md: RemoteLogSegmentMetadata, space: TempSpace) -> _Source | None:
+        """Hard-link an identical local copy into the temp dir under the log's lock, so local
+        retention running meanwhile cannot pull the files away (no disk is used)."""
+        link_dir = space.dir / "local"
+        link_dir.mkdir(exist_ok=True)
+        with log.lock:
+            seg = TieredCleaner._local_copy(log, md)
+            if seg is None:
+                return None
+            links = []
+            try:
+                for f in (seg.log_path, seg.txn_index.path):
+                    if f.exists():
+                        dst = link_dir / f.name
+                        dst.unlink(missing_ok=True)
+                        os.link(f, dst)
+                        links.append(dst)
+            except OSError:
+                for p in links:
+                    p.unlink(missing_ok=True)
+                return None
+        space.track(*links, counted=False)
+        linked = LogSegment(link_dir, seg.base_offset, index_interval_bytes=seg.index_interval_bytes)
+        return _Source(md, linked, tuple(links + [linked.offset_index.path, linked.time_index.path]))
+
+    @staticmethod
+    def _close_source(src: _Source, space: TempSpace) -> None:
+        if src.temp_files:
+            src.segment.close()
+            space.release(*src.temp_files)
+
+    # ---- phase 2: rewrite ---------------------------------------------------------------
+    def _can_skip(self, md: RemoteLogSegmentMetadata, plan: TieredRoundPlan, now: int,
+                  digests: list[bytes] | None) -> tuple[bool, list[bytes] | None]:
+        """Whether a clean-region segment provably needs no rewrite (bloom + summary)."""
+        if not self.bloom_skip or md.end_offset >= plan.first_dirty_offset:
+            return False, digests
+        blob = self.rlmm.get_bloom_filter(md.remote_log_segment_id)
+        if blob is None:
+            return False, digests  # built lazily: downloaded, cleaned, and the new one gets a filter
+        bloom = KeyBloomFilter.from_bytes(blob, source=md.id)
+        if bloom.has_transactional_batches or (bloom.min_delete_horizon_ms is not None
+                                               and bloom.min_delete_horizon_ms <= now):
+            return False, digests
+        if digests is None:
+            digests = self.offset_map.digests()
+        return not bloom.might_contain_any_digest(digests), digests
+
+    def _rewrite(self, log: LocalLog, plan: TieredRoundPlan, end: int, now: int, space: TempSpace,
+                 stats: CleanerStats) -> tuple[list[RemoteLogSegmentMetadata], list[RemoteLogSegmentMetadata]]:
+        """Clean every referenced segment below ``end`` that may change; returns (uploaded, replaced)."""
+        tp = log.topic_partition
+        bound = self.chunk_bound(log)
+        candidates = [s for s in plan.segments if s.start_offset < end]
+        runs: list[list[RemoteLogSegmentMetadata]] = [[]]
+        digests: list[bytes] | None = None
+        for md in candidates:
+            skip, digests = self._can_skip(md, plan, now, digests)
+            if skip:
+                stats.segments_skipped_by_bloom += 1
+                if runs[-1]:
+                    runs.append([])
+            else:
+                runs[-1].append(md)
+        groups = [g for run in runs if run for g in self._group(run, min(log.config.segment_bytes, bound), end)]
+        with log.lock:
+            producers = log.producer_state.active_producers()
+        ctx = CleanContext(now_ms=now, delete_retention_ms=int(log.config.get("delete.retention.ms")),
+                           upper_bound_of_round=plan.upper, active_producers=producers,
+                           txn_metadata=CleanedTransactionMetadata(), throttler=self.throttler,
+                           check_done=self._check(tp), io_buffer_size=self.config.io_buffer_per_thread)
+        uploaded: list[RemoteLogSegmentMetadata] = []
+        replaced: list[RemoteLogSegmentMetadata] = []
+        out_dir = space.dir / "out"
+        out_dir.mkdir(exist_ok=True)
+        fpp = float(log.config.get("remote.compaction.bloom.fpp"))
+        for group in groups:
+            ctx.check_done()
+            dest = LogSegment(out_dir, group[0].start_offset,
+                              index_interval_bytes=int(log.config.get("index.interval.bytes")), create=True)
+            ctx.txn_metadata.cleaned_index = dest.txn_index
+            try:
+                for md in group:
+                    src = self._open_source(log, md, space, stats, bound)
+                    try:
+                        upper = md.end_offset + 1
+                        ctx.txn_metadata.add_aborted(self._aborted_txns(log, md, md.start_offset, upper))
+                        clean_into(src.segment, dest, self.offset_map, ctx, stats)
+                        space.track(dest.log_path)
+                    finally:
+                        self._close_source(src, space)
+                finish_cleaned_segment(dest, now)
+                stats.segments_cleaned += len(group)
+                stats.groups += 1
+                new_md = self._upload(log, group, dest, fpp, plan.leader_epoch, stats)
+                uploaded.append(new_md)
+                replaced.extend(group)
+            finally:
+                ctx.txn_metadata.cleaned_index = None
+                dest.close()
+                space.release(*dest.files())
+        return uploaded, replaced
+
+    @staticmethod
+    def _group(run: list[RemoteLogSegmentMetadata], max_size: int, end: int) -> list[list[RemoteLogSegmentMetadata]]:
+        """Kafka's groupSegmentsBySize over remote metadata: size and 2^31-1 offset span."""
+        groups: list[list[RemoteLogSegmentMetadata]] = []
+        i = 0
+        while i < len(run):
+            group = [run[i]]
+            size = run[i].segment_size_in_bytes
+            i += 1
+            while i < len(run):
+                nxt = run[i]
+                last = (run[i + 1].start_offset - 1) if i + 1 < len(run) else max(end - 1, nxt.end_offset)
+                if size + nxt.segment_size_in_bytes > max_size or last - group[0].start_offset > INT32_MAX:
+                    break
+                group.append(nxt)
+                size += nxt.segment_size_in_bytes
+                i += 1
+            groups.append(group)
+        return groups
+
+    def _upload(self, log: LocalLog, group: list[RemoteLogSegmentMetadata], dest: LogSegment, fpp: float,
+                epoch: int, stats: CleanerStats) -> RemoteLogSegmentMetadata:
+        tp = log.topic_partition
+        epochs: dict[int, int] = {}
+        for md in group:
+            for e, off in md.segment_leader_epochs.items():
+                epochs[e] = min(off, epochs.get(e, off))
+        max_ts = dest.max_timestamp_so_far if dest.max_timestamp_so_far >= 0 else max(m.max_timestamp_ms for m in group)
+        md = RemoteLogSegmentMetadata(
+            remote_log_segment_id=RemoteLogSegmentId.generate(tp), start_offset=group[0].start_offset,
+            end_offset=group[-1].end_offset, max_timestamp_ms=max_ts, broker_id=self.broker_id,
+            event_timestamp_ms=self.clock.milliseconds(), segment_size_in_bytes=dest.size,
+            segment_leader_epochs=epochs, state=RemoteLogSegmentState.COPY_SEGMENT_STARTED)
+        self.rlmm.add_remote_log_segment_metadata(md, leader_epoch=epoch)
+        for index in (dest.offset_index, dest.time_index):  # an empty index is still uploaded
+            index.flush()
+            index.path.touch(exist_ok=True)
+        txn = dest.txn_index.path if dest.txn_index.entries else None
+        entries = [EpochEntry(e, o) for e, o in sorted(epochs.items())]
+        self.rsm.copy_log_segment_data(md, LogSegmentData(dest.log_path, dest.offset_index.path, dest.time_index.path,
+                                                          txn, LeaderEpochCheckpointFile.render(entries)))
+        uploaded = dest.size + dest.offset_index.size_in_bytes + dest.time_index.size_in_bytes
+        stats.bytes_uploaded += uploaded
+        if self.throttler is not None:
+            self.throttler.maybe_throttle(uploaded)
+        self.rlmm.put_bloom_filter(md.remote_log_segment_id, build_segment_bloom(dest, fpp).to_bytes())
+        return md
+
+    def _abandon(self, uploaded: list[RemoteLogSegmentMetadata], epoch: int, *, fenced: bool) -> None:
+        """Remove a failed round's uploads; their metadata rows are orphans the deferred-delete loop ends."""
+        for md in uploaded:
+            try:
+                if not fenced:
+                    self.rlmm.update_remote_log_segment_state(
+                        md.remote_log_segment_id, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, leader_epoch=epoch,
+                        event_timestamp_ms=self.clock.milliseconds(), broker_id=self.broker_id)
+                self.rsm.delete_log_segment_data(md)
+                if not fenced:
+                    self.rlmm.update_remote_log_segment_state(
+                        md.remote_log_segment_id, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, leader_epoch=epoch,
+                        event_timestamp_ms=self.clock.milliseconds(), broker_id=self.broker_id)
+            except Exception:  # best effort: the deferred-delete loop finds what is left
+                logger.warning("could not remove abandoned upload %s; the deferred-delete loop will", md.id,
+                               exc_info=True)
+
+    @staticmethod
+    def _drop_stale_local_copies(log: LocalLog, end: int) -> list[int]:
+        """Local segments wholly below the new checkpoint now hold stale copies of remote data."""
+        with log.lock:
+            stale = [s for s in log.all_segments()
+                     if s is not log.active_segment and s.read_next_offset() <= end]
+            return log.delete_segments(stale)
