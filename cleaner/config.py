@@ -100,13 +100,14 @@ class CleanerConfig:
     @staticmethod
     def from_properties(props: Mapping[str, Any]) -> CleanerConfig:
         """Build from Kafka property names (``log.cleaner.threads``) or field names; unknown keys are errors."""
-        names = {f.name for f in fields(CleanerConfig)}
+        defaults = {f.name: f.default for f in fields(CleanerConfig)}
+        names = set(defaults)
         kwargs: dict[str, Any] = {}
         for k, v in props.items():
             name = PROPERTY_NAMES.get(k, k)
             if name not in names:
                 raise InvalidConfigError(f"unknown cleaner config key {k!r}; known: {', '.join(sorted(PROPERTY_NAMES))}")
-            default = getattr(CleanerConfig, name)
+            default = defaults[name]
             try:
                 if isinstance(default, bool):
                     v = v if isinstance(v, bool) else str(v).lower() == "true"

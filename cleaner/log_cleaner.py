@@ -85,9 +85,9 @@ class CleanerThread(threading.Thread):
                     self._wake.wait(self.owner.config.backoff_ms / 1000.0)
                     self._wake.clear()
         except BaseException:
+            # as Kafka's ShutdownableThread: the thread ends, is counted dead, and is not restarted
             self.dead = True
             logger.exception("%s died", self.name)
-            raise
 
     def do_work(self) -> bool:
         """One iteration: clean the filthiest log if any, then retention. Returns whether it cleaned."""
