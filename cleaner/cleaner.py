@@ -299,9 +299,10 @@ def _rebuild(batch: RecordBatch, keep: list[bool], delete_horizon_ms: int | None
         delete_horizon_ms=delete_horizon_ms,
         log_append_time_ms=batch.max_timestamp if batch.timestamp_type is TimestampType.LOG_APPEND_TIME else None,
     )
-    for r, k in zip(batch.records(), keep, strict=True):
+    append = builder.append
+    for (offset, timestamp, key, value, headers, _seq), k in zip(batch.iter_record_fields(), keep, strict=True):
         if k:
-            builder.append(r.offset, r.timestamp, r.key, r.value, r.headers)
+            append(offset, timestamp, key, value, headers)
     return builder.build(last_offset_delta=batch.last_offset_delta)
 
 

@@ -250,11 +250,12 @@ class TieredCleaner:
         stats.first_dirty_offset = plan.first_dirty_offset
         space = TempSpace(self.temp_root / tp.dir_name, self.disk_hook)
         self.last_space = space
-        uploaded: list[RemoteLogSegmentMetadata] = []
+        uploaded: list[RemoteLogSegmentMetadata] = []  # filled as uploads land, so a failure can undo them
+        replaced: list[RemoteLogSegmentMetadata] = []
         try:
             end = self._map_dirty_range(log, plan, space, stats)
             stats.index_done()
-            uploaded, replaced = self._rewrite(log, plan, end, now, space, stats)
+            self._rewrite(log, plan, end, now, space, stats, uploaded, replaced)
             vector = dict(plan.cleaner_offsets)
             vector[leader_epoch] = end
             if uploaded or replaced:
@@ -415,8 +416,10 @@ class TieredCleaner:
         return not bloom.might_contain_any_digest(digests), digests
 
     def _rewrite(self, log: LocalLog, plan: TieredRoundPlan, end: int, now: int, space: TempSpace,
-                 stats: CleanerStats) -> tuple[list[RemoteLogSegmentMetadata], list[RemoteLogSegmentMetadata]]:
-        """Clean every referenced segment below ``end`` that may change; returns (uploaded, replaced)."""
+                 stats: CleanerStats, uploaded: list[RemoteLogSegmentMetadata],
+                 replaced: list[RemoteLogSegmentMetadata]) -> None:
+        """Clean every referenced segment below ``end`` that may change, appending each upload
+        and the segments it replaces to ``uploaded`` / ``replaced`` as soon as it lands."""
         tp = log.topic_partition
         bound = self.chunk_bound(log)
         candidates = [s for s in plan.segments if s.start_offset < end]
@@ -437,8 +440,6 @@ class TieredCleaner:
                            upper_bound_of_round=plan.upper, active_producers=producers,
                            txn_metadata=CleanedTransactionMetadata(), throttler=self.throttler,
                            check_done=self._check(tp), io_buffer_size=self.config.io_buffer_per_thread)
-        uploaded: list[RemoteLogSegmentMetadata] = []
-        replaced: list[RemoteLogSegmentMetadata] = []
         out_dir = space.dir / "out"
         out_dir.mkdir(exist_ok=True)
         fpp = float(log.config.get("remote.compaction.bloom.fpp"))
@@ -467,7 +468,6 @@ class TieredCleaner:
                 ctx.txn_metadata.cleaned_index = None
                 dest.close()
                 space.release(*dest.files())
-        return uploaded, replaced
 
     @staticmethod
     def _group(run: list[RemoteLogSegmentMetadata], max_size: int, end: int) -> list[list[RemoteLogSegmentMetadata]]:
@@ -508,13 +508,18 @@ class TieredCleaner:
             index.path.touch(exist_ok=True)
         txn = dest.txn_index.path if dest.txn_index.entries else None
         entries = [EpochEntry(e, o) for e, o in sorted(epochs.items())]
-        self.rsm.copy_log_segment_data(md, LogSegmentData(dest.log_path, dest.offset_index.path, dest.time_index.path,
-                                                          txn, LeaderEpochCheckpointFile.render(entries)))
+        try:
+            self.rsm.copy_log_segment_data(md, LogSegmentData(
+                dest.log_path, dest.offset_index.path, dest.time_index.path, txn,
+                LeaderEpochCheckpointFile.render(entries)))
+            self.rlmm.put_bloom_filter(md.remote_log_segment_id, build_segment_bloom(dest, fpp).to_bytes())
+        except BaseException as e:
+            self._abandon([md], epoch, fenced=isinstance(e, FencedLeaderEpochError))
+            raise
         uploaded = dest.size + dest.offset_index.size_in_bytes + dest.time_index.size_in_bytes
         stats.bytes_uploaded += uploaded
         if self.throttler is not None:
             self.throttler.maybe_throttle(uploaded)
-        self.rlmm.put_bloom_filter(md.remote_log_segment_id, build_segment_bloom(dest, fpp).to_bytes())
         return md
 
     def _abandon(self, uploaded: list[RemoteLogSegmentMetadata], epoch: int, *, fenced: bool) -> None:
