@@ -18,10 +18,18 @@ Serialised layout (big-endian; there is no Kafka equivalent, so the table is our
     | 4     | version int8     | 1                                                          |
     | 5     | scheme int8      | 1 = members are MD5(key).hex() fed to pybloom-live          |
     | 6-7   | reserved int16   | 0                                                          |
-    | 8-11  | crc32c uint32    | CRC-32C of the payload                                     |
-    | 12-   | payload          | pybloom_live.BloomFilter.tofile(): header '<dQQQQ'         |
+    | 8-11  | crc32c uint32    | CRC-32C of bytes 12..end                                   |
+    | 12    | flags int8       | bit 0: the segment holds transactional or control batches  |
+    | 13-20 | minHorizon int64 | earliest KIP-534 delete horizon of its batches, -1 = none  |
+    | 21-   | payload          | pybloom_live.BloomFilter.tofile(): header '<dQQQQ'         |
     |       |                  | (error_rate, num_slices, bits_per_slice, capacity, count)  |
     |       |                  | then the bit array, little-endian bit order                |
+
+Bytes 12-20 (version 2) summarise the segment for the tiered cleaner's skip policy: a
+segment whose filter rules out every key of the offset map is still rewritten if it holds
+transactional batches (so markers are only removed once no batch of their transaction is
+left) or a delete horizon that has passed (so tombstones do expire). Version 1 blobs (no
+summary) read as "may hold both", i.e. never skipped.
 
 The scheme byte pins the hashing: pybloom-live derives slice positions from salted
 xxh128/SHA digests of the member's UTF-8 bytes, so a filter is only valid for readers using
@@ -54,9 +62,11 @@ if TYPE_CHECKING:
     from log.segment import LogSegment
 
 MAGIC = b"TCBF"
-VERSION = 1
+VERSION = 2
 SCHEME_MD5_HEX = 1
 HEADER = struct.Struct(">4sbbhI")
+SUMMARY = struct.Struct(">bq")
+FLAG_TRANSACTIONAL = 0x01
 DEFAULT_FPP = 0.01
 DIGEST_SIZE = 16
 
@@ -78,7 +88,7 @@ def bloom_size_bytes(expected: int, fpp: float) -> int:
     _check(expected, fpp)
     slices = math.ceil(math.log2(1.0 / fpp))
     bits_per_slice = math.ceil(max(expected, 1) * abs(math.log(fpp)) / (slices * math.log(2) ** 2))
-    return HEADER.size + struct.calcsize(BloomFilter.FILE_FMT) + math.ceil(slices * bits_per_slice / 8)
+    return HEADER.size + SUMMARY.size + struct.calcsize(BloomFilter.FILE_FMT) + math.ceil(slices * bits_per_slice / 8)
 
 
 def _check(expected: int, fpp: float) -> None:
@@ -91,10 +101,15 @@ def _check(expected: int, fpp: float) -> None:
 class KeyBloomFilter:
     """A bloom filter over MD5 digests of record keys. Immutable once built; thread-safe to query."""
 
-    __slots__ = ("_bf",)
+    __slots__ = ("_bf", "has_transactional_batches", "min_delete_horizon_ms")
 
-    def __init__(self, bf: BloomFilter) -> None:
+    def __init__(self, bf: BloomFilter, *, has_transactional_batches: bool = True,
+                 min_delete_horizon_ms: int | None = None) -> None:
         self._bf = bf
+        #: the segment holds transactional or control batches (unknown reads as True)
+        self.has_transactional_batches = has_transactional_batches
+        #: earliest delete horizon stamped in the segment's batches, None if none
+        self.min_delete_horizon_ms = min_delete_horizon_ms
 
     # ---- building --------------------------------------------------------------------------
     @classmethod
@@ -162,8 +177,10 @@ class KeyBloomFilter:
     def to_bytes(self) -> bytes:
         buf = io.BytesIO()
         self._bf.tofile(buf)
-        payload = buf.getvalue()
-        return HEADER.pack(MAGIC, VERSION, SCHEME_MD5_HEX, 0, crc32c(payload)) + payload
+        flags = FLAG_TRANSACTIONAL if self.has_transactional_batches else 0
+        horizon = -1 if self.min_delete_horizon_ms is None else self.min_delete_horizon_ms
+        body = SUMMARY.pack(flags, horizon) + buf.getvalue()
+        return HEADER.pack(MAGIC, VERSION, SCHEME_MD5_HEX, 0, crc32c(body)) + body
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview, *, source: str | None = None) -> KeyBloomFilter:
@@ -174,20 +191,29 @@ class KeyBloomFilter:
         magic, version, scheme, _reserved, crc = HEADER.unpack_from(data)
         if magic != MAGIC:
             raise CorruptIndexError(f"bloom filter blob has magic {magic!r}, expected {MAGIC!r}", source=source)
-        if version != VERSION or scheme != SCHEME_MD5_HEX:
+        if version not in (1, VERSION) or scheme != SCHEME_MD5_HEX:
             raise CorruptIndexError(f"unsupported bloom filter version {version} / hash scheme {scheme} "
                                     f"(this build reads version {VERSION}, scheme {SCHEME_MD5_HEX}); rebuild "
                                     f"the filter", source=source)
-        payload = data[HEADER.size:]
-        if crc32c(payload) != crc:
+        body = data[HEADER.size:]
+        if crc32c(body) != crc:
             raise CorruptIndexError("bloom filter checksum mismatch", source=source)
+        summary: dict[str, object] = {}
+        payload = body
+        if version >= 2:
+            if len(body) < SUMMARY.size:
+                raise CorruptIndexError("bloom filter blob is missing its segment summary", source=source)
+            flags, horizon = SUMMARY.unpack_from(body)
+            summary = {"has_transactional_batches": bool(flags & FLAG_TRANSACTIONAL),
+                       "min_delete_horizon_ms": None if horizon < 0 else horizon}
+            payload = body[SUMMARY.size:]
         try:
             bf = BloomFilter.fromfile(io.BytesIO(payload))
         except (ValueError, struct.error, OverflowError) as e:
             raise CorruptIndexError(f"bloom filter payload is invalid: {e}", source=source) from None
         if not 0 < bf.error_rate < 1 or bf.count > bf.capacity + 1:
             raise CorruptIndexError("bloom filter header is inconsistent", source=source)
-        return cls(bf)
+        return cls(bf, **summary)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         return f"KeyBloomFilter(count={self.count}, capacity={self.capacity}, fpp={self.fpp}, bits={self.num_bits})"
@@ -202,7 +228,13 @@ def build_segment_bloom(segment: LogSegment | str | Path, fpp: float = DEFAULT_F
     path = Path(segment) if isinstance(segment, str | Path) else segment.log_path
     size = path.stat().st_size
     expected = 0
+    transactional = False
+    horizon: int | None = None
     for _pos, batch in iter_file_batches(path, 0, size, source=str(path)):
+        transactional = transactional or batch.is_transactional or batch.is_control
+        if batch.has_delete_horizon:
+            h = batch.delete_horizon_ms
+            horizon = h if horizon is None or (h is not None and h < horizon) else horizon
         if not batch.is_control:
             expected += batch.records_count
     _check(expected, fpp)
@@ -217,4 +249,7 @@ def build_segment_bloom(segment: LogSegment | str | Path, fpp: float = DEFAULT_F
                     yield md5(key).digest()
 
     # streamed: the record count bounds the distinct keys, so the filter cannot overflow
-    return KeyBloomFilter._fill(BloomFilter(capacity=max(1, expected), error_rate=fpp), digests())
+    bloom = KeyBloomFilter._fill(BloomFilter(capacity=max(1, expected), error_rate=fpp), digests())
+    bloom.has_transactional_batches = transactional
+    bloom.min_delete_horizon_ms = horizon
+    return bloom

@@ -36,6 +36,20 @@ class AbortedTxn:
             raise ValueError(f"aborted txn last offset {self.last_offset} < first {self.first_offset}")
 
 
+def parse_txn_index(data: bytes, *, source: str | None = None) -> list[AbortedTxn]:
+    """The entries of a whole ``.txnindex`` held in memory (a fetched remote index)."""
+    size = TransactionIndex.entry.size
+    if len(data) % size:
+        raise CorruptIndexError(f"transaction index length {len(data)} is not a multiple of {size}", source=source)
+    out = []
+    for i in range(0, len(data), size):
+        version, pid, first, last, lso = TransactionIndex.entry.unpack_from(data, i)
+        if version != 0:
+            raise CorruptIndexError(f"transaction index entry version {version}", source=source, position=i)
+        out.append(AbortedTxn(pid, first, last, lso))
+    return out
+
+
 class TransactionIndex(EntryFile):
     entry = struct.Struct(">hqqqq")
 

@@ -58,8 +58,9 @@ def test_serialisation_round_trip_preserves_answers():
     keys = [f"k{i}".encode() for i in range(300)]
     bf = KeyBloomFilter.build(keys, expected=300, fpp=0.02)
     data = bf.to_bytes()
-    assert data[:4] == b"TCBF" and data[4] == 1 and data[5] == 1
+    assert data[:4] == b"TCBF" and data[4] == 2 and data[5] == 1
     again = KeyBloomFilter.from_bytes(data)
+    assert again.has_transactional_batches and again.min_delete_horizon_ms is None  # unknown: conservative
     probes = [f"k{i}".encode() for i in range(600)]
     assert [again.might_contain(p) for p in probes] == [bf.might_contain(p) for p in probes]
     assert (again.capacity, again.fpp, again.count, again.num_bits) == (bf.capacity, bf.fpp, bf.count, bf.num_bits)
@@ -134,3 +135,43 @@ def test_build_segment_bloom_holds_every_data_key_of_a_segment(make_log):
     assert build_segment_bloom(seg.log_path).to_bytes() == bf.to_bytes()
     absent = sum(bf.might_contain(f"absent-{i}".encode()) for i in range(2000))
     assert absent < 2000 * 0.05
+
+
+def test_segment_summary_records_transactions_and_earliest_horizon(tmp_path):
+    from log.index.bloom import build_segment_bloom
+    from log.record import ControlRecordType, RecordBatchBuilder, build_control_batch
+
+    plain = RecordBatchBuilder(0)
+    plain.append(0, 10, b"a", b"1")
+    stamped = RecordBatchBuilder(1, delete_horizon_ms=5_000)
+    stamped.append(1, 10, b"b", None)
+    later = RecordBatchBuilder(2, delete_horizon_ms=9_000)
+    later.append(2, 10, b"c", None)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(plain.build() + stamped.build() + later.build())
+    bloom = KeyBloomFilter.from_bytes(build_segment_bloom(path).to_bytes())
+    assert not bloom.has_transactional_batches and bloom.min_delete_horizon_ms == 5_000
+    assert bloom.might_contain(b"b") and bloom.count == 3
+
+    marker = build_control_batch(base_offset=3, timestamp=1, producer_id=1, producer_epoch=0,
+                                 control_type=ControlRecordType.COMMIT)
+    path.write_bytes(plain.build() + marker)
+    bloom = KeyBloomFilter.from_bytes(build_segment_bloom(path).to_bytes())
+    assert bloom.has_transactional_batches and bloom.min_delete_horizon_ms is None
+
+
+def test_version_1_blobs_still_read_and_are_never_skippable():
+    import io
+    import struct
+
+    from log.index.bloom import HEADER, MAGIC, SCHEME_MD5_HEX
+    from log.record import crc32c
+
+    bf = KeyBloomFilter.build([b"k"], expected=1)
+    buf = io.BytesIO()
+    bf._bf.tofile(buf)
+    payload = buf.getvalue()
+    v1 = HEADER.pack(MAGIC, 1, SCHEME_MD5_HEX, 0, crc32c(payload)) + payload
+    again = KeyBloomFilter.from_bytes(v1)
+    assert again.might_contain(b"k") and again.has_transactional_batches
+    assert struct.calcsize(">bq") == 9
