@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
 import resource
@@ -107,6 +108,8 @@ def main() -> None:
         "offset_map_entry_size_constant": ENTRY_SIZE,
         "results": results,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "machine": platform.machine(),
         "notes": "One round per codec with the production map (128 MiB, allocated lazily; RSS includes "
