@@ -40,3 +40,12 @@ class OffsetMapFullError(LogCleaningError):
 
 class CleanerStateError(LogCleaningError):
     """A cleaning-state transition that the state machine does not allow (Kafka's IllegalStateException)."""
+
+
+class InsufficientDiskError(TiercompactError):
+    """Free disk cannot hold one remote segment within the tiered chunk bound (free / 3).
+
+    Retriable: the round is tried again after the backoff, once space was freed.
+    """
+
+    retriable = True

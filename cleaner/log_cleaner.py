@@ -29,6 +29,8 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from cleaner.cleaner import Cleaner
@@ -38,10 +40,12 @@ from cleaner.manager import LogCleanerManager
 from cleaner.offset_map import OffsetMap, SkimpyOffsetMap
 from cleaner.stats import CleanerStats
 from cleaner.throttler import Throttler
+from cleaner.tiered import TieredCleaner, TieredContext, tiered_log_to_clean
 from log.clock import SYSTEM_CLOCK, Clock
-from log.errors import InvalidRequestError
+from log.errors import InvalidRequestError, TiercompactError
 from log.log_manager import LogManager
 from log.types import TopicPartition
+from metadata.errors import FencedLeaderEpochError
 
 logger = logging.getLogger(__name__)
 
@@ -49,14 +53,24 @@ LAST_RUNS_KEPT = 50
 
 
 class CleanerThread(threading.Thread):
-    def __init__(self, owner: LogCleaner, thread_id: int, offset_map: OffsetMap) -> None:
-        super().__init__(name=f"tiercompact-log-cleaner-{thread_id}", daemon=True)
+    """One cleaner thread. A tiered thread cleans only ``remote.storage.enable`` partitions,
+    with a TieredCleaner; a local one only the others (seed 004: a separate pool, sharing the
+    manager, the checkpoint file and the throttle)."""
+
+    def __init__(self, owner: LogCleaner, thread_id: int, offset_map: OffsetMap, *, tiered: bool = False) -> None:
+        kind = "tiered-cleaner" if tiered else "log-cleaner"
+        super().__init__(name=f"tiercompact-{kind}-{thread_id}", daemon=True)
         self.owner = owner
         self.thread_id = thread_id
+        self.tiered = tiered
         self._stop_event = threading.Event()
         self._wake = threading.Event()
-        self.cleaner = Cleaner(offset_map, owner.config, throttler=owner.throttler, clock=owner.clock,
-                               check_done=self._check_done, cleaner_id=thread_id)
+        self.cleaner: Cleaner | TieredCleaner
+        if tiered:
+            self.cleaner = owner.new_tiered_cleaner(offset_map, check_done=self._check_done)
+        else:
+            self.cleaner = Cleaner(offset_map, owner.config, throttler=owner.throttler, clock=owner.clock,
+                                   check_done=self._check_done, cleaner_id=thread_id)
         self.last_stats: CleanerStats | None = None
         self.last_pre_clean_delay_ms = 0
         self.dead = False
@@ -92,15 +106,17 @@ class CleanerThread(threading.Thread):
     def do_work(self) -> bool:
         """One iteration: clean the filthiest log if any, then retention. Returns whether it cleaned."""
         manager = self.owner.manager
-        ltc = manager.grab_filthiest_compacted_log()
-        self.last_pre_clean_delay_ms = manager.pre_clean_stats.max_compaction_delay_ms
+        ltc = manager.grab_filthiest_compacted_log(tiered=self.tiered)
+        if not self.tiered:
+            self.last_pre_clean_delay_ms = manager.pre_clean_stats.max_compaction_delay_ms
         cleaned = False
         if ltc is not None:
-            cleaned = True
             stats = self.owner.run_round(self.cleaner, ltc)
             if stats is not None:
                 self.last_stats = stats
-        self.owner.run_retention()
+                cleaned = True  # a failed round backs off like an idle one: no hot loop
+        if not self.tiered:
+            self.owner.run_retention()
         return cleaned
 
 
@@ -108,12 +124,19 @@ class LogCleaner:
     """The cleaner threads plus their shared manager, throttler and metrics."""
 
     def __init__(self, config: CleanerConfig, log_manager: LogManager, *, clock: Clock = SYSTEM_CLOCK,
-                 throttler: Throttler | None = None) -> None:
+                 throttler: Throttler | None = None, tiered: TieredContext | None = None) -> None:
         self.config = config
         self.log_manager = log_manager
         self.clock = clock
         self.throttler = throttler or Throttler(config.io_max_bytes_per_second, clock=clock)
         self.manager = LogCleanerManager(log_manager.all_logs, log_manager.cleaner_checkpoint_path, clock=clock)
+        self.tiered = tiered
+        if tiered is not None:
+            self.manager.tiered_log_to_clean = (
+                lambda tp, log, cp, now: tiered_log_to_clean(tiered, tp, log, cp, now))
+        #: rounds rejected because this node's leader epoch was superseded (a zombie)
+        self.fenced_rounds = 0
+        self.segments_skipped_by_bloom_total = 0
         self._lock = threading.Lock()
         self.threads: list[CleanerThread] = []
         self._last_runs: collections.deque[dict[str, Any]] = collections.deque(maxlen=LAST_RUNS_KEPT)
@@ -128,6 +151,10 @@ class LogCleaner:
             if self._started or not self.config.enable:
                 return
             self.threads = [CleanerThread(self, i, self._new_map()) for i in range(self.config.threads)]
+            if self.tiered is not None:
+                n = len(self.threads)
+                self.threads += [CleanerThread(self, n + i, self._new_map(), tiered=True)
+                                 for i in range(self.tiered.threads)]
             for t in self.threads:
                 t.start()
             self._started = True
@@ -146,15 +173,55 @@ class LogCleaner:
             t.wakeup()
 
     # ---- rounds ------------------------------------------------------------------------
-    def run_round(self, cleaner: Cleaner, ltc: Any) -> CleanerStats | None:
-        """Run one round on an IN_PROGRESS log and complete it in the manager (A.11)."""
+    def new_tiered_cleaner(self, offset_map: OffsetMap,
+                           check_done: Callable[[TopicPartition], None] | None = None) -> TieredCleaner:
+        ctx = self.tiered
+        if ctx is None:
+            raise InvalidRequestError("this cleaner has no remote tier configured")
+        return TieredCleaner(ctx.rlmm, ctx.rsm, offset_map, self.config, temp_dir=ctx.temp_dir,
+                             broker_id=ctx.broker_id, clock=self.clock, throttler=self.throttler,
+                             free_disk=ctx.free_disk, bloom_skip=ctx.bloom_skip,
+                             check_done=check_done or self.manager.check_cleaning_aborted)
+
+    def _clean(self, cleaner: Cleaner | TieredCleaner, ltc: Any) -> tuple[int, CleanerStats]:
+        if isinstance(cleaner, TieredCleaner):
+            assert self.tiered is not None
+            tp = ltc.topic_partition
+            end, stats = cleaner.clean(ltc.log, leader_epoch=self.tiered.leader_epoch(tp),
+                                       local_checkpoint=self.manager.all_cleaner_checkpoints().get(tp))
+            with self._lock:
+                self.segments_skipped_by_bloom_total += stats.segments_skipped_by_bloom
+            return end, stats
+        return cleaner.clean(ltc)
+
+    def run_round(self, cleaner: Cleaner | TieredCleaner, ltc: Any) -> CleanerStats | None:
+        """Run one round on an IN_PROGRESS log and complete it in the manager (A.11).
+
+        A round that fails with a retriable error (object store unavailable, not enough free
+        disk) or because this node was fenced is not marked uncleanable: it is tried again
+        after the backoff. Any other failure marks the partition uncleanable.
+        """
         tp = ltc.topic_partition
         end_offset: int | None = None
         stats: CleanerStats | None = None
         try:
-            end_offset, stats = cleaner.clean(ltc)
+            end_offset, stats = self._clean(cleaner, ltc)
         except LogCleaningAbortedError:
             logger.info("%s: cleaning aborted", tp)
+        except FencedLeaderEpochError as e:
+            with self._lock:
+                self.fenced_rounds += 1
+            logger.warning("%s: round rejected, this node's leader epoch was superseded: %s", tp, e)
+            self._record({"topic": tp.topic, "partition": tp.partition, "error": f"fenced: {e}",
+                          "end_ms": self.clock.milliseconds()})
+        except TiercompactError as e:
+            if not e.retriable:
+                logger.exception("%s: cleaning failed; marking the partition uncleanable", tp)
+                self.manager.mark_uncleanable(tp)
+            else:
+                logger.warning("%s: cleaning failed, will retry after the backoff: %s", tp, e)
+            self._record({"topic": tp.topic, "partition": tp.partition, "error": f"{type(e).__name__}: {e}",
+                          "end_ms": self.clock.milliseconds()})
         except Exception as e:
             logger.exception("%s: cleaning failed; marking the partition uncleanable", tp)
             self.manager.mark_uncleanable(tp)
@@ -195,12 +262,21 @@ class LogCleaner:
         end_offset: int | None = None
         try:
             now = self.clock.milliseconds()
-            ltc = self.manager.log_to_clean(tp, log, self.manager.all_cleaner_checkpoints().get(tp), now)
-            cleaner = Cleaner(self._new_map(), self.config, throttler=self.throttler, clock=self.clock,
-                              check_done=self.manager.check_cleaning_aborted)
-            end_offset, stats = cleaner.do_clean(ltc, now)
-        except LogCleaningError:
+            if self.tiered is not None and log.config.remote_storage_enable:
+                tiered = self.new_tiered_cleaner(self._new_map())
+                ltc = _OneLog(tp, log)
+                end_offset, stats = self._clean(tiered, ltc)
+            else:
+                ltc = self.manager.log_to_clean(tp, log, self.manager.all_cleaner_checkpoints().get(tp), now)
+                cleaner = Cleaner(self._new_map(), self.config, throttler=self.throttler, clock=self.clock,
+                                  check_done=self.manager.check_cleaning_aborted)
+                end_offset, stats = cleaner.do_clean(ltc, now)
+        except (LogCleaningError, FencedLeaderEpochError):
             raise
+        except TiercompactError as e:
+            if e.retriable:
+                raise  # e.g. the object store is unavailable: the caller may simply retry
+            raise LogCleaningError(f"cleaning failed: {type(e).__name__}: {e}", tp) from e
         except Exception as e:
             raise LogCleaningError(f"cleaning failed: {type(e).__name__}: {e}", tp) from e
         finally:
@@ -274,6 +350,14 @@ class LogCleaner:
             "uncleanable_partitions": [str(tp) for tp in sorted(self.manager.uncleanable_partitions())],
             "last_runs": self.last_runs,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class _OneLog:
+    """The partition clean_now targets (a tiered round plans its own range)."""
+
+    topic_partition: TopicPartition
+    log: Any
 
 
 def clean_partition(log_manager: LogManager, tp: TopicPartition, cleaner_config: CleanerConfig | None = None,

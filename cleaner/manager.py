@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cleaner.errors import CleanerStateError, LogCleaningAbortedError
 from cleaner.log_to_clean import LogToClean, cleanable_offsets, max_compaction_delay
@@ -80,6 +81,8 @@ class LogCleanerManager:
         self._last_run_ms: int = clock.milliseconds()
         self.max_dirty_percent = 0
         self.pre_clean_stats = PreCleanStats()
+        #: (tp, log, checkpoint, now) -> the tiered pool's LogToClean; set by a LogCleaner with tiering
+        self.tiered_log_to_clean: Callable[[TopicPartition, LocalLog, int | None, int], Any] | None = None
 
     # ---- checkpoints -----------------------------------------------------------------
     def all_cleaner_checkpoints(self) -> dict[TopicPartition, int]:
@@ -109,13 +112,20 @@ class LogCleanerManager:
                 self.update_checkpoints(add=(tp, offset))
 
     # ---- selection -------------------------------------------------------------------
-    def grab_filthiest_compacted_log(self, now: int | None = None) -> LogToClean | None:
+    def grab_filthiest_compacted_log(self, now: int | None = None, *, tiered: bool = False) -> LogToClean | None:
         """Pick the compacted log most in need of cleaning and mark it IN_PROGRESS (A.3.4).
 
         Eligible: cleanup.policy contains compact, no cleaning state, not uncleanable, and
         either past max.compaction.lag.ms with cleanable bytes, or dirty ratio strictly above
         min.cleanable.dirty.ratio. Order: see :meth:`LogToClean.priority` (KIP-354).
+
+        Partitions with ``remote.storage.enable`` belong to the tiered pool (``tiered=True``,
+        which needs :attr:`tiered_log_to_clean`): a local-only round on them would compact the
+        local copies while the remote tier stays dirty, and local retention would then serve
+        the dirty remote data.
         """
+        if tiered and self.tiered_log_to_clean is None:
+            return None
         with self._lock:
             now = self._clock.milliseconds() if now is None else now
             self._last_run_ms = now
@@ -125,8 +135,16 @@ class LogCleanerManager:
             for tp, log in sorted(self._logs().items()):
                 if not log.config.compact or tp in self._states or tp in self._uncleanable:
                     continue
+                if log.config.remote_storage_enable != tiered:
+                    continue
                 try:
-                    ltc = self.log_to_clean(tp, log, checkpoints.get(tp), now, pre)
+                    if tiered:
+                        assert self.tiered_log_to_clean is not None
+                        ltc = self.tiered_log_to_clean(tp, log, checkpoints.get(tp), now)
+                        if ltc is None:
+                            continue
+                    else:
+                        ltc = self.log_to_clean(tp, log, checkpoints.get(tp), now, pre)
                 except Exception:
                     logger.exception("%s: failed to compute its cleanable range; marking it uncleanable", tp)
                     self._uncleanable.add(tp)
@@ -141,7 +159,7 @@ class LogCleanerManager:
             pre.cleanable_partitions = len(cleanable)
             if not cleanable:
                 return None
-            best = max(cleanable, key=LogToClean.priority)
+            best = max(cleanable, key=lambda x: x.priority())
             self._states[best.topic_partition] = IN_PROGRESS
             return best
 

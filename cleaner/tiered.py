@@ -53,13 +53,13 @@ from pathlib import Path
 
 from cleaner.cleaner import CleanContext, build_offset_map_from_segments, clean_into, finish_cleaned_segment
 from cleaner.config import CleanerConfig
+from cleaner.errors import InsufficientDiskError
 from cleaner.offset_map import OffsetMap
 from cleaner.stats import CleanerStats
 from cleaner.throttler import Throttler
 from cleaner.transactions import CleanedTransactionMetadata
 from log.checkpoint import LeaderEpochCheckpointFile
 from log.clock import SYSTEM_CLOCK, Clock
-from log.errors import TiercompactError
 from log.index.bloom import KeyBloomFilter, build_segment_bloom
 from log.index.txn_index import AbortedTxn, parse_txn_index
 from log.local_log import LocalLog
@@ -73,12 +73,6 @@ from remote.storage_manager import IndexType, LogSegmentData, RemoteStorageManag
 logger = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
-
-
-class InsufficientDiskError(TiercompactError):
-    """Free disk cannot hold one remote segment within the chunk bound (free / 3)."""
-
-    retriable = True
 
 
 # ---- local disk accounting ------------------------------------------------------------------
@@ -270,7 +264,7 @@ class TieredCleaner:
             raise
         finally:
             space.cleanup()
-        self._drop_stale_local_copies(log, end)
+        self.drop_stale_local_copies(log, end)
         stats.buffer_utilization = self.offset_map.utilization
         stats.end_offset = end
         stats.all_done()
@@ -540,9 +534,98 @@ class TieredCleaner:
                                exc_info=True)
 
     @staticmethod
-    def _drop_stale_local_copies(log: LocalLog, end: int) -> list[int]:
+    def drop_stale_local_copies(log: LocalLog, end: int) -> list[int]:
         """Local segments wholly below the new checkpoint now hold stale copies of remote data."""
         with log.lock:
             stale = [s for s in log.all_segments()
                      if s is not log.active_segment and s.read_next_offset() <= end]
             return log.delete_segments(stale)
+
+
+# ---- selection: the tiered pool's LogToClean ------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class TieredContext:
+    """What the LogCleaner needs to run tiered rounds (given by the composition root)."""
+
+    rlmm: RemoteLogMetadataManager
+    rsm: RemoteStorageManager
+    leader_epoch: Callable[[TopicPartition], int]
+    temp_dir: Path
+    broker_id: int = 0
+    threads: int = 1
+    bloom_skip: bool = True
+    free_disk: Callable[[Path], int] | None = None
+
+
+@dataclass(eq=False)
+class TieredLogToClean:
+    """A tiered partition's dirty section, sized from metadata (no object-store call).
+
+    The dirty ratio is cleanable / (remote + local-only) bytes (seed 004). KIP-354's
+    must-clean test needs each dirty segment's earliest record time, which remote metadata
+    does not hold; following KIP-354's own estimate, a segment's earliest timestamp is the
+    previous segment's largest timestamp (the first segment's: its largest minus
+    the max segment time).
+    """
+
+    topic_partition: TopicPartition
+    log: LocalLog
+    plan: TieredRoundPlan
+    local_only_bytes: int
+    now: int
+    must_clean_bytes: int = field(init=False)
+    need_compaction_now: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        max_lag = max(int(self.log.config.get("max.compaction.lag.ms")), 0)
+        clean_until = self.now - max_lag
+        by_start = {s.start_offset: i for i, s in enumerate(self.plan.segments)}
+        must = 0
+        for seg in self.plan.dirty:
+            i = by_start[seg.start_offset]
+            earliest = (self.plan.segments[i - 1].max_timestamp_ms if i > 0
+                        else seg.max_timestamp_ms - self.log.config.max_segment_ms)
+            if 0 < earliest < clean_until:
+                must += seg.segment_size_in_bytes
+        self.must_clean_bytes = must
+        self.need_compaction_now = must > 0
+
+    @property
+    def first_dirty_offset(self) -> int:
+        return self.plan.first_dirty_offset
+
+    @property
+    def first_uncleanable_offset(self) -> int:
+        return self.plan.upper
+
+    @property
+    def cleanable_bytes(self) -> int:
+        return self.plan.cleanable_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return self.plan.remote_bytes + self.local_only_bytes
+
+    @property
+    def cleanable_ratio(self) -> float:
+        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
+
+    @property
+    def must_clean_ratio(self) -> float:
+        return self.must_clean_bytes / self.total_bytes if self.total_bytes else 0.0
+
+    def priority(self) -> tuple[bool, float, float]:
+        """Same order as LogToClean.priority (KIP-354: must-clean first, then dirty ratio)."""
+        return (self.need_compaction_now, self.must_clean_ratio, self.cleanable_ratio)
+
+
+def tiered_log_to_clean(ctx: TieredContext, tp: TopicPartition, log: LocalLog, checkpoint: int | None,
+                        now: int) -> TieredLogToClean | None:
+    """The tiered LogToClean of ``log``, or None while nothing is in remote storage."""
+    plan = plan_round(tp, log, ctx.rlmm, leader_epoch=ctx.leader_epoch(tp), local_checkpoint=checkpoint, now=now)
+    if plan is None:
+        return None
+    remote_end = plan.segments[-1].end_offset + 1
+    local_only = sum(s.size for s in log.all_segments() if s.base_offset >= remote_end)
+    return TieredLogToClean(tp, log, plan, local_only, now)

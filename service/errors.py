@@ -31,6 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cleaner.errors import (
     CleanerStateError,
+    InsufficientDiskError,
     LogCleaningAbortedError,
     LogCleaningError,
     OffsetMapFullError,
@@ -124,6 +125,7 @@ STATUS: dict[type[TiercompactError], int] = {
     ThreadShutdownError: 503,
     OffsetMapFullError: 500,
     CleanerStateError: 409,
+    InsufficientDiskError: 507,
     # service
     ServiceError: 500,
     UnauthorizedError: 401,

@@ -34,6 +34,7 @@ from cleaner.errors import CleanerStateError
 from cleaner.log_cleaner import LogCleaner, clean_partition
 from cleaner.log_to_clean import LogToClean, cleanable_offsets
 from cleaner.manager import CleaningStateKind
+from cleaner.tiered import TieredCleaner, TieredContext
 from log.clock import SYSTEM_CLOCK, Clock
 from log.errors import InvalidRequestError, TiercompactError
 from log.fetch import READ_COMMITTED, check_isolation, records_from_batches
@@ -55,6 +56,7 @@ from service.threads import PeriodicTask
 logger = logging.getLogger(__name__)
 
 REMOTE_CACHE_DIR = "remote-cache"
+TIERED_TEMP_DIR = "tiered-tmp"  # the tiered cleaner's downloads and output (emptied at each round)
 COUNTED_BY_RLM = "_tiercompact_counted_by_rlm"
 MAX_EMPTY_PAGES = 1000
 CLEAN_BUSY_WAIT_MS = 50
@@ -163,14 +165,16 @@ class Node:
         self._started = False
         self._closed = False
         self.fenced_operations = 0
-        self.segments_skipped_by_bloom = 0
         self.threads: list[PeriodicTask] = []
         self.scheduler = Scheduler(clock, name="tiercompact-delete-scheduler")
         self.log_manager = LogManager(self.data_dir, clock=clock, scheduler=self.scheduler)
         self.object_store = CountingObjectStore(load_object_store(config.remote_url, **self._store_options()))
         self.storage_manager = RemoteStorageManager(self.object_store, clock=clock)
         self.metadata = load_metadata_manager(config.metadata_url)
-        self.cleaner = LogCleaner(self._cleaner_config(), self.log_manager, clock=clock)
+        self.cleaner = LogCleaner(self._cleaner_config(), self.log_manager, clock=clock, tiered=TieredContext(
+            rlmm=self.metadata, rsm=self.storage_manager, leader_epoch=lambda tp: self.remote.leader_epoch(tp),
+            temp_dir=self.data_dir / TIERED_TEMP_DIR, broker_id=config.broker_id,
+            threads=config.tiered_cleaner_threads))
         self.remote = RemoteLogManager(self.log_manager, self.metadata, self.storage_manager,
                                        broker_id=config.broker_id, clock=clock,
                                        cache_dir=self.data_dir / REMOTE_CACHE_DIR,
@@ -199,8 +203,8 @@ class Node:
 
     @property
     def tiered_cleaning(self) -> bool:
-        """Whether cleans of tiered partitions compact the remote tier too."""
-        return False
+        """Whether cleans of tiered partitions compact the remote tier too (the tiered pool)."""
+        return self.cleaner.tiered is not None
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> Node:
@@ -283,8 +287,9 @@ class Node:
         """Current metric values by name (service.metrics pulls these at scrape time)."""
         out: dict[str, float] = {}
         with self._lock:
-            out["fenced_operations_total"] = self.fenced_operations + self.remote.stats().fenced_operations
-            out["remote_segments_skipped_by_bloom_total"] = self.segments_skipped_by_bloom
+            out["fenced_operations_total"] = (self.fenced_operations + self.remote.stats().fenced_operations
+                                              + self.cleaner.fenced_rounds)
+            out["remote_segments_skipped_by_bloom_total"] = self.cleaner.segments_skipped_by_bloom_total
         c = self.cleaner
         for name in ("max_compaction_delay_secs", "max_clean_time_secs", "uncleanable_partitions_count",
                      "uncleanable_bytes", "dead_thread_count", "max_buffer_utilization_percent",
@@ -471,8 +476,31 @@ class Node:
     def become_leader(self, topic: str, partition: int, leader_epoch: int, broker_id: int) -> dict[str, Any]:
         """Register a new leader epoch (a leadership move); writes under older epochs are fenced."""
         log = self.log(topic, partition)
-        self.remote.become_leader(log.topic_partition, leader_epoch, broker_id)
+        tp = log.topic_partition
+        self.remote.become_leader(tp, leader_epoch, broker_id)
+        if log.config.remote_storage_enable:
+            self._adopt_remote_cleaner_checkpoint(tp, log)
         return self.partition_info(topic, partition)
+
+    def _adopt_remote_cleaner_checkpoint(self, tp: TopicPartition, log: LocalLog) -> None:
+        """Seed 004: a new leader resolves the cleaner checkpoint from the remote cleaner-offset
+        vector (the previous epoch's entry) and removes its local segments below it, whose
+        content the remote tier has compacted since."""
+        cp = self.metadata.resolve_cleaner_checkpoint(tp)
+        if cp is None:
+            return
+        manager = self.cleaner.manager
+        manager.abort_and_pause_cleaning(tp, timeout=60)
+        try:
+            local = manager.all_cleaner_checkpoints().get(tp)
+            if local is None or local < cp:
+                manager.update_checkpoints(add=(tp, cp))
+            dropped = TieredCleaner.drop_stale_local_copies(log, cp)
+            if dropped:
+                logger.info("%s: new leader dropped %d local segments below the remote cleaner checkpoint %d",
+                            tp, len(dropped), cp)
+        finally:
+            manager.resume_cleaning(tp)
 
     def cleaner_checkpoint(self, tp: TopicPartition) -> int | None:
         return self.cleaner.manager.all_cleaner_checkpoints().get(tp)
@@ -505,8 +533,6 @@ class Node:
                 n = self._running_cleans.pop(tp) - 1
                 if n:
                     self._running_cleans[tp] = n
-        with self._lock:
-            self.segments_skipped_by_bloom += int(stats.get("segments_skipped_by_bloom") or 0)
         return stats
 
     def _clean_when_free(self, tp: TopicPartition) -> dict[str, Any]:

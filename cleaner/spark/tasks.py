@@ -1,0 +1,461 @@
+"""Executor-side work of the Spark offload: plain-data tasks and the pure functions that run them.
+
+Everything here pickles and holds no live client: a task names its object store by URL and
+options (:class:`StoreSpec`), its segments by plain fields (:class:`SegmentRef`), and carries
+the cleaning context as ints, strings and tuples. Each executor process opens one
+RemoteStorageManager per store (per pid, so a forked worker never shares a parent's boto3
+client) and reuses it across tasks. No pyspark import: the driver (:mod:`cleaner.spark.job`)
+wraps these functions in RDD operations, and tests call them directly.
+
+The functions reproduce the in-process tiered round (:mod:`cleaner.tiered`) step for step:
+
+* :func:`run_scan` is phase 1 for one segment (:func:`~cleaner.cleaner.build_offset_map_from_segments`
+  without a capacity: the map is reduced across executors instead), plus what the driver needs
+  to plan phase 2 without reading the segment again: every key digest present in the segment
+  (to route map entries to the group that rewrites it) and the headers of its transactional
+  and control batches (to replay the round's transaction state, see :class:`TxnState`);
+* :func:`run_rewrite` is phase 2 for one group: fetch each source, :func:`~cleaner.cleaner.clean_into`
+  it with the group's slice of the offset map, seal the segment and upload it with its indexes
+  under the id the driver generated, so a retried task overwrites the same keys.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cleaner.cleaner import CleanContext, clean_into, finish_cleaned_segment
+from cleaner.offset_map import OffsetMap
+from cleaner.stats import CleanerStats
+from cleaner.transactions import CleanedTransactionMetadata
+from log.checkpoint import LeaderEpochCheckpointFile
+from log.index.bloom import build_segment_bloom, key_digest
+from log.index.txn_index import AbortedTxn, parse_txn_index
+from log.record import ControlRecordType
+from log.segment import LogSegment
+from log.types import EpochEntry, TopicPartition
+from metadata.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
+from remote import load_object_store
+from remote.storage_manager import IndexType, LogSegmentData, RemoteStorageManager
+
+#: (producer id, first offset, last offset, last stable offset) of an aborted transaction
+AbortedT = tuple[int, int, int, int]
+
+
+def aborted_to_plain(t: AbortedTxn) -> AbortedT:
+    return (t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
+
+
+def aborted_from_plain(t: AbortedT) -> AbortedTxn:
+    return AbortedTxn(*t)
+
+
+# ---- stores and segments as plain data --------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class StoreSpec:
+    """An object store by URL and options (what :func:`remote.load_object_store` takes)."""
+
+    url: str
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url:
+            raise ValueError("StoreSpec.url must be a non-empty string")
+
+    @staticmethod
+    def of(url: str, options: dict[str, Any] | None = None) -> StoreSpec:
+        return StoreSpec(url, tuple(sorted((options or {}).items())))
+
+    def open(self) -> RemoteStorageManager:
+        """This process's RemoteStorageManager for the store (created once per pid)."""
+        key = (os.getpid(), self)
+        with _STORES_LOCK:
+            rsm = _STORES.get(key)
+            if rsm is None:
+                rsm = _STORES[key] = RemoteStorageManager(load_object_store(self.url, **dict(self.options)))
+            return rsm
+
+
+_STORES: dict[tuple[int, StoreSpec], RemoteStorageManager] = {}
+_STORES_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRef:
+    """The fields of a RemoteLogSegmentMetadata a task needs (keys, offsets, size, epochs)."""
+
+    topic: str
+    partition: int
+    segment_id: str
+    start_offset: int
+    end_offset: int
+    size: int
+    max_timestamp_ms: int
+    leader_epochs: tuple[tuple[int, int], ...]
+
+    def __post_init__(self) -> None:
+        if self.end_offset < self.start_offset or self.size < 0 or not self.leader_epochs:
+            raise ValueError(f"invalid segment reference {self!r}")
+
+    @staticmethod
+    def of(md: RemoteLogSegmentMetadata) -> SegmentRef:
+        tp = md.topic_partition
+        return SegmentRef(tp.topic, tp.partition, md.id, md.start_offset, md.end_offset, md.segment_size_in_bytes,
+                          md.max_timestamp_ms, tuple(md.segment_leader_epochs.items()))
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    def metadata(self) -> RemoteLogSegmentMetadata:
+        """Metadata good for object keys and fetches (state and timestamps are not the stored ones)."""
+        return RemoteLogSegmentMetadata(
+            RemoteLogSegmentId(self.topic_partition, self.segment_id), self.start_offset, self.end_offset,
+            self.max_timestamp_ms, 0, 0, self.size, dict(self.leader_epochs))
+
+
+# ---- transaction state as plain data ------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class TxnBatchHeader:
+    """What :class:`CleanedTransactionMetadata` reads of a batch (duck-types RecordBatch for it)."""
+
+    producer_id: int
+    last_offset: int
+    is_transactional: bool
+    is_control: bool
+    records_count: int
+    control_code: int = -1
+
+    def control_type(self) -> ControlRecordType:
+        return ControlRecordType(self.control_code)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnState:
+    """A snapshot of a CleanedTransactionMetadata (without its cleaned index), to ship to a task.
+
+    The round's transaction state flows through the groups in log order; the driver replays it
+    from the batch headers the scan tasks return and hands each rewrite task the state at its
+    group's start. CleanedTransactionMetadata has no public snapshot API, so this reads its
+    fields; ``tests/spark/test_tasks.py`` pins the round trip.
+    """
+
+    heap: tuple[tuple[int, int, int, AbortedT], ...] = ()
+    added: tuple[AbortedT, ...] = ()
+    ongoing_aborted: tuple[tuple[int, AbortedT, int], ...] = ()  # (pid, txn, last batch offset or -1)
+    ongoing_committed: tuple[int, ...] = ()
+
+    @staticmethod
+    def capture(m: CleanedTransactionMetadata) -> TxnState:
+        return TxnState(
+            heap=tuple((f, lo, p, aborted_to_plain(t)) for f, lo, p, t in m._heap),
+            added=tuple(sorted(aborted_to_plain(t) for t in m._added)),
+            ongoing_aborted=tuple(sorted((pid, aborted_to_plain(e[0]), -1 if e[1] is None else e[1])
+                                         for pid, e in m._ongoing_aborted.items())),
+            ongoing_committed=tuple(sorted(m._ongoing_committed)))
+
+    def restore(self) -> CleanedTransactionMetadata:
+        m = CleanedTransactionMetadata()
+        m._heap = [(f, lo, p, aborted_from_plain(t)) for f, lo, p, t in self.heap]
+        heapq.heapify(m._heap)  # already a heap (copied in array order); cheap insurance
+        m._added = {aborted_from_plain(t) for t in self.added}
+        m._ongoing_aborted = {pid: [aborted_from_plain(t), None if last < 0 else last]
+                              for pid, t, last in self.ongoing_aborted}
+        m._ongoing_committed = set(self.ongoing_committed)
+        return m
+
+
+def replay_segment(m: CleanedTransactionMetadata, own_aborted: Iterable[AbortedT],
+                   headers: Iterable[TxnBatchHeader]) -> None:
+    """Advance ``m`` over one rewritten segment as clean_into would (driver side).
+
+    Only transactional and control batches are replayed: other batches only move aborted
+    transactions from the pending heap to "ongoing" earlier than the next transactional batch
+    would, which changes no decision (offsets grow, and every reader consumes up to its own
+    offset first).
+    """
+    m.add_aborted(aborted_from_plain(t) for t in own_aborted)
+    for h in headers:
+        if h.is_control:
+            m.on_control_batch_read(h)  # type: ignore[arg-type]
+        else:
+            m.on_batch_read(h)  # type: ignore[arg-type]
+
+
+# ---- an offset map over a slice of the reduced map ----------------------------------------------
+
+class DigestOffsetMap(OffsetMap):
+    """An OffsetMap holding given ``MD5(key) -> offset`` entries (a group's slice of the job's map).
+
+    It never fills: the job's map is reduced across executors, and a rewrite task only receives
+    the entries of keys its group may hold.
+    """
+
+    def __init__(self, entries: Iterable[tuple[bytes, int]] = (), latest_offset: int = -1) -> None:
+        self._d: dict[bytes, int] = dict(entries)
+        self._latest = latest_offset
+
+    @property
+    def slots(self) -> int:
+        return max(len(self._d), 1)
+
+    @property
+    def size(self) -> int:
+        return len(self._d)
+
+    @property
+    def latest_offset(self) -> int:
+        return self._latest
+
+    def put(self, key: bytes, offset: int) -> None:
+        self._d[key_digest(key)] = offset
+        self._latest = offset
+
+    def get(self, key: bytes) -> int:
+        return self._d.get(key_digest(key), -1)
+
+    def get_all(self, keys: Sequence[bytes]) -> list[int]:
+        get = self._d.get
+        return [get(key_digest(k), -1) for k in keys]
+
+    def clear(self) -> None:
+        self._d.clear()
+        self._latest = -1
+
+    def update_latest_offset(self, offset: int) -> None:
+        self._latest = offset
+
+    def digests(self) -> list[bytes]:
+        return list(self._d)
+
+
+# ---- stage: transaction indexes ------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class TxnIndexTask:
+    key: int  # the driver's segment number
+    store: StoreSpec
+    segment: SegmentRef
+
+
+def run_txn_index(task: TxnIndexTask) -> tuple[int, tuple[AbortedT, ...], int]:
+    """(segment number, its aborted transactions, bytes read)."""
+    md = task.segment.metadata()
+    data = task.store.open().fetch_index(md, IndexType.TRANSACTION)
+    return task.key, tuple(aborted_to_plain(t) for t in parse_txn_index(data, source=md.id)), len(data)
+
+
+# ---- stage: scan (phase 1 of a dirty segment; headers and keys of a clean one) -------------------
+
+@dataclass(frozen=True, slots=True)
+class ScanTask:
+    """Read one segment. ``map_start`` set: map its records at offsets >= map_start (a dirty
+    segment) with ``aborted`` = the round's aborted transactions overlapping it."""
+
+    key: int
+    store: StoreSpec
+    segment: SegmentRef
+    map_start: int | None = None
+    aborted: tuple[AbortedT, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    key: int
+    txn_headers: tuple[TxnBatchHeader, ...]
+    #: digest -> latest mapped offset in this segment, or -1 if the key is only present
+    keys: dict[bytes, int] = field(default_factory=dict)
+    bytes_read: int = 0
+    records: int = 0
+
+
+def run_scan(task: ScanTask, temp_dir: str | os.PathLike[str] | None = None) -> ScanResult:
+    """Fetch the segment into a temporary file and walk it once (see the module docstring)."""
+    ref = task.segment
+    md = ref.metadata()
+    rsm = task.store.open()
+    tmp = Path(tempfile.mkdtemp(prefix="tiercompact-scan-", dir=temp_dir))
+    try:
+        path = tmp / f"{ref.start_offset:020d}.log"
+        n = rsm.fetch_log_segment_to_file(md, path)
+        seg = LogSegment(tmp, ref.start_offset)
+        try:
+            return _scan_segment(task, seg, n)
+        finally:
+            seg.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _scan_segment(task: ScanTask, seg: LogSegment, nbytes: int) -> ScanResult:
+    start = task.map_start
+    txn = CleanedTransactionMetadata()
+    txn.add_aborted(aborted_from_plain(t) for t in task.aborted)
+    keys: dict[bytes, int] = {}
+    headers: list[TxnBatchHeader] = []
+    records = 0
+    for _pos, b in seg.batches():
+        records += b.records_count
+        if b.is_transactional or b.is_control:
+            code = int(b.control_type()) if b.is_control and b.records_count else -1
+            headers.append(TxnBatchHeader(b.producer_id, b.last_offset, b.is_transactional, b.is_control,
+                                          b.records_count, code))
+        if b.is_control:
+            if start is not None:
+                txn.on_control_batch_read(b)
+            continue
+        # the same test, in the same order, as cleaner.cleaner._build_for_segment
+        mapped = start is not None and not txn.on_batch_read(b) and b.last_offset >= start
+        for off, key, _has_value in b.iter_key_offsets():
+            if key is None:
+                continue
+            d = key_digest(key)
+            if mapped and off >= start:  # type: ignore[operator]
+                keys[d] = off  # offsets grow: the last put is the latest
+            elif d not in keys:
+                keys[d] = -1
+    return ScanResult(task.key, tuple(headers), keys, nbytes, records)
+
+
+# ---- stage: rewrite one group ----------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _Producer:
+    last_data_offset: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteTask:
+    """Clean one group into one new segment uploaded under ``new_segment_id``.
+
+    ``aborted[i]`` are the aborted transactions of ``sources[i]``'s own transaction index (as
+    the in-process round adds them source by source); ``txn_state`` is the round's transaction
+    state at the group's first offset; ``latest_offset`` is the mapped end - 1.
+    """
+
+    key: int  # the driver's group number
+    store: StoreSpec
+    new_segment_id: str
+    sources: tuple[SegmentRef, ...]
+    aborted: tuple[tuple[AbortedT, ...], ...]
+    now_ms: int
+    delete_retention_ms: int
+    upper_bound_of_round: int
+    latest_offset: int
+    active_producers: tuple[tuple[int, int, int], ...]  # (producer id, last data offset, epoch)
+    txn_state: TxnState
+    fpp: float
+    index_interval_bytes: int
+    io_buffer_size: int
+    broker_id: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.sources or len(self.aborted) != len(self.sources):
+            raise ValueError("a rewrite task needs its sources and one aborted-transaction list per source")
+
+    @property
+    def start_offset(self) -> int:
+        return self.sources[0].start_offset
+
+    @property
+    def end_offset(self) -> int:
+        return self.sources[-1].end_offset
+
+    def leader_epochs(self) -> dict[int, int]:
+        """The group's epoch -> first offset map (the smallest start of each epoch)."""
+        epochs: dict[int, int] = {}
+        for s in self.sources:
+            for e, off in s.leader_epochs:
+                epochs[e] = min(off, epochs.get(e, off))
+        return epochs
+
+    def new_metadata(self, size: int, max_timestamp_ms: int, event_timestamp_ms: int) -> RemoteLogSegmentMetadata:
+        tp = self.sources[0].topic_partition
+        return RemoteLogSegmentMetadata(
+            remote_log_segment_id=RemoteLogSegmentId(tp, self.new_segment_id), start_offset=self.start_offset,
+            end_offset=self.end_offset, max_timestamp_ms=max_timestamp_ms, broker_id=self.broker_id,
+            event_timestamp_ms=event_timestamp_ms, segment_size_in_bytes=size,
+            segment_leader_epochs=self.leader_epochs(), state=RemoteLogSegmentState.COPY_SEGMENT_STARTED)
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteResult:
+    key: int
+    new_segment_id: str
+    start_offset: int
+    end_offset: int
+    size: int
+    max_timestamp_ms: int
+    bloom: bytes
+    bytes_downloaded: int
+    bytes_uploaded: int
+    messages_read: int
+    messages_written: int
+    segments_cleaned: int
+
+
+def run_rewrite(task: RewriteTask, entries: Iterable[tuple[bytes, int]],
+                temp_dir: str | os.PathLike[str] | None = None) -> RewriteResult:
+    """Clean ``task``'s group with the map slice ``entries`` and upload the result.
+
+    Idempotent: a retry writes the same bytes under the same keys.
+    """
+    rsm = task.store.open()
+    omap = DigestOffsetMap(entries, latest_offset=task.latest_offset)
+    txn = task.txn_state.restore()
+    producers = {pid: _Producer(last, epoch) for pid, last, epoch in task.active_producers}
+    ctx = CleanContext(now_ms=task.now_ms, delete_retention_ms=task.delete_retention_ms,
+                       upper_bound_of_round=task.upper_bound_of_round, active_producers=producers,
+                       txn_metadata=txn, io_buffer_size=task.io_buffer_size)
+    stats = CleanerStats()
+    downloaded = 0
+    tmp = Path(tempfile.mkdtemp(prefix="tiercompact-rewrite-", dir=temp_dir))
+    try:
+        src_dir, out_dir = tmp / "src", tmp / "out"
+        src_dir.mkdir()
+        dest = LogSegment(out_dir, task.start_offset, index_interval_bytes=task.index_interval_bytes, create=True)
+        txn.cleaned_index = dest.txn_index
+        try:
+            for ref, aborted in zip(task.sources, task.aborted, strict=True):
+                path = src_dir / f"{ref.start_offset:020d}.log"
+                downloaded += rsm.fetch_log_segment_to_file(ref.metadata(), path)
+                src = LogSegment(src_dir, ref.start_offset, index_interval_bytes=task.index_interval_bytes)
+                try:
+                    txn.add_aborted(aborted_from_plain(t) for t in aborted)
+                    clean_into(src, dest, omap, ctx, stats)
+                finally:
+                    src.close()
+                    for f in src.files():
+                        f.unlink(missing_ok=True)
+            finish_cleaned_segment(dest, task.now_ms)
+            max_ts = (dest.max_timestamp_so_far if dest.max_timestamp_so_far >= 0
+                      else max(s.max_timestamp_ms for s in task.sources))
+            md = task.new_metadata(dest.size, max_ts, task.now_ms)
+            for index in (dest.offset_index, dest.time_index):  # an empty index is still uploaded
+                index.flush()
+                index.path.touch(exist_ok=True)
+            txn_path = dest.txn_index.path if dest.txn_index.entries else None
+            epochs = [EpochEntry(e, o) for e, o in sorted(task.leader_epochs().items())]
+            rsm.copy_log_segment_data(md, LogSegmentData(
+                dest.log_path, dest.offset_index.path, dest.time_index.path, txn_path,
+                LeaderEpochCheckpointFile.render(epochs)))
+            bloom = build_segment_bloom(dest, task.fpp).to_bytes()
+            uploaded = dest.size + dest.offset_index.size_in_bytes + dest.time_index.size_in_bytes
+            return RewriteResult(task.key, task.new_segment_id, task.start_offset, task.end_offset, dest.size,
+                                 max_ts, bloom, downloaded, uploaded, stats.messages_read,
+                                 stats.messages_written, len(task.sources))
+        finally:
+            txn.cleaned_index = None
+            dest.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
