@@ -207,16 +207,37 @@ class KeyBloomFilter:
             summary = {"has_transactional_batches": bool(flags & FLAG_TRANSACTIONAL),
                        "min_delete_horizon_ms": None if horizon < 0 else horizon}
             payload = body[SUMMARY.size:]
+        _check_pybloom_header(payload, source)
         try:
             bf = BloomFilter.fromfile(io.BytesIO(payload))
         except (ValueError, struct.error, OverflowError) as e:
             raise CorruptIndexError(f"bloom filter payload is invalid: {e}", source=source) from None
-        if not 0 < bf.error_rate < 1 or bf.count > bf.capacity + 1:
-            raise CorruptIndexError("bloom filter header is inconsistent", source=source)
         return cls(bf, **summary)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         return f"KeyBloomFilter(count={self.count}, capacity={self.capacity}, fpp={self.fpp}, bits={self.num_bits})"
+
+
+_PYBLOOM_HEADER = struct.Struct(BloomFilter.FILE_FMT)
+#: pybloom uses ceil(log2(1/p)) slices: 64 covers any p >= 2^-64
+MAX_SLICES = 64
+
+
+def _check_pybloom_header(payload: bytes, source: str | None) -> None:
+    """Validate pybloom's header before handing it the payload: a CRC-valid blob with a
+    nonsense header (wrong version byte, a bug) must fail fast, not make pybloom derive
+    billions of hash salts or allocate a huge bit array."""
+    if len(payload) < _PYBLOOM_HEADER.size:
+        raise CorruptIndexError("bloom filter payload is invalid: shorter than its header", source=source)
+    error_rate, slices, bits_per_slice, capacity, count = _PYBLOOM_HEADER.unpack_from(payload)
+    if not (0 < error_rate < 1 and 1 <= slices <= MAX_SLICES and bits_per_slice >= 1 and capacity >= 1
+            and count <= capacity + 1):
+        raise CorruptIndexError(f"bloom filter payload is invalid: header (error_rate={error_rate}, "
+                                f"slices={slices}, bits_per_slice={bits_per_slice}, capacity={capacity}, "
+                                f"count={count}) is inconsistent", source=source)
+    if len(payload) - _PYBLOOM_HEADER.size != math.ceil(slices * bits_per_slice / 8):
+        raise CorruptIndexError(f"bloom filter payload is invalid: {len(payload) - _PYBLOOM_HEADER.size} bytes "
+                                f"of bits for {slices * bits_per_slice} bits", source=source)
 
 
 def build_segment_bloom(segment: LogSegment | str | Path, fpp: float = DEFAULT_FPP) -> KeyBloomFilter:

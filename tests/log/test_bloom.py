@@ -86,10 +86,15 @@ def test_payload_with_valid_crc_but_wrong_length_is_rejected():
     from log.record import crc32c
 
     data = KeyBloomFilter.build([b"a"], expected=100).to_bytes()
-    payload = data[HEADER.size:-5]
-    forged = HEADER.pack(b"TCBF", 1, 1, 0, crc32c(payload)) + payload
+    body = data[HEADER.size:-5]
+    forged = HEADER.pack(b"TCBF", data[4], 1, 0, crc32c(body)) + body
     with pytest.raises(CorruptIndexError, match="invalid"):
         KeyBloomFilter.from_bytes(forged)
+    # a v2 body labelled v1 (summary bytes read as pybloom's header) fails fast too
+    body = data[HEADER.size:]
+    mislabelled = HEADER.pack(b"TCBF", 1, 1, 0, crc32c(body)) + body
+    with pytest.raises(CorruptIndexError, match="inconsistent|invalid"):
+        KeyBloomFilter.from_bytes(mislabelled)
 
 
 def test_invalid_parameters():
