@@ -62,7 +62,7 @@ from log.checkpoint import LeaderEpochCheckpointFile
 from log.clock import SYSTEM_CLOCK, Clock
 from log.index.bloom import KeyBloomFilter, build_segment_bloom
 from log.index.txn_index import AbortedTxn, parse_txn_index
-from log.local_log import LocalLog
+from log.local_log import LocalLog, SimulatedCrash
 from log.segment import LogSegment
 from log.types import EpochEntry, TopicPartition
 from metadata.errors import FencedLeaderEpochError
@@ -214,6 +214,13 @@ class TieredCleaner:
             raise ValueError(f"offset map of {offset_map.slots} slots holds no key at load factor {config.load_factor}")
         #: the last round's temp space (peak bytes for tests and stats)
         self.last_space: TempSpace | None = None
+        #: test hook called with a step name ("mapped", "uploaded", "before_publish", "published"); raising
+        #: log.local_log.SimulatedCrash there stops the round as a power cut would
+        self.crash_hook: Callable[[str], None] | None = None
+
+    def _hook(self, step: str) -> None:
+        if self.crash_hook is not None:
+            self.crash_hook(step)
 
     # ---- chunk bound ---------------------------------------------------------------------
     def chunk_bound(self, log: LocalLog) -> int:
@@ -249,7 +256,9 @@ class TieredCleaner:
         try:
             end = self._map_dirty_range(log, plan, space, stats)
             stats.index_done()
+            self._hook("mapped")
             self._rewrite(log, plan, end, now, space, stats, uploaded, replaced)
+            self._hook("before_publish")
             vector = dict(plan.cleaner_offsets)
             vector[leader_epoch] = end
             if uploaded or replaced:
@@ -259,6 +268,9 @@ class TieredCleaner:
                                              cleaner_offsets=vector)
             else:
                 self.rlmm.publish_cleaner_offsets(tp, leader_epoch=leader_epoch, cleaner_offsets=vector)
+            self._hook("published")
+        except SimulatedCrash:
+            raise  # a power cut runs no cleanup: recovery must cope with what is left
         except BaseException as e:
             self._abandon(uploaded, leader_epoch, fenced=isinstance(e, FencedLeaderEpochError))
             raise
@@ -458,6 +470,7 @@ class TieredCleaner:
                 new_md = self._upload(log, group, dest, fpp, plan.leader_epoch, stats)
                 uploaded.append(new_md)
                 replaced.extend(group)
+                self._hook("uploaded")
             finally:
                 ctx.txn_metadata.cleaned_index = None
                 dest.close()
@@ -507,6 +520,8 @@ class TieredCleaner:
                 dest.log_path, dest.offset_index.path, dest.time_index.path, txn,
                 LeaderEpochCheckpointFile.render(entries)))
             self.rlmm.put_bloom_filter(md.remote_log_segment_id, build_segment_bloom(dest, fpp).to_bytes())
+        except SimulatedCrash:
+            raise
         except BaseException as e:
             self._abandon([md], epoch, fenced=isinstance(e, FencedLeaderEpochError))
             raise

@@ -21,6 +21,7 @@ from metadata import load_metadata_manager
 from remote import load_object_store
 from remote.log_manager import RemoteLogManager
 from remote.storage_manager import RemoteStorageManager
+from tests.support.faults import FaultyObjectStore
 
 TP = TopicPartition("t", 0)
 TIERED = {"cleanup.policy": "compact,delete", "retention.ms": -1, "remote.storage.enable": True, "segment.bytes": 2048,
@@ -32,7 +33,7 @@ class World:
 
     def __init__(self, root: Path, clock: MockClock, store: tuple[str, dict[str, Any]], metadata_url: str,
                  broker_id: int = 0,
-                 config: dict[str, Any] | None = None, create: bool = True) -> None:
+                 config: dict[str, Any] | None = None, create: bool = True, faulty: bool = False) -> None:
         self.root = root
         self.clock = clock
         self.broker_id = broker_id
@@ -40,6 +41,8 @@ class World:
         if create:
             self.lm.create_topic(TP.topic, 1, {**TIERED, **(config or {})})
         self.store = load_object_store(store[0], **store[1])
+        if faulty:
+            self.store = FaultyObjectStore(self.store)
         self.rlmm = load_metadata_manager(metadata_url)
         self.rsm = RemoteStorageManager(self.store)
         self.checkpoints: dict[TopicPartition, int] = {}
