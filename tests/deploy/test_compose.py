@@ -13,7 +13,7 @@ import importlib
 import importlib.metadata
 import re
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
@@ -332,3 +332,23 @@ def test_spark_services_run_classes_in_the_installed_pyspark(compose: dict[str, 
     needs = 17 if int(pyspark.__version__.split(".")[0]) >= 4 else 8
     java = [int(v) for i in _instr(docker, "RUN") for v in re.findall(r"openjdk-(\d+)-jre", i.args)]
     assert java and min(java) >= needs, f"Dockerfile installs Java {java}, pyspark {pyspark.__version__} needs {needs}+"
+
+
+def test_spark_worker_work_dir_is_writable_by_the_image_user(compose: dict[str, Any],
+                                                             docker: list[df.Instruction]) -> None:
+    """The Worker makes its work dir at start and exits when it cannot; by default that is
+    $SPARK_HOME/work, inside the root-owned site-packages, while the image runs as a system user."""
+    users = [i.args.split()[0] for i in _instr(docker, "USER")]
+    svc = compose["services"]["spark-worker"]
+    argv, env = df.as_argv(svc.get("command")), df.environment(svc)
+    work = argv[argv.index("--work-dir") + 1] if "--work-dir" in argv else env.get("SPARK_WORKER_DIR")
+    if not users or users[-1] in ("root", "0"):
+        return
+    assert work, "spark-worker needs SPARK_WORKER_DIR (or --work-dir): $SPARK_HOME/work is not writable by " + users[-1]
+    owned = [p for i in _instr(docker, "RUN") for p in re.findall(rf"chown\s+(?:-R\s+)?{users[-1]}\S*\s+(\S+)", i.args)]
+    assert PurePosixPath(work).is_relative_to("/tmp") or any(
+        PurePosixPath(work).is_relative_to(o) for o in owned), f"{work} is not writable by {users[-1]}"
+    # the variable is one this Spark reads
+    core = next(j for j in _pyspark_jars() if j.name.startswith("spark-core"))
+    with zipfile.ZipFile(core) as z:
+        assert b"SPARK_WORKER_DIR" in z.read("org/apache/spark/deploy/worker/WorkerArguments.class")
