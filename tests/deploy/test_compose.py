@@ -352,3 +352,18 @@ def test_spark_worker_work_dir_is_writable_by_the_image_user(compose: dict[str, 
     core = next(j for j in _pyspark_jars() if j.name.startswith("spark-core"))
     with zipfile.ZipFile(core) as z:
         assert b"SPARK_WORKER_DIR" in z.read("org/apache/spark/deploy/worker/WorkerArguments.class")
+
+
+def test_other_programs_of_the_image_do_not_inherit_the_api_healthcheck(compose: dict[str, Any],
+                                                                        docker: list[df.Instruction]) -> None:
+    """The image's HEALTHCHECK probes the API's /healthz; a container of the same image running
+    something else (spark-class) must disable or replace it, or it shows as unhealthy forever."""
+    if not _instr(docker, "HEALTHCHECK"):
+        return
+    entry = _instr(docker, "ENTRYPOINT")[-1].exec_form()
+    for name, svc in _tc_image_services(compose).items():
+        entrypoint = df.as_argv(svc["entrypoint"]) if "entrypoint" in svc else entry
+        if entrypoint[-1] == TC:
+            continue
+        hc = svc.get("healthcheck") or {}
+        assert hc.get("disable") is True or "test" in hc, f"{name} inherits the API's HEALTHCHECK"
