@@ -351,10 +351,12 @@ class TieredCleaner:
         linked = self._link_local_copy(log, md, space)
         if linked is not None:
             return linked
-        if md.segment_size_in_bytes > bound:
+        # A segment above segment.bytes (one batch bigger than it) is a chunk on its own; it is
+        # refused only if it does not fit in a third of the free disk.
+        if md.segment_size_in_bytes > bound and md.segment_size_in_bytes > self.free_disk(self.temp_root) // 3:
             raise InsufficientDiskError(
-                f"remote segment {md.id} of {log.topic_partition} is {md.segment_size_in_bytes} bytes but the chunk "
-                f"bound min(segment.bytes, free disk / 3) is {bound}; free disk space under {self.temp_root}")
+                f"remote segment {md.id} of {log.topic_partition} is {md.segment_size_in_bytes} bytes but a third "
+                f"of the free disk under {self.temp_root} is smaller; free disk space and the round is retried")
         base = md.start_offset
         log_path = space.dir / f"{base:020d}.log"
         n = self.rsm.fetch_log_segment_to_file(md, log_path)
