@@ -1,0 +1,151 @@
+"""The README's "Measured figures" tables, generated from bench/results/*.json.
+
+``python -m bench.report`` prints them; ``python -m bench.report --write`` replaces the
+section between the README's ``<!-- bench:begin -->`` / ``<!-- bench:end -->`` markers.
+A missing result file is reported as such rather than invented.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def _load(name: str) -> dict[str, Any] | None:
+    p = RESULTS / f"{name}.json"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def _n(x: float, digits: int = 0) -> str:
+    return f"{x:,.{digits}f}"
+
+
+def _mb(b: float) -> str:
+    return f"{b / 1e6:,.1f} MB"
+
+
+def _scale(doc: dict[str, Any]) -> str:
+    return " (quick run)" if doc.get("quick") else ""
+
+
+def _format() -> list[str]:
+    d = _load("format")
+    out = ["**Log append/read** (`bench format`): LocalLog with 16-byte keys and 100-byte values, "
+           "1000-record batches" + (_scale(d) if d else "") + "."]
+    if d is None:
+        return out + ["", "_not measured yet_"]
+    out += ["", "| codec | records | append rec/s | append MB/s | read rec/s | read MB/s | kafka-python build rec/s | "
+            "kafka-python parse rec/s |", "|---|---|---|---|---|---|---|---|"]
+    for codec, r in d["results"].items():
+        out.append(f"| {codec} | {_n(r['records'])} | {_n(r['append_records_per_s'])} | {r['append_mb_per_s']} | "
+                   f"{_n(r['read_records_per_s'])} | {r['read_mb_per_s']} | {_n(r['kafka_python_build_records_per_s'])} | "
+                   f"{_n(r['kafka_python_parse_records_per_s'])} |")
+    return out
+
+
+def _cleaner() -> list[str]:
+    d = _load("cleaner")
+    out = ["**Local cleaner** (`bench cleaner`): 1M records, 100k keys, 100-byte values, 128 MiB offset map."]
+    if d is None:
+        return out + ["", "_not measured yet_"]
+    res = d.get("results", d)
+    out += ["", "| codec | records/s | MB/s | clean s | map phase s | read+CRC ceiling MB/s | offset map bytes/entry | "
+            "peak RSS MB |", "|---|---|---|---|---|---|---|---|"]
+    for codec in ("none", "lz4"):
+        r = res.get(codec)
+        if not r:
+            continue
+        out.append(f"| {codec} | {_n(r['clean_records_per_sec'])} | {r['clean_mb_per_sec']} | {r['clean_secs']} | "
+                   f"{r['map_phase_secs']} | {_n(r['ceiling_read_crc_mb_per_sec'])} | "
+                   f"{res.get('offset_map_bytes_per_entry', d.get('offset_map_bytes_per_entry', 24))} | "
+                   f"{res.get('peak_rss_mb', d.get('peak_rss_mb', '?'))} |")
+    return out
+
+
+def _remote() -> list[str]:
+    d = _load("remote")
+    out = ["**Object stores and metadata** (`bench remote`): 64 MiB in 8 MiB objects; SQLite file."]
+    if d is None:
+        return out + ["", "_not measured yet_"]
+    out += ["", "| store | upload MB/s | 1 MiB ranged read MB/s | full download MB/s |", "|---|---|---|---|"]
+    for key, label in (("file", "file://"), ("s3_moto_http", "S3 (moto HTTP), single PUT"),
+                       ("s3_moto_http_multipart_5mib_parts", "S3 (moto HTTP), multipart")):
+        r = d.get(key)
+        if r:
+            out.append(f"| {label} | {r['upload_mb_s']} | {r['ranged_read_1mib_mb_s']} | {r['full_download_mb_s']} |")
+    m = d.get("metadata_sqlite_file")
+    if m:
+        out += ["", f"Metadata on SQLite: {m['add_and_finish_per_s']} segment add+finish/s, "
+                    f"{m['publish_compaction_per_s']} fenced publish_compaction/s, "
+                    f"{m['list_per_s']} lists of {m['list_returned_segments']} segments/s."]
+    return out
+
+
+def _tiered() -> list[str]:
+    d = _load("tiered")
+    if d is None:
+        return ["**Tiered round** (`bench tiered`): _not measured yet_"]
+    w = d["workload"]
+    p = d["results"]["partition"]
+    out = [f"**Tiered round** (`bench tiered`){_scale(d)}: {_mb(p['base_bytes'])} in {p['base_segments']} remote "
+           f"segments ({w['keys']:,} keys, {w['value_bytes']} B values) plus {p['dirty_segments']} dirty segments "
+           f"updating {w['hot_keys']:,} hot keys (10%). Minimum possible download: {p['min_download_segments']} "
+           f"segment fetches, {_mb(p['min_download_bytes'])} (dirty segments twice, map and rewrite, plus the "
+           f"{p['segments_really_holding_a_superseded_key']} clean segments really holding a superseded key).",
+           "", "| variant | wall s | downloaded | segments fetched | skipped by bloom | uploaded | requests | "
+           "peak temp disk | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|"]
+    for key, r in d["results"].items():
+        if key == "partition":
+            continue
+        label = key.replace("_", " ")
+        out.append(f"| {label} | {r['wall_s']} | {_mb(r['bytes_downloaded'])} | {r['segments_downloaded']} | "
+                   f"{r['segments_skipped_by_bloom']} | {_mb(r['bytes_uploaded'])} | "
+                   f"{r['object_store_requests_total']} | {_mb(r['peak_temp_disk_bytes'])} | {r['peak_rss_mb']} |")
+    return out
+
+
+def _spark() -> list[str]:
+    d = _load("spark")
+    if d is None:
+        return ["**Spark offload** (`bench spark`): _not measured yet_"]
+    return ["**Spark offload** (`bench spark`)" + _scale(d) + ": see `bench/results/spark.json`; "
+            + str(d.get("summary", ""))]
+
+
+def _service() -> list[str]:
+    d = _load("service")
+    if d is None:
+        return ["**Service** (`bench service`): _not measured yet_"]
+    return [f"**Service under load** (`bench service`): {d['producer_threads']} producers + {d['reader_threads']} "
+            f"readers on loopback for {d['duration_s']} s with cleaning and tiering in the background: "
+            f"{d['requests']:,} requests, {d['requests_per_sec']} requests/s, p99 {d['p99_ms']} ms, "
+            f"{d['failed_requests']} failed, {d['keys_lost_or_wrong']} keys lost or wrong "
+            f"(load generator and server share one Python process)."]
+
+
+def report() -> str:
+    parts = [_format(), _cleaner(), _remote(), _tiered(), _spark(), _service()]
+    return "\n\n".join("\n".join(p) for p in parts) + "\n"
+
+
+def write_readme() -> None:
+    text = README.read_text()
+    new, n = re.subn(r"(<!-- bench:begin[^>]*-->\n).*?(<!-- bench:end -->)",
+                     lambda m: m.group(1) + report() + m.group(2), text, flags=re.S)
+    if n != 1:
+        raise SystemExit("README.md has no <!-- bench:begin --> ... <!-- bench:end --> section")
+    README.write_text(new)
+
+
+if __name__ == "__main__":
+    if "--write" in sys.argv[1:]:
+        write_readme()
+    else:
+        print(report(), end="")
