@@ -145,11 +145,12 @@ def test_commands_of_the_tiercompact_image_are_real_subcommands(compose: dict[st
     assert checked >= 2, "the image default and the tiercompact service should both run tiercompact"
 
 
-def test_a_wrong_subcommand_or_flag_is_caught() -> None:
+def test_a_wrong_subcommand_or_flag_is_caught(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(AssertionError):
         _parse(["serv"])
     with pytest.raises(AssertionError):
         _parse(["serve", "--no-such-flag", "1"])
+    assert "invalid choice: 'serv'" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- ports
