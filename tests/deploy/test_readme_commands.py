@@ -192,36 +192,47 @@ def test_readme_opens_with_make_serve_and_make_test() -> None:
     assert "make serve" in head and "make test" in head, "the README's first lines must give `make serve` and `make test`"
     for cmd in ("make demo", "make bench", "make lint"):
         assert cmd in text, f"the README does not mention `{cmd}`"
-    # every `make X ARGS="..."` and `tiercompact ...` command the README shows must parse
+    # every make / tiercompact command the README shows, in a code block or inline, must exist
     targets = df.makefile_targets()
-    parser = cli.build_parser()
     for line in _readme_command_lines(text):
         argv = shlex.split(line)
         if argv[0] == "make":
-            assert argv[1] in targets, line
+            assert argv[1] in targets, f"the README's `{line}`: the Makefile has no target {argv[1]!r}"
             extra = [a.split("=", 1)[1] for a in argv[2:] if a.startswith("ARGS=")]
-            sub = {"serve": "serve", "demo": "demo"}.get(argv[1])
-            if sub and extra:
-                _parses(parser, [sub, *shlex.split(extra[0])], line)
-        elif argv[0] == "tiercompact" and len(argv) > 1:
-            _parses(parser, argv[1:], line)
+            if argv[1] in ("serve", "demo") and extra:
+                _check_cli(f"tiercompact {argv[1]} {extra[0]}", line)
+        else:
+            _check_cli(line, line)
 
 
 def _readme_command_lines(text: str) -> list[str]:
-    """Lines of the README's shell code blocks that run make or tiercompact (a ``$ `` prompt is dropped)."""
+    """``make``/``tiercompact`` commands of the README: lines of code blocks (a ``$ `` prompt and a
+    trailing ``# comment`` dropped) and inline code spans."""
     out, in_block = [], False
     for raw in text.splitlines():
         if raw.strip().startswith("```"):
             in_block = not in_block
             continue
-        line = raw.strip().removeprefix("$ ").split(" #", 1)[0].strip()
-        if in_block and re.match(r"^(make|tiercompact)\s", line) and "<" not in line and "..." not in line:
-            out.append(line)
-    return out
+        if in_block:
+            out.append(raw.strip().removeprefix("$ ").split(" #", 1)[0].strip())
+        else:
+            out += re.findall(r"`([^`]+)`", raw)
+    return [c for c in out if re.match(r"^(make|tiercompact)\s+\S", c)]
 
 
-def _parses(parser: object, argv: list[str], line: str) -> None:
+def _check_cli(command: str, line: str) -> None:
+    """A concrete command must parse; a synopsis (``[--opt X]``, ``TOPIC``, ``...``) must name a real
+    subcommand and only flags that subcommand has."""
+    parser = cli.build_parser()
+    argv = shlex.split(command)[1:]
+    sub = next(a for a in parser._actions if a.dest == "command").choices
+    assert argv and argv[0] in sub, f"the README's `{line}`: no subcommand {argv[:1]} in {sorted(sub)}"
+    if re.search(r"[\[\]<>]|\.\.\.|\b[A-Z]{2,}\b", command):
+        flags = set(sub[argv[0]]._option_string_actions)
+        for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", command):
+            assert flag in flags, f"the README's `{line}`: {argv[0]} has no flag {flag}"
+        return
     try:
-        parser.parse_args(argv)  # type: ignore[attr-defined]
+        parser.parse_args(argv)
     except SystemExit:
         raise AssertionError(f"the README's `{line}` does not parse") from None
