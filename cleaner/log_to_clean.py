@@ -72,8 +72,45 @@ def _sizes(segs: list[LogSegment]) -> int:
     return sum(s.size for s in segs)
 
 
+class CleanRatios:
+    """Dirty and must-clean ratios and the selection order, from a log's byte counts.
+
+    Shared by the local pool's :class:`LogToClean` and the tiered pool's TieredLogToClean;
+    subclasses provide ``cleanable_bytes``, ``must_clean_bytes``, ``total_bytes`` and
+    ``need_compaction_now``.
+    """
+
+    cleanable_bytes: int
+    must_clean_bytes: int
+    need_compaction_now: bool
+
+    @property
+    def total_bytes(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def cleanable_ratio(self) -> float:
+        """Dirty ratio: cleanable bytes / total bytes (0 for an empty log)."""
+        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
+
+    @property
+    def must_clean_ratio(self) -> float:
+        """KIP-354: bytes of cleanable segments past max.compaction.lag.ms / total bytes."""
+        return self.must_clean_bytes / self.total_bytes if self.total_bytes else 0.0
+
+    def priority(self) -> tuple[bool, float, float]:
+        """Sort key, highest first: past max.compaction.lag.ms, then must-clean ratio, then dirty ratio.
+
+        This follows KIP-354's text ("sorted based on must clean ratio first and then by dirty
+        ratio"), as tiercompact's design asks; Kafka 4.0's grabFilthiestCompactedLog only
+        compares the dirty ratio (needCompactionNow makes a log eligible, not first).
+        """
+        return (self.need_compaction_now, self.must_clean_ratio, self.cleanable_ratio)
+
+
+
 @dataclass(eq=False)
-class LogToClean:
+class LogToClean(CleanRatios):
     """A log with its dirty section, as chosen by the manager (Kafka's LogToClean).
 
     ``first_uncleanable_offset`` is ``uncleanable_offset`` rounded down to a segment base: a
@@ -110,25 +147,6 @@ class LogToClean:
     @property
     def total_bytes(self) -> int:
         return self.clean_bytes + self.cleanable_bytes
-
-    @property
-    def cleanable_ratio(self) -> float:
-        """Dirty ratio: cleanable bytes / total bytes (0 for an empty log)."""
-        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
-
-    @property
-    def must_clean_ratio(self) -> float:
-        """KIP-354: bytes of cleanable segments past max.compaction.lag.ms / total bytes."""
-        return self.must_clean_bytes / self.total_bytes if self.total_bytes else 0.0
-
-    def priority(self) -> tuple[bool, float, float]:
-        """Sort key, highest first: past max.compaction.lag.ms, then must-clean ratio, then dirty ratio.
-
-        This follows KIP-354's text ("sorted based on must clean ratio first and then by dirty
-        ratio"), as tiercompact's design asks; Kafka 4.0's grabFilthiestCompactedLog only
-        compares the dirty ratio (needCompactionNow makes a log eligible, not first).
-        """
-        return (self.need_compaction_now, self.must_clean_ratio, self.cleanable_ratio)
 
     def __repr__(self) -> str:
         return (f"LogToClean({self.topic_partition}, dirty=[{self.first_dirty_offset}, "

@@ -54,6 +54,7 @@ from pathlib import Path
 from cleaner.cleaner import CleanContext, build_offset_map_from_segments, clean_into, finish_cleaned_segment
 from cleaner.config import CleanerConfig
 from cleaner.errors import InsufficientDiskError
+from cleaner.log_to_clean import CleanRatios
 from cleaner.offset_map import OffsetMap
 from cleaner.stats import CleanerStats
 from cleaner.throttler import Throttler
@@ -576,7 +577,7 @@ class TieredContext:
 
 
 @dataclass(eq=False)
-class TieredLogToClean:
+class TieredLogToClean(CleanRatios):
     """A tiered partition's dirty section, sized from metadata (no object-store call).
 
     The dirty ratio is cleanable / (remote + local-only) bytes (seed 004). KIP-354's
@@ -623,18 +624,6 @@ class TieredLogToClean:
     @property
     def total_bytes(self) -> int:
         return self.plan.remote_bytes + self.local_only_bytes
-
-    @property
-    def cleanable_ratio(self) -> float:
-        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
-
-    @property
-    def must_clean_ratio(self) -> float:
-        return self.must_clean_bytes / self.total_bytes if self.total_bytes else 0.0
-
-    def priority(self) -> tuple[bool, float, float]:
-        """Same order as LogToClean.priority (KIP-354: must-clean first, then dirty ratio)."""
-        return (self.need_compaction_now, self.must_clean_ratio, self.cleanable_ratio)
 
 
 def tiered_log_to_clean(ctx: TieredContext, tp: TopicPartition, log: LocalLog, checkpoint: int | None,

@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from log.checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile, fsync_dir
 from log.clock import SYSTEM_CLOCK, Clock
@@ -80,6 +81,35 @@ class RecordSpec:
     value: bytes | None
     timestamp: int | None = None
     headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+T = TypeVar("T")
+
+
+def retention_breached(items: Sequence[T], now: int, retention_ms: int, retention_bytes: int, *, total_bytes: int,
+                       size: Callable[[T], int], max_timestamp: Callable[[T], int]) -> list[T]:
+    """Kafka's retention walk over segments oldest first (local ones, or remote metadata).
+
+    A prefix of ``items`` whose newest record is older than ``retention_ms`` (-1: no limit),
+    then further oldest items while ``total_bytes`` stays above ``retention_bytes`` without them.
+    """
+    out: list[T] = []
+    if retention_ms >= 0:
+        for item in items:
+            if now - max_timestamp(item) <= retention_ms:
+                break
+            out.append(item)
+    if retention_bytes >= 0:
+        excess = total_bytes - retention_bytes
+        taken = len(out)
+        for item in items[:taken]:
+            excess -= size(item)
+        for item in items[taken:]:
+            if excess - size(item) < 0:
+                break
+            out.append(item)
+            excess -= size(item)
+    return out
 
 
 class SimulatedCrash(Exception):  # noqa: N818 - raised only by tests' crash hooks
@@ -548,25 +578,9 @@ class LocalLog:
                                     extra_bytes: int = 0) -> list[LogSegment]:
         """Non-active segments, oldest first, past ``retention_ms`` or beyond ``retention_bytes``."""
         with self.lock:
-            candidates = self.segments.all()[:-1]
-            out: list[LogSegment] = []
-            if retention_ms >= 0:
-                for seg in candidates:
-                    if now - seg.largest_timestamp > retention_ms:
-                        out.append(seg)
-                    else:
-                        break
-            if retention_bytes >= 0:
-                excess = self.segments.size_in_bytes() + extra_bytes - retention_bytes
-                for seg in candidates:
-                    if seg in out:
-                        excess -= seg.size
-                        continue
-                    if excess - seg.size < 0:
-                        break
-                    out.append(seg)
-                    excess -= seg.size
-            return out
+            return retention_breached(self.segments.all()[:-1], now, retention_ms, retention_bytes,
+                                      total_bytes=self.segments.size_in_bytes() + extra_bytes,
+                                      size=lambda s: s.size, max_timestamp=lambda s: s.largest_timestamp)
 
     # ---- lifecycle -----------------------------------------------------------------------
     def flush(self) -> None:

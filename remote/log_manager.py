@@ -63,7 +63,7 @@ from pathlib import Path
 from log.clock import Clock
 from log.errors import TiercompactError
 from log.index.bloom import build_segment_bloom
-from log.local_log import LocalLog
+from log.local_log import LocalLog, retention_breached
 from log.log_manager import LogManager
 from log.segment import LogSegment
 from log.types import TopicPartition
@@ -442,24 +442,12 @@ class RemoteLogManager:
             epoch = self.leader_epoch(tp)
             segs = self.metadata.list_remote_log_segments(tp)
             retention_ms, retention_bytes = int(cfg.get("retention.ms")), int(cfg.get("retention.bytes"))
-            breached: list[RemoteLogSegmentMetadata] = []
-            if retention_ms >= 0:
-                for md in segs:
-                    if now - md.max_timestamp_ms <= retention_ms:
-                        break
-                    breached.append(md)
-            if retention_bytes >= 0:
-                highest = max((m.end_offset for m in segs), default=-1)
-                local_only = sum(s.size for s in log.all_segments() if s.read_next_offset() - 1 > highest)
-                excess = sum(m.segment_size_in_bytes for m in segs) + local_only - retention_bytes
-                for md in segs:
-                    if md in breached:
-                        excess -= md.segment_size_in_bytes
-                        continue
-                    if excess - md.segment_size_in_bytes < 0:
-                        break
-                    breached.append(md)
-                    excess -= md.segment_size_in_bytes
+            highest = max((m.end_offset for m in segs), default=-1)
+            local_only = sum(s.size for s in log.all_segments() if s.read_next_offset() - 1 > highest)
+            breached = retention_breached(
+                segs, now, retention_ms, retention_bytes,
+                total_bytes=sum(m.segment_size_in_bytes for m in segs) + local_only,
+                size=lambda m: m.segment_size_in_bytes, max_timestamp=lambda m: m.max_timestamp_ms)
             deleted: list[str] = []
             for md in breached:
                 self._delete_remote(md, epoch)

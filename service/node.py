@@ -25,7 +25,6 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ from log.errors import InvalidRequestError, TiercompactError
 from log.fetch import READ_COMMITTED, check_isolation, records_from_batches
 from log.local_log import AppendResult, LocalLog, RecordSpec
 from log.log_manager import LogManager, Topic
-from log.record import CompressionType, ControlRecordType, Record
+from log.record import CompressionType, ControlRecordType
 from log.scheduler import Scheduler
 from log.types import TopicPartition, validate_topic_name
 from metadata import load_metadata_manager
@@ -49,6 +48,7 @@ from remote import load_object_store
 from remote.log_manager import RemoteLogManager
 from remote.object_store import ObjectStore, PutData
 from remote.storage_manager import RemoteStorageManager
+from remote.tiered_read import ReadResult
 from service.config import ServiceConfig
 from service.jobs import JobRegistry
 from service.threads import PeriodicTask
@@ -119,14 +119,6 @@ class CountingObjectStore(ObjectStore):
 
     def close(self) -> None:
         self.inner.close()
-
-
-@dataclass(frozen=True, slots=True)
-class ReadResult:
-    records: list[Record]
-    next_offset: int
-    log_start_offset: int
-    high_watermark: int
 
 
 def decode_field(value: str | None, encoding: str, what: str) -> bytes | None:
@@ -404,7 +396,7 @@ class Node:
             offset = res.next_offset
             res = self.remote.read(tp, offset, max_bytes=self.config.max_fetch_bytes, isolation=isolation,
                                    max_records=max_records)
-        return ReadResult(res.records, res.next_offset, res.log_start_offset, res.high_watermark)
+        return res
 
     def _read_local(self, log: LocalLog, offset: int, max_records: int, isolation: str) -> ReadResult:
         hw = log.high_watermark
