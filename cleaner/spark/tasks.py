@@ -238,92 +238,113 @@ class DigestOffsetMap(OffsetMap):
         return list(self._d)
 
 
-# ---- stage: transaction indexes ------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class TxnIndexTask:
-    key: int  # the driver's segment number
-    store: StoreSpec
-    segment: SegmentRef
-
-
-def run_txn_index(task: TxnIndexTask) -> tuple[int, tuple[AbortedT, ...], int]:
-    """(segment number, its aborted transactions, bytes read)."""
-    md = task.segment.metadata()
-    data = task.store.open().fetch_index(md, IndexType.TRANSACTION)
-    return task.key, tuple(aborted_to_plain(t) for t in parse_txn_index(data, source=md.id)), len(data)
-
-
 # ---- stage: scan (phase 1 of a dirty segment; headers and keys of a clean one) -------------------
 
 @dataclass(frozen=True, slots=True)
 class ScanTask:
-    """Read one segment. ``map_start`` set: map its records at offsets >= map_start (a dirty
-    segment) with ``aborted`` = the round's aborted transactions overlapping it."""
+    """Read one segment. ``map_start`` set: it is a dirty segment, map its records at offsets
+    >= map_start. ``with_txn_index``: also fetch its transaction index (it may have one)."""
 
-    key: int
+    key: int  # the driver's segment number
     store: StoreSpec
     segment: SegmentRef
     map_start: int | None = None
-    aborted: tuple[AbortedT, ...] = ()
+    with_txn_index: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class ScanResult:
+    """What the driver needs of a segment without reading it again.
+
+    ``keys``: every key digest present -> the latest offset >= map_start of a
+    non-transactional record with that key, or -1. ``txn_keys``: (digest, offset, batch last
+    offset) of transactional records at offsets >= map_start; whether they are mapped depends
+    on whether their batch is aborted, which the driver decides by replaying the round's
+    transaction state over ``txn_headers`` in log order (a batch's transaction may be aborted
+    by a marker in a later segment).
+    """
+
     key: int
     txn_headers: tuple[TxnBatchHeader, ...]
-    #: digest -> latest mapped offset in this segment, or -1 if the key is only present
+    aborted: tuple[AbortedT, ...]
     keys: dict[bytes, int] = field(default_factory=dict)
+    txn_keys: tuple[tuple[bytes, int, int], ...] = ()
     bytes_read: int = 0
-    records: int = 0
 
 
 def run_scan(task: ScanTask, temp_dir: str | os.PathLike[str] | None = None) -> ScanResult:
-    """Fetch the segment into a temporary file and walk it once (see the module docstring)."""
+    """Fetch the segment (and its transaction index) and walk it once."""
     ref = task.segment
     md = ref.metadata()
     rsm = task.store.open()
+    aborted: tuple[AbortedT, ...] = ()
+    n = 0
+    if task.with_txn_index:
+        data = rsm.fetch_index(md, IndexType.TRANSACTION)
+        aborted = tuple(aborted_to_plain(t) for t in parse_txn_index(data, source=md.id))
+        n += len(data)
     tmp = Path(tempfile.mkdtemp(prefix="tiercompact-scan-", dir=temp_dir))
     try:
         path = tmp / f"{ref.start_offset:020d}.log"
-        n = rsm.fetch_log_segment_to_file(md, path)
+        n += rsm.fetch_log_segment_to_file(md, path)
         seg = LogSegment(tmp, ref.start_offset)
         try:
-            return _scan_segment(task, seg, n)
+            return scan_segment(task.key, seg, task.map_start, aborted, n)
         finally:
             seg.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _scan_segment(task: ScanTask, seg: LogSegment, nbytes: int) -> ScanResult:
-    start = task.map_start
-    txn = CleanedTransactionMetadata()
-    txn.add_aborted(aborted_from_plain(t) for t in task.aborted)
+def scan_segment(key: int, seg: LogSegment, map_start: int | None, aborted: tuple[AbortedT, ...] = (),
+                 bytes_read: int = 0) -> ScanResult:
+    """The walk of :func:`run_scan` over a segment already on disk."""
     keys: dict[bytes, int] = {}
+    txn_keys: list[tuple[bytes, int, int]] = []
     headers: list[TxnBatchHeader] = []
-    records = 0
     for _pos, b in seg.batches():
-        records += b.records_count
         if b.is_transactional or b.is_control:
             code = int(b.control_type()) if b.is_control and b.records_count else -1
             headers.append(TxnBatchHeader(b.producer_id, b.last_offset, b.is_transactional, b.is_control,
                                           b.records_count, code))
         if b.is_control:
-            if start is not None:
-                txn.on_control_batch_read(b)
             continue
-        # the same test, in the same order, as cleaner.cleaner._build_for_segment
-        mapped = start is not None and not txn.on_batch_read(b) and b.last_offset >= start
-        for off, key, _has_value in b.iter_key_offsets():
-            if key is None:
+        mapping = map_start is not None and b.last_offset >= map_start
+        txn = b.is_transactional
+        for off, k, _has_value in b.iter_key_offsets():
+            if k is None:
                 continue
-            d = key_digest(key)
-            if mapped and off >= start:  # type: ignore[operator]
-                keys[d] = off  # offsets grow: the last put is the latest
+            d = key_digest(k)
+            if mapping and off >= map_start:  # type: ignore[operator]
+                if txn:
+                    txn_keys.append((d, off, b.last_offset))
+                    keys.setdefault(d, -1)
+                else:
+                    keys[d] = off  # offsets grow: the last one is the latest
             elif d not in keys:
                 keys[d] = -1
-    return ScanResult(task.key, tuple(headers), keys, nbytes, records)
+    return ScanResult(key, tuple(headers), aborted, keys, tuple(txn_keys), bytes_read)
+
+
+def aborted_batches(dirty: Sequence[tuple[int, int, Sequence[TxnBatchHeader]]], round_aborted: Iterable[AbortedT],
+                    ) -> set[int]:
+    """Last offsets of the data batches the round's map skips as aborted.
+
+    ``dirty`` is (start offset, end offset, headers) of each dirty segment in log order;
+    ``round_aborted`` the aborted transactions of the dirty range. This replays
+    build_offset_map_from_segments' transaction state exactly (see :func:`replay_segment` for
+    why only transactional and control batches are needed).
+    """
+    m = CleanedTransactionMetadata()
+    m.add_aborted(aborted_from_plain(t) for t in round_aborted)
+    out: set[int] = set()
+    for _start, _end, headers in dirty:
+        for h in headers:
+            if h.is_control:
+                m.on_control_batch_read(h)  # type: ignore[arg-type]
+            elif m.on_batch_read(h):  # type: ignore[arg-type]
+                out.add(h.last_offset)
+    return out
 
 
 # ---- stage: rewrite one group ----------------------------------------------------------------------

@@ -1,0 +1,598 @@
+"""The Spark offload driver: one Spark job cleans the remote tier of many partitions.
+
+It performs the in-process tiered round (:mod:`cleaner.tiered`) with the work spread over
+executors, and produces the same bytes. For every requested partition the driver captures the
+leader epoch and the cleaner checkpoint, sweeps orphan objects (:mod:`remote.orphans`) and
+plans the round from metadata alone (:func:`cleaner.tiered.plan_round`). Then, for all
+partitions at once:
+
+1. **Transaction indexes** of the segments that may hold transactions (no bloom summary, or
+   one flagging transactional batches) are fetched in parallel: they are small.
+2. **Scan**: one task per dirty segment maps it (digest -> latest offset, aborted transactions
+   skipped exactly as the in-process map skips them); clean-region segments that hold
+   transactional batches, or have no bloom filter, are scanned too. Every scan returns the
+   digests present in its segment and the headers of its transactional/control batches.
+   The map is reduced by key across executors (``reduceByKey(max)``), so it is bounded by
+   the cluster, not one machine: there is no "map full, continue next round".
+3. **Bloom skip**: the clean-region segments' filters are broadcast and every map partition
+   tests its digests against them; a clean segment is skipped under the in-process rule
+   (filter present, no transactional batch, no passed delete horizon, no map digest in it).
+   The same hits tell which map entries the segment's group needs.
+4. **Groups** are formed on the driver exactly as :meth:`TieredCleaner._group` forms them, and
+   the round's transaction state is replayed from the scanned headers to get each group's
+   starting :class:`~cleaner.transactions.CleanedTransactionMetadata`.
+5. **Rewrite**: each group is one task. It receives only the map entries of digests present
+   in its segments (a join of segment digests with the map, plus the bloom hits), fetches its
+   sources, cleans them with :func:`~cleaner.cleaner.clean_into` and uploads the new segment
+   under an id the driver generated before the stage (a retried task overwrites the same
+   keys). A lease (:mod:`remote.orphans`) names these ids while they are unregistered.
+6. **Publish**, per partition, on the driver: each new segment is registered
+   COPY_SEGMENT_STARTED with its real size and its bloom filter stored, then
+   :meth:`~metadata.manager.RemoteLogMetadataManager.publish_compaction` runs with the epoch
+   captured at job start and the cleaner-offset vector ``{..., epoch: upper}``. A partition
+   whose leadership moved meanwhile is fenced there: its uploads are deleted (their keys are
+   known from the pre-generated ids) and the log is unchanged for readers. Then the local
+   checkpoint is written through a callback and stale local copies are dropped.
+
+Deliberate differences from the in-process round: groups are bounded by ``segment.bytes``
+only (executors have their own disks; the in-process bound is ``min(segment.bytes, free/3)``
+of the broker's disk), local copies are never used as sources (executors read the object
+store), and the offset map never fills.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+import uuid
+import zipfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark import StorageLevel, TaskContext
+from pyspark.sql import SparkSession
+
+from cleaner.spark.errors import SparkJobError
+from cleaner.spark.tasks import (
+    AbortedT,
+    RewriteResult,
+    RewriteTask,
+    ScanResult,
+    ScanTask,
+    SegmentRef,
+    StoreSpec,
+    TxnState,
+    aborted_batches,
+    replay_segment,
+    run_rewrite,
+    run_scan,
+)
+from cleaner.tiered import TieredCleaner, TieredRoundPlan, plan_round
+from cleaner.transactions import CleanedTransactionMetadata
+from log.clock import SYSTEM_CLOCK, Clock
+from log.index.bloom import KeyBloomFilter
+from log.local_log import LocalLog
+from log.types import TopicPartition
+from metadata.errors import FencedLeaderEpochError
+from metadata.manager import RemoteLogMetadataManager
+from metadata.types import RemoteLogSegmentMetadata, RemoteLogSegmentState
+from remote.orphans import release_lease, sweep_orphan_objects, write_lease
+
+logger = logging.getLogger(__name__)
+
+PACKAGES = ("log", "metadata", "remote", "cleaner")
+
+
+# ---- session ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class SparkCleanConfig:
+    """Settings of the Spark offload.
+
+    ``fail_first_attempt`` is fault injection for tests: the first attempt of every task of the
+    named stages ("scan", "rewrite") fails after doing its work, so Spark retries it.
+    """
+
+    master: str = "local[*]"
+    app_name: str = "tiercompact-spark-clean"
+    driver_memory: str = "512m"
+    shuffle_partitions: int = 4
+    max_task_failures: int = 4
+    bloom_skip: bool = True
+    orphan_grace_ms: int = 60 * 60 * 1000
+    io_buffer_size: int = 256 * 1024
+    scan_tasks_per_core: int = 2
+    ship_packages: bool | None = None  # None: ship when the master is not local
+    extra_conf: tuple[tuple[str, str], ...] = ()
+    fail_first_attempt: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if min(self.shuffle_partitions, self.max_task_failures, self.scan_tasks_per_core) < 1 or self.orphan_grace_ms < 0:
+            raise ValueError("shuffle_partitions, max_task_failures and scan_tasks_per_core must be >= 1, "
+                             "orphan_grace_ms >= 0")
+
+    @property
+    def is_local(self) -> bool:
+        return self.master.startswith("local")
+
+
+def build_session(config: SparkCleanConfig) -> SparkSession:
+    """A SparkSession for the offload (UI off, small driver, few shuffle partitions).
+
+    Python workers run this interpreter (``PYSPARK_PYTHON`` unless already set), so local
+    executors see the same installed packages as the driver.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    b = (SparkSession.builder.master(config.master).appName(config.app_name)
+         .config("spark.ui.enabled", "false")
+         .config("spark.driver.memory", config.driver_memory)
+         .config("spark.sql.shuffle.partitions", str(config.shuffle_partitions))
+         .config("spark.default.parallelism", str(config.shuffle_partitions))
+         .config("spark.task.maxFailures", str(config.max_task_failures))
+         .config("spark.pyspark.python", sys.executable)
+         .config("spark.pyspark.driver.python", sys.executable)
+         .config("spark.ui.showConsoleProgress", "false"))
+    for k, v in config.extra_conf:
+        b = b.config(k, v)
+    spark = b.getOrCreate()
+    if config.ship_packages or (config.ship_packages is None and not config.is_local):
+        ship_packages(spark)
+    return spark
+
+
+def ship_packages(spark: SparkSession) -> Path:
+    """Zip tiercompact's packages below service/ and add them to the executors' path."""
+    out = Path(tempfile.mkdtemp(prefix="tiercompact-pyfiles-")) / "tiercompact_pkgs.zip"
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name in PACKAGES:
+            root = Path(sys.modules[name].__file__ or "").parent if name in sys.modules else None
+            if root is None:
+                root = Path(__import__(name).__file__ or "").parent
+            for f in root.rglob("*.py"):
+                zf.write(f, Path(name) / f.relative_to(root))
+    spark.sparkContext.addPyFile(str(out))
+    return out
+
+
+# ---- results -------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class PartitionOutcome:
+    """What the job did to one partition. ``status``: cleaned, nothing-to-clean, fenced, failed."""
+
+    topic_partition: TopicPartition
+    status: str
+    leader_epoch: int
+    first_dirty_offset: int = 0
+    end_offset: int = 0
+    new_segment_ids: list[str] = field(default_factory=list)
+    replaced_segment_ids: list[str] = field(default_factory=list)
+    segments_skipped_by_bloom: int = 0
+    segments_cleaned: int = 0
+    bytes_downloaded: int = 0
+    bytes_uploaded: int = 0
+    messages_read: int = 0
+    messages_written: int = 0
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"topic": self.topic_partition.topic, "partition": self.topic_partition.partition,
+                "status": self.status, "leader_epoch": self.leader_epoch,
+                "first_dirty_offset": self.first_dirty_offset, "end_offset": self.end_offset,
+                "new_segments": len(self.new_segment_ids), "replaced_segments": len(self.replaced_segment_ids),
+                "segments_skipped_by_bloom": self.segments_skipped_by_bloom,
+                "segments_cleaned": self.segments_cleaned, "bytes_downloaded": self.bytes_downloaded,
+                "bytes_uploaded": self.bytes_uploaded, "records_read": self.messages_read,
+                "records_retained": self.messages_written, "error": self.error}
+
+
+@dataclass(slots=True)
+class _Part:
+    """The driver's state for one partition of the job."""
+
+    idx: int
+    tp: TopicPartition
+    log: LocalLog
+    epoch: int
+    plan: TieredRoundPlan
+    outcome: PartitionOutcome
+    segs: dict[int, RemoteLogSegmentMetadata] = field(default_factory=dict)  # segment number -> md (candidates)
+    blooms: dict[int, KeyBloomFilter | None] = field(default_factory=dict)
+    blobs: dict[int, bytes] = field(default_factory=dict)
+    tasks: list[RewriteTask] = field(default_factory=list)
+    #: the round's transaction state, replayed group by group in log order
+    txn: CleanedTransactionMetadata = field(default_factory=CleanedTransactionMetadata)
+    leased: bool = False
+
+    def is_clean_region(self, md: RemoteLogSegmentMetadata) -> bool:
+        return md.end_offset < self.plan.first_dirty_offset
+
+
+# ---- executor-side wrappers (module level: pickled by reference) --------------------------------
+
+def _maybe_fail(stage: str, inject: frozenset[str]) -> None:
+    if stage in inject:
+        ctx = TaskContext.get()
+        if ctx is not None and ctx.attemptNumber() == 0:
+            raise RuntimeError(f"injected failure of the first attempt of a {stage} task")
+
+
+def _scan(task: ScanTask, inject: frozenset[str]) -> ScanResult:
+    res = run_scan(task)
+    _maybe_fail("scan", inject)
+    return res
+
+
+def _rewrite(task: RewriteTask, entries: Iterable[tuple[bytes, int]], inject: frozenset[str]) -> RewriteResult:
+    res = run_rewrite(task, entries)
+    _maybe_fail("rewrite", inject)  # after the upload: the retry overwrites the same keys
+    return res
+
+
+def _combiner(v: tuple[int, int]) -> tuple[int, set[int]]:
+    return v[1], {v[0]}
+
+
+def _merge_value(acc: tuple[int, set[int]], v: tuple[int, int]) -> tuple[int, set[int]]:
+    acc[1].add(v[0])
+    return (acc[0] if acc[0] >= v[1] else v[1]), acc[1]
+
+
+def _merge_combiners(a: tuple[int, set[int]], b: tuple[int, set[int]]) -> tuple[int, set[int]]:
+    return (a[0] if a[0] >= b[0] else b[0]), a[1] | b[1]
+
+
+def _identity(g: int) -> int:
+    return g
+
+
+# ---- the driver ------------------------------------------------------------------------------------
+
+class SparkCleanJob:
+    """Cleans the remote tier of partitions with one Spark job (see the module docstring).
+
+    Args:
+        spark: the session (:func:`build_session`).
+        logs: the local log of a partition (the driver plans from it, as the in-process round).
+        rlmm: the metadata store the driver publishes through.
+        store_url, store_options: the object store, as executors open it.
+        leader_epoch: the epoch this node leads ``tp`` at (e.g. ``RemoteLogManager.leader_epoch``).
+        checkpoint / write_checkpoint: read and write the local cleaner checkpoint
+            (e.g. ``LogCleanerManager.all_cleaner_checkpoints().get`` / ``update_checkpoints``).
+        on_stage: called with a stage name ("planned", "scanned", "rewritten", "before-publish")
+            and the job's partitions; tests move leadership from here.
+
+    Not thread-safe: one run at a time per instance.
+    """
+
+    def __init__(self, spark: SparkSession, *, logs: Callable[[TopicPartition], LocalLog],
+                 rlmm: RemoteLogMetadataManager, store_url: str, store_options: dict[str, Any] | None = None,
+                 leader_epoch: Callable[[TopicPartition], int],
+                 checkpoint: Callable[[TopicPartition], int | None] = lambda tp: None,
+                 write_checkpoint: Callable[[TopicPartition, int], None] = lambda tp, off: None,
+                 broker_id: int = 0, clock: Clock = SYSTEM_CLOCK, config: SparkCleanConfig | None = None,
+                 on_stage: Callable[[str, list[TopicPartition]], None] | None = None) -> None:
+        self.spark = spark
+        self.logs = logs
+        self.rlmm = rlmm
+        self.store = StoreSpec.of(store_url, store_options)
+        self.leader_epoch = leader_epoch
+        self.checkpoint = checkpoint
+        self.write_checkpoint = write_checkpoint
+        self.broker_id = broker_id
+        self.clock = clock
+        self.config = config or SparkCleanConfig()
+        self.on_stage = on_stage
+        self.job_id = ""
+
+    def _stage(self, name: str, parts: Sequence[_Part]) -> None:
+        if self.on_stage is not None:
+            self.on_stage(name, [p.tp for p in parts])
+
+    # ---- run ------------------------------------------------------------------------------------
+    def run(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, PartitionOutcome]:
+        """Clean ``partitions``; returns one outcome per partition.
+
+        A fenced or failing partition does not stop the others (its outcome says why).
+
+        Raises:
+            SparkJobError: the Spark job itself failed; every upload of the job was removed and
+                nothing was published.
+        """
+        self.job_id = f"spark-{uuid.uuid4().hex}"
+        now = self.clock.milliseconds()
+        rsm = self.store.open()
+        outcomes: dict[TopicPartition, PartitionOutcome] = {}
+        parts: list[_Part] = []
+        for tp in dict.fromkeys(partitions):
+            log = self.logs(tp)
+            epoch = self.leader_epoch(tp)
+            try:
+                sweep_orphan_objects(rsm.store, self.rlmm, tp, grace_ms=self.config.orphan_grace_ms,
+                                     clock=self.clock)
+            except Exception:  # noqa: BLE001 - a failed sweep must not stop cleaning
+                logger.warning("%s: orphan sweep failed", tp, exc_info=True)
+            cp = self.checkpoint(tp)
+            plan = plan_round(tp, log, self.rlmm, leader_epoch=epoch, local_checkpoint=cp, now=now)
+            if plan is None or plan.upper <= plan.first_dirty_offset:
+                end = plan.first_dirty_offset if plan else (cp or 0)
+                outcomes[tp] = PartitionOutcome(tp, "nothing-to-clean", epoch, end, end)
+                continue
+            out = outcomes[tp] = PartitionOutcome(tp, "cleaned", epoch, plan.first_dirty_offset, plan.upper)
+            parts.append(_Part(len(parts), tp, log, epoch, plan, out))
+        if not parts:
+            return outcomes
+        self._stage("planned", parts)
+        try:
+            results = self._execute(parts, now)
+        except BaseException as e:
+            for p in parts:
+                self._abandon(p, fenced=False)
+                self._release(p)
+            if isinstance(e, Exception) and not isinstance(e, SparkJobError):
+                raise SparkJobError(f"the Spark clean of {[str(p.tp) for p in parts]} failed: {e}") from e
+            raise
+        for p in parts:
+            try:
+                self._publish(p, [results[t.key] for t in p.tasks], now)
+            finally:
+                self._release(p)
+        return outcomes
+
+    # ---- stages -----------------------------------------------------------------------------------
+    def _execute(self, parts: list[_Part], now: int) -> dict[int, RewriteResult]:
+        sc = self.spark.sparkContext
+        cfg = self.config
+        inject = cfg.fail_first_attempt
+        store = self.store
+        owner: dict[int, _Part] = {}
+        n = 0
+        for p in parts:
+            for md in p.plan.segments:
+                if md.start_offset >= p.plan.upper:
+                    break
+                p.segs[n] = md
+                owner[n] = p
+                blob = self.rlmm.get_bloom_filter(md.remote_log_segment_id)
+                p.blooms[n] = None if blob is None else KeyBloomFilter.from_bytes(blob, source=md.id)
+                if blob is not None:
+                    p.blobs[n] = blob
+                n += 1
+
+        def txn_possible(p: _Part, i: int) -> bool:
+            bf = p.blooms[i]
+            return bf is None or bf.has_transactional_batches
+
+        # 1. scan: map the dirty segments; headers and digests of clean ones that hold transactions
+        scan_tasks: list[ScanTask] = []
+        for p in parts:
+            for i, md in p.segs.items():
+                if not p.is_clean_region(md):
+                    scan_tasks.append(ScanTask(i, store, SegmentRef.of(md), p.plan.first_dirty_offset,
+                                               txn_possible(p, i)))
+                elif txn_possible(p, i):
+                    scan_tasks.append(ScanTask(i, store, SegmentRef.of(md)))
+        part_of = {i: owner[i].idx for i in owner}
+        slices = max(1, min(len(scan_tasks), sc.defaultParallelism * cfg.scan_tasks_per_core))
+        scans = (sc.parallelize(scan_tasks, slices).map(lambda t: _scan(t, inject))
+                 .persist(StorageLevel.MEMORY_AND_DISK))
+        rdds: list[Any] = [scans]
+        broadcasts: list[Any] = []
+        try:
+            headers: dict[int, tuple[Any, ...]] = {}
+            aborted: dict[int, tuple[AbortedT, ...]] = {}
+            for i, hdrs, txns, nbytes in scans.map(lambda r: (r.key, r.txn_headers, r.aborted, r.bytes_read)).collect():
+                headers[i], aborted[i] = hdrs, txns
+                owner[i].outcome.bytes_downloaded += nbytes
+            # which transactional batches the in-process map would skip as aborted
+            skipped: set[tuple[int, int]] = set()
+            for p in parts:
+                start, upper = p.plan.first_dirty_offset, p.plan.upper
+                dirty = [(md.start_offset, md.end_offset, headers.get(i, ())) for i, md in p.segs.items()
+                         if not p.is_clean_region(md)]
+                round_aborted = [t for i, md in p.segs.items() if not p.is_clean_region(md)
+                                 for t in aborted.get(i, ()) if t[2] >= start and t[1] < upper]
+                skipped |= {(p.idx, off) for off in aborted_batches(dirty, round_aborted)}
+            bs = sc.broadcast(skipped)
+            broadcasts.append(bs)
+
+            def present_keys(r: ScanResult) -> Iterator[Any]:
+                pi = part_of[r.key]
+                for d, off in r.keys.items():
+                    yield (pi, d), (r.key, off)
+                for d, off, batch in r.txn_keys:
+                    yield (pi, d), (r.key, -1 if (pi, batch) in bs.value else off)
+
+            # the map, reduced across executors: (partition, digest) -> (latest offset or -1, segments holding it)
+            present = scans.flatMap(present_keys)
+            reduced = present.combineByKey(_combiner, _merge_value, _merge_combiners,
+                                           numPartitions=cfg.shuffle_partitions)
+            self._stage("scanned", parts)
+
+            # 2. bloom tests of the clean region, in parallel over the map's partitions
+            tested = {p.idx: [(i, p.blobs[i]) for i, md in p.segs.items() if p.is_clean_region(md) and i in p.blobs]
+                      for p in parts}
+            bc = sc.broadcast(tested)
+            broadcasts.append(bc)
+
+            def test_blooms(it: Iterator[Any]) -> Iterator[Any]:
+                filters = {pi: [(i, KeyBloomFilter.from_bytes(b)) for i, b in lst] for pi, lst in bc.value.items()}
+                for (pi, d), (off, segs) in it:
+                    if off < 0:
+                        continue  # present but not mapped: not in the offset map
+                    hits = tuple(i for i, bf in filters.get(pi, ()) if bf.might_contain_digest(d))
+                    yield d, (off, segs, hits)
+
+            offset_map = reduced.mapPartitions(test_blooms).persist(StorageLevel.MEMORY_AND_DISK)
+            rdds.append(offset_map)
+            hit_segments: set[int] = set()
+            for found in offset_map.mapPartitions(lambda it: [{i for _d, v in it for i in v[2]}]).collect():
+                hit_segments |= found
+
+            # 4. skip decisions, groups, transaction state at each group's start, new ids
+            group_of: dict[int, int] = {}
+            tasks: list[RewriteTask] = []
+            for p in parts:
+                for group in self._groups(p, hit_segments, now):
+                    task = self._rewrite_task(p, len(tasks), group, aborted, headers, now)
+                    for i in group:
+                        group_of[i] = task.key
+                    p.tasks.append(task)
+                    tasks.append(task)
+            for p in parts:
+                write_lease(self.store.open().store, p.tp, self.job_id, [t.new_segment_id for t in p.tasks],
+                            self.clock)
+                p.leased = True
+            bg = sc.broadcast(group_of)
+            broadcasts.append(bg)
+
+            # 3. each group's slice of the map (digests present in, or maybe in, its segments),
+            # then one rewrite task per group (partition i of the routed RDD is group i)
+            def route(kv: tuple[bytes, tuple[int, set[int], tuple[int, ...]]]) -> Iterator[Any]:
+                d, (off, segs, hits) = kv
+                groups = {bg.value[i] for i in (*segs, *hits) if i in bg.value}
+                for g in groups:
+                    yield g, (d, off)
+
+            ntasks = len(tasks)
+            bt = sc.broadcast({t.key: t for t in tasks})
+            broadcasts.append(bt)
+            routed = offset_map.flatMap(route).partitionBy(ntasks, _identity)
+            out = routed.mapPartitionsWithIndex(
+                lambda g, it: [_rewrite(bt.value[g], (e for _g, e in it), inject)]).collect()
+            self._stage("rewritten", parts)
+            return {r.key: r for r in out}
+        finally:
+            for r in rdds:
+                r.unpersist()
+            for b in broadcasts:
+                b.destroy()
+
+    def _groups(self, p: _Part, hit_segments: set[int], now: int) -> list[list[int]]:
+        """Skip decisions and grouping, as TieredCleaner._rewrite makes them."""
+        runs: list[list[RemoteLogSegmentMetadata]] = [[]]
+        number = {md.id: i for i, md in p.segs.items()}
+        for i, md in p.segs.items():
+            bf = p.blooms[i]
+            skip = (self.config.bloom_skip and p.is_clean_region(md) and bf is not None
+                    and not bf.has_transactional_batches
+                    and not (bf.min_delete_horizon_ms is not None and bf.min_delete_horizon_ms <= now)
+                    and i not in hit_segments)
+            if skip:
+                p.outcome.segments_skipped_by_bloom += 1
+                if runs[-1]:
+                    runs.append([])
+            else:
+                runs[-1].append(md)
+        size = p.log.config.segment_bytes
+        return [[number[md.id] for md in g] for run in runs if run
+                for g in TieredCleaner._group(run, size, p.plan.upper)]
+
+    def _rewrite_task(self, p: _Part, key: int, group: list[int], aborted: dict[int, tuple[AbortedT, ...]],
+                      headers: dict[int, tuple[Any, ...]], now: int) -> RewriteTask:
+        txn = p.txn
+        state = TxnState.capture(txn)
+        own: list[tuple[AbortedT, ...]] = []
+        for i in group:
+            md = p.segs[i]
+            mine = tuple(t for t in aborted.get(i, ()) if t[2] >= md.start_offset and t[1] <= md.end_offset)
+            own.append(mine)
+            replay_segment(txn, mine, headers.get(i, ()))
+        log = p.log
+        with log.lock:
+            producers = tuple((pid, e.last_data_offset, e.producer_epoch)
+                              for pid, e in sorted(log.producer_state.active_producers().items()))
+        return RewriteTask(
+            key=key, store=self.store, new_segment_id=uuid.uuid4().hex,
+            sources=tuple(SegmentRef.of(p.segs[i]) for i in group), aborted=tuple(own), now_ms=now,
+            delete_retention_ms=int(log.config.get("delete.retention.ms")), upper_bound_of_round=p.plan.upper,
+            latest_offset=p.plan.upper - 1, active_producers=producers, txn_state=state,
+            fpp=float(log.config.get("remote.compaction.bloom.fpp")),
+            index_interval_bytes=int(log.config.get("index.interval.bytes")),
+            io_buffer_size=self.config.io_buffer_size, broker_id=self.broker_id)
+
+    # ---- publish -----------------------------------------------------------------------------------
+    def _publish(self, p: _Part, results: list[RewriteResult], now: int) -> None:
+        out = p.outcome
+        registered: list[RemoteLogSegmentMetadata] = []
+        p.outcome.new_segment_ids = [t.new_segment_id for t in p.tasks]
+        try:
+            for task, res in zip(p.tasks, results, strict=True):
+                md = task.new_metadata(res.size, res.max_timestamp_ms, self.clock.milliseconds())
+                self.rlmm.add_remote_log_segment_metadata(md, leader_epoch=p.epoch)
+                registered.append(md)
+                self.rlmm.put_bloom_filter(md.remote_log_segment_id, res.bloom)
+                out.segments_cleaned += res.segments_cleaned
+                out.bytes_downloaded += res.bytes_downloaded
+                out.bytes_uploaded += res.bytes_uploaded
+                out.messages_read += res.messages_read
+                out.messages_written += res.messages_written
+            replaced = [p.segs[i] for t in p.tasks for i in self._numbers(p, t)]
+            out.replaced_segment_ids = [m.id for m in replaced]
+            vector = dict(p.plan.cleaner_offsets)
+            vector[p.epoch] = p.plan.upper
+            self._stage("before-publish", [p])
+            if registered:
+                self.rlmm.publish_compaction(p.tp, leader_epoch=p.epoch,
+                                             new_segment_ids=[m.remote_log_segment_id for m in registered],
+                                             replaced_segment_ids=[m.remote_log_segment_id for m in replaced],
+                                             cleaner_offsets=vector)
+            else:
+                self.rlmm.publish_cleaner_offsets(p.tp, leader_epoch=p.epoch, cleaner_offsets=vector)
+        except FencedLeaderEpochError as e:
+            logger.warning("%s: leadership moved during the Spark clean (epoch %d): %s", p.tp, p.epoch, e)
+            out.status, out.error = "fenced", str(e)
+            self._abandon(p, fenced=True, registered=registered)
+            return
+        except Exception as e:  # noqa: BLE001 - one partition's failure must not stop the others
+            logger.exception("%s: publishing the Spark clean failed", p.tp)
+            out.status, out.error = "failed", f"{type(e).__name__}: {e}"
+            self._abandon(p, fenced=False, registered=registered)
+            return
+        self.write_checkpoint(p.tp, p.plan.upper)
+        TieredCleaner.drop_stale_local_copies(p.log, p.plan.upper)
+        logger.info("spark clean %s [%d, %d): %d groups, %d skipped by bloom, %d B down, %d B up", p.tp,
+                    p.plan.first_dirty_offset, p.plan.upper, len(p.tasks), out.segments_skipped_by_bloom,
+                    out.bytes_downloaded, out.bytes_uploaded)
+
+    @staticmethod
+    def _numbers(p: _Part, task: RewriteTask) -> list[int]:
+        ids = {s.segment_id for s in task.sources}
+        return [i for i, md in p.segs.items() if md.id in ids]
+
+    def _abandon(self, p: _Part, *, fenced: bool, registered: Sequence[RemoteLogSegmentMetadata] = ()) -> None:
+        """Delete every object the job may have written for ``p`` (keys from the pre-generated ids).
+
+        Registered segments go through DELETE_SEGMENT_STARTED/FINISHED unless fenced (a fenced
+        writer may not touch metadata; the new leader's deferred-delete loop ends those rows)."""
+        rsm = self.store.open()
+        reg = {m.id: m for m in registered}
+        for task in p.tasks:
+            md = reg.get(task.new_segment_id) or task.new_metadata(0, 0, 0)
+            try:
+                if md.id in reg and not fenced:
+                    self.rlmm.update_remote_log_segment_state(
+                        md.remote_log_segment_id, RemoteLogSegmentState.DELETE_SEGMENT_STARTED,
+                        leader_epoch=p.epoch, event_timestamp_ms=self.clock.milliseconds(), broker_id=self.broker_id)
+                rsm.delete_log_segment_data(md)
+                if md.id in reg and not fenced:
+                    self.rlmm.update_remote_log_segment_state(
+                        md.remote_log_segment_id, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED,
+                        leader_epoch=p.epoch, event_timestamp_ms=self.clock.milliseconds(), broker_id=self.broker_id)
+            except Exception:  # noqa: BLE001 - best effort: the orphan sweep / deferred delete find the rest
+                logger.warning("%s: could not remove upload %s of the Spark clean", p.tp, md.id, exc_info=True)
+
+    def _release(self, p: _Part) -> None:
+        if not p.leased:
+            return
+        try:
+            release_lease(self.store.open().store, p.tp, self.job_id)
+            p.leased = False
+        except Exception:  # noqa: BLE001 - an expired lease is removed by the next sweep
+            logger.warning("%s: could not release lease %s", p.tp, self.job_id, exc_info=True)
+

@@ -1,0 +1,159 @@
+"""The Spark offload against the in-process tiered cleaner: same bytes, fencing, retries, many partitions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cleaner.spark.errors import SparkJobError
+from cleaner.spark.job import SparkCleanConfig
+from metadata import load_metadata_manager
+from tests.spark.conftest import (
+    build,
+    clean_in_process,
+    make_world,
+    partitions_of,
+    remote_image,
+    s3_store,
+    spark_job,
+)
+from tests.tiered.conftest import World, assert_no_leak
+
+pytestmark = pytest.mark.spark
+
+
+def _twins(tmp_path: Path, store_a, store_b, seed: int, partitions: int = 1, rounds: int = 5) -> tuple[World, World]:
+    a = make_world(tmp_path / "inproc", store_a, partitions)
+    b = make_world(tmp_path / "spark", store_b, partitions)
+    for w in (a, b):
+        build(w, seed, rounds)
+    for tp in partitions_of(a):
+        assert remote_image(a, tp) == remote_image(b, tp)  # the same partition state, twice
+    return a, b
+
+
+def _assert_same(a: World, b: World) -> None:
+    for tp in partitions_of(a):
+        ia, ib = remote_image(a, tp), remote_image(b, tp)
+        assert [s[:3] for s in ia] == [s[:3] for s in ib]
+        assert ia == ib
+        assert a.rlmm.cleaner_offsets(tp) == b.rlmm.cleaner_offsets(tp)
+        assert a.checkpoints.get(tp) == b.checkpoints.get(tp)
+        assert [s.base_offset for s in a.lm.get_log(tp).all_segments()] == \
+            [s.base_offset for s in b.lm.get_log(tp).all_segments()]
+
+
+def _more(w: World, seed: int) -> None:
+    from tests.spark.conftest import Workload
+
+    for tp in partitions_of(w):
+        wl = Workload(seed * 7919 + tp.partition, pid_base=100)  # new producers: old ones keep their state
+        for _ in range(2):
+            wl.round(w, tp)
+        w.clock.advance(5_000)  # past delete.retention.ms: tombstones and markers may expire now
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_spark_job_matches_the_in_process_cleaner_byte_for_byte_on_s3(spark, moto_server_url, tmp_path, seed):
+    a, b = _twins(tmp_path, s3_store(moto_server_url), s3_store(moto_server_url), seed)
+    try:
+        tp = partitions_of(a)[0]
+        for round_no in range(2):
+            before = a.read_all()
+            clean_in_process(a, tp)
+            outcome = spark_job(spark, b).run([tp])[tp]
+            assert outcome.status == "cleaned", outcome.error
+            _assert_same(a, b)
+            assert b.read_all() == a.read_all()
+            assert len(a.read_all()) <= len(before)
+            if round_no == 0:
+                assert outcome.segments_cleaned > 0 and outcome.bytes_uploaded > 0
+                for w in (a, b):
+                    w.rlm.delete_unreferenced(tp)
+                    _more(w, seed)
+        assert_no_leak(b)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_many_partitions_in_one_job(spark, tmp_path):
+    a, b = _twins(tmp_path, (f"file://{tmp_path / 'obj-a'}", {}), (f"file://{tmp_path / 'obj-b'}", {}), seed=5,
+                  partitions=4, rounds=3)
+    try:
+        tps = partitions_of(a)
+        for tp in tps:
+            clean_in_process(a, tp)
+        stages: list[tuple[str, int]] = []
+        outcomes = spark_job(spark, b, on_stage=lambda s, ps: stages.append((s, len(ps)))).run(tps)
+        assert {tp: o.status for tp, o in outcomes.items()} == dict.fromkeys(tps, "cleaned")
+        # one job: the shared stages ran once, over all partitions
+        assert [s for s in stages if s[0] != "before-publish"] == [("planned", 4), ("scanned", 4), ("rewritten", 4)]
+        _assert_same(a, b)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_task_failing_once_is_retried_and_the_result_is_identical(spark, moto_server_url, tmp_path):
+    a, b = _twins(tmp_path, s3_store(moto_server_url), s3_store(moto_server_url), seed=3)
+    try:
+        tp = partitions_of(a)[0]
+        clean_in_process(a, tp)
+        cfg = SparkCleanConfig(master="local[2,2]", fail_first_attempt=frozenset({"scan", "rewrite"}))
+        outcome = spark_job(spark, b, config=cfg).run([tp])[tp]
+        assert outcome.status == "cleaned", outcome.error
+        _assert_same(a, b)
+        assert_no_leak(b)  # the retried rewrite overwrote the same keys: nothing duplicated
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize("stage", ["scanned", "rewritten", "before-publish"])
+def test_leadership_moved_during_the_job_fences_it(spark, moto_server_url, tmp_path, stage):
+    store = s3_store(moto_server_url)
+    b = make_world(tmp_path / "spark", store)
+    try:
+        build(b, seed=4, rounds=4)
+        tp = partitions_of(b)[0]
+        epoch = b.rlm.leader_epoch(tp)
+        keys_before = b.object_keys()
+        segments_before = b.rlmm.list_remote_log_segments(tp)
+        read_before = b.read_all()
+        other = load_metadata_manager(f"sqlite:///{tmp_path / 'spark' / 'metadata.db'}")  # another broker
+
+        def move(name, _tps):
+            if name == stage:
+                other.become_leader(tp, epoch + 1, 1, start_offset=b.lm.get_log(tp).log_end_offset)
+
+        outcome = spark_job(spark, b, on_stage=move).run([tp])[tp]
+        assert outcome.status == "fenced"
+        assert b.object_keys() == keys_before  # every upload of the job was removed, the lease too
+        assert b.rlmm.list_remote_log_segments(tp) == segments_before
+        assert b.rlmm.cleaner_offsets(tp) == {}
+        assert tp not in b.checkpoints
+        assert b.read_all() == read_before
+        other.close()
+    finally:
+        b.close()
+
+
+def test_a_failing_job_publishes_nothing_and_leaks_nothing(spark, tmp_path):
+    b = make_world(tmp_path / "spark", (f"file://{tmp_path / 'obj'}", {}))
+    try:
+        build(b, seed=6, rounds=3)
+        tp = partitions_of(b)[0]
+        keys_before = b.object_keys()
+
+        def boom(name, _tps):
+            if name == "rewritten":
+                raise RuntimeError("driver lost")
+
+        with pytest.raises(SparkJobError):
+            spark_job(spark, b, on_stage=boom).run([tp])
+        assert b.object_keys() == keys_before
+        assert b.rlmm.cleaner_offsets(tp) == {}
+    finally:
+        b.close()
