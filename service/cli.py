@@ -41,29 +41,30 @@ def _load(args: argparse.Namespace) -> ServiceConfig:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tiercompact", description="Kafka-style log compaction for tiered logs.")
+    parser = argparse.ArgumentParser(prog="tiercompact", allow_abbrev=False,
+                                     description="Kafka-style log compaction for tiered logs.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="run the HTTP admin API and background cleaning/tiering")
+    serve = sub.add_parser("serve", allow_abbrev=False, help="run the HTTP admin API and background cleaning/tiering")
     _add_option_flags(serve)
 
-    clean = sub.add_parser("clean", help="run one cleaning pass on a partition and print its stats (JSON)")
+    clean = sub.add_parser("clean", allow_abbrev=False, help="run one cleaning pass on a partition and print its stats (JSON)")
     clean.add_argument("topic")
     clean.add_argument("partition", type=int)
     _add_option_flags(clean)
 
-    demo = sub.add_parser("demo", help="a self-contained tour: produce, tier, compact, read back")
+    demo = sub.add_parser("demo", allow_abbrev=False, help="a self-contained tour: produce, tier, compact, read back")
     demo.add_argument("--records", type=int, default=20_000, help="records to produce (default 20000)")
     demo.add_argument("--keys", type=int, default=1_000, help="distinct keys (default 1000)")
     demo.add_argument("--dir", type=Path, default=None, help="data dir to use (default: a temporary one)")
     demo.add_argument("--seed", type=int, default=42, help="random seed of the workload")
 
-    dump = sub.add_parser("dump-log", help="print the batches of segment files (like kafka-dump-log)")
+    dump = sub.add_parser("dump-log", allow_abbrev=False, help="print the batches of segment files (like kafka-dump-log)")
     dump.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                       help=".log, .index, .timeindex or .txnindex file")
     dump.add_argument("--print-records", action="store_true", help="print every record too")
 
-    docs = sub.add_parser("config-docs", help="print the topic configuration reference (Markdown)")
+    docs = sub.add_parser("config-docs", allow_abbrev=False, help="print the topic configuration reference (Markdown)")
     docs.add_argument("--service", action="store_true", help="print the service options table instead")
     return parser
 
