@@ -496,7 +496,8 @@ class Cleaner:
         stats = CleanerStats(self.clock, tp, first_dirty_offset=ltc.first_dirty_offset)
         start = ltc.first_dirty_offset
         upper = ltc.first_uncleanable_offset
-        check = (lambda: self.check_done(tp)) if self.check_done is not None else _no_check
+        check_done = self.check_done
+        check = (lambda: check_done(tp)) if check_done is not None else _no_check
         if upper <= start:
             stats.end_offset = start
             stats.index_done()

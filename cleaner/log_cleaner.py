@@ -264,8 +264,7 @@ class LogCleaner:
             now = self.clock.milliseconds()
             if self.tiered is not None and log.config.remote_storage_enable:
                 tiered = self.new_tiered_cleaner(self._new_map())
-                ltc = _OneLog(tp, log)
-                end_offset, stats = self._clean(tiered, ltc)
+                end_offset, stats = self._clean(tiered, _OneLog(tp, log))
             else:
                 ltc = self.manager.log_to_clean(tp, log, self.manager.all_cleaner_checkpoints().get(tp), now)
                 cleaner = Cleaner(self._new_map(), self.config, throttler=self.throttler, clock=self.clock,

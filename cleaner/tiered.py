@@ -594,6 +594,7 @@ class TieredLogToClean(CleanRatios):
     now: int
     must_clean_bytes: int = field(init=False)
     need_compaction_now: bool = field(init=False)
+    cleanable_bytes: int = field(init=False)
 
     def __post_init__(self) -> None:
         max_lag = max(int(self.log.config.get("max.compaction.lag.ms")), 0)
@@ -608,6 +609,7 @@ class TieredLogToClean(CleanRatios):
                 must += seg.segment_size_in_bytes
         self.must_clean_bytes = must
         self.need_compaction_now = must > 0
+        self.cleanable_bytes = self.plan.cleanable_bytes
 
     @property
     def first_dirty_offset(self) -> int:
@@ -616,10 +618,6 @@ class TieredLogToClean(CleanRatios):
     @property
     def first_uncleanable_offset(self) -> int:
         return self.plan.upper
-
-    @property
-    def cleanable_bytes(self) -> int:
-        return self.plan.cleanable_bytes
 
     @property
     def total_bytes(self) -> int:

@@ -51,6 +51,7 @@ vanished under them (retention or compaction).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -465,6 +466,18 @@ class RemoteLogManager:
         copied = self.copy_rolled_segments(tp)
         return TierResult([m.start_offset for m in copied], self.apply_local_retention(tp))
 
+    def _run_copy(self, tp: TopicPartition, res: PartitionRunResult) -> None:
+        res.copied.extend(m.start_offset for m in self.copy_rolled_segments(tp))
+
+    def _run_local_retention(self, tp: TopicPartition, res: PartitionRunResult) -> None:
+        res.deleted_local.extend(self.apply_local_retention(tp))
+
+    def _run_remote_retention(self, tp: TopicPartition, res: PartitionRunResult) -> None:
+        res.deleted_remote.extend(self.apply_remote_retention(tp))
+
+    def _run_deferred_delete(self, tp: TopicPartition, res: PartitionRunResult) -> None:
+        res.deleted_remote.extend(self.delete_unreferenced(tp))
+
     def run_once(self) -> dict[TopicPartition, PartitionRunResult]:
         """One pass over every remote-storage partition: copy, local retention, remote
         retention, deferred deletion. A failing step is logged and recorded; it stops
@@ -475,12 +488,10 @@ class RemoteLogManager:
                 continue
             res = out[tp] = PartitionRunResult()
             steps: list[tuple[str, Callable[[], None]]] = [
-                ("copy", lambda tp=tp, res=res: res.copied.extend(m.start_offset for m in
-                                                                  self.copy_rolled_segments(tp))),
-                ("local retention", lambda tp=tp, res=res: res.deleted_local.extend(self.apply_local_retention(tp))),
-                ("remote retention", lambda tp=tp, res=res: res.deleted_remote.extend(
-                    self.apply_remote_retention(tp))),
-                ("deferred delete", lambda tp=tp, res=res: res.deleted_remote.extend(self.delete_unreferenced(tp))),
+                ("copy", functools.partial(self._run_copy, tp, res)),
+                ("local retention", functools.partial(self._run_local_retention, tp, res)),
+                ("remote retention", functools.partial(self._run_remote_retention, tp, res)),
+                ("deferred delete", functools.partial(self._run_deferred_delete, tp, res)),
             ]
             for name, step in steps:
                 try:

@@ -19,6 +19,7 @@ it, serialised per key so concurrent misses of one chunk fetch it once.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -138,7 +139,7 @@ class RemoteReadCache:
         parts: list[bytes] = []
         for ci in range(start // cs, (end - 1) // cs + 1):
             lo, hi = ci * cs, min((ci + 1) * cs, segment_size)
-            chunk = self.get(f"{segment_id}.log.{ci}", lambda lo=lo, hi=hi: fetch(lo, hi))
+            chunk = self.get(f"{segment_id}.log.{ci}", functools.partial(fetch, lo, hi))
             parts.append(chunk[max(start, lo) - lo: min(end, hi) - lo])
         return b"".join(parts)
 
