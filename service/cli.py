@@ -1,4 +1,4 @@
-"""The ``tiercompact`` console script: serve, demo, clean, dump-log, config-docs.
+"""The ``tiercompact`` console script: serve, demo, clean, spark-clean, dump-log, config-docs.
 
 Every ServiceConfig option is a flag of ``serve`` and ``clean`` (``--data-dir``,
 ``--remote``, ...); flags override ``TIERCOMPACT_*`` environment variables, which
@@ -53,6 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     clean.add_argument("partition", type=int)
     _add_option_flags(clean)
 
+    spark = sub.add_parser("spark-clean", help="clean the remote tier of partitions with one Spark job (JSON)")
+    spark.add_argument("topic")
+    spark.add_argument("partitions", type=int, nargs="*", metavar="PARTITION",
+                       help="partitions to clean (default: every partition of the topic)")
+    spark.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
+    _add_option_flags(spark)
+
     demo = sub.add_parser("demo", allow_abbrev=False, help="a self-contained tour: produce, tier, compact, read back")
     demo.add_argument("--records", type=int, default=20_000, help="records to produce (default 20000)")
     demo.add_argument("--keys", type=int, default=1_000, help="distinct keys (default 1000)")
@@ -96,6 +103,32 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_spark_clean(args: argparse.Namespace) -> int:
+    """Offload a clean of the topic's tiered partitions to Spark (stop `serve` first, as for `clean`)."""
+    from cleaner.spark.job import SparkCleanConfig, SparkCleanJob, spark_session
+    from log.types import TopicPartition
+    from service.node import Node
+
+    config = _load(args)
+    logging.basicConfig(level=config.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    with Node(config) as node:
+        topic = node.topic(args.topic)
+        tps = [TopicPartition(topic.name, p) for p in (args.partitions or range(topic.partitions))]
+        for tp in tps:
+            node.log(tp.topic, tp.partition)  # unknown partitions fail before Spark starts
+        with spark_session(SparkCleanConfig(master=args.master)) as spark:
+            manager = node.cleaner.manager
+            job = SparkCleanJob(spark, logs=node.log_manager.get_log, rlmm=node.metadata,
+                                store_url=config.remote_url, store_options=node._store_options(),
+                                leader_epoch=node.remote.leader_epoch,
+                                checkpoint=lambda tp: manager.all_cleaner_checkpoints().get(tp),
+                                write_checkpoint=lambda tp, off: manager.update_checkpoints(add=(tp, off)),
+                                broker_id=config.broker_id, clock=node.clock)
+            outcomes = job.run(tps)
+    _print_json([o.as_dict() for o in outcomes.values()])
+    return 0 if all(o.status in ("cleaned", "nothing-to-clean") for o in outcomes.values()) else 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from service.demo import run_demo
 
@@ -131,7 +164,8 @@ def cmd_config_docs(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"serve": cmd_serve, "clean": cmd_clean, "demo": cmd_demo, "dump-log": cmd_dump_log, "config-docs": cmd_config_docs}
+COMMANDS = {"serve": cmd_serve, "clean": cmd_clean, "spark-clean": cmd_spark_clean, "demo": cmd_demo,
+            "dump-log": cmd_dump_log, "config-docs": cmd_config_docs}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -42,6 +42,7 @@ store), and the offset map never fills.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -128,6 +129,7 @@ def build_session(config: SparkCleanConfig) -> SparkSession:
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO chatter outlives the caller's log handlers
     b = (SparkSession.builder.master(config.master).appName(config.app_name)
          .config("spark.ui.enabled", "false")
          .config("spark.driver.memory", config.driver_memory)
@@ -143,6 +145,19 @@ def build_session(config: SparkCleanConfig) -> SparkSession:
     if config.ship_packages or (config.ship_packages is None and not config.is_local):
         ship_packages(spark)
     return spark
+
+
+@contextlib.contextmanager
+def spark_session(config: SparkCleanConfig) -> Iterator[SparkSession]:
+    """A session for the duration of a ``with`` block; stopped at the end only if this call
+    started it (an embedding application's active session is reused and left running)."""
+    existing = SparkSession.getActiveSession()
+    spark = build_session(config)
+    try:
+        yield spark
+    finally:
+        if existing is None:
+            spark.stop()
 
 
 def ship_packages(spark: SparkSession) -> Path:

@@ -1,0 +1,181 @@
+"""Spark offload vs the in-process tiered cleaner: 8 tiered partitions cleaned three ways in one run.
+
+Builds 8 partitions (>= 50 MB each; ``BENCH_QUICK=1``: ~2 MB each) of updates to a bounded key
+set, tiers them to a file:// object store, copies the whole state twice, then cleans copy A with
+the in-process TieredCleaner (one partition after another, as one cleaner thread would), copy B
+with one Spark job on ``local[1]`` and copy C with one Spark job on ``local[2]``. Records wall
+time (Spark: session start excluded and reported apart) and bytes moved (downloaded from and
+uploaded to the object store), and checks that all three produced the same remote segments.
+
+Writes bench/results/spark.json. Run: .venv/bin/python bench/bench_spark.py
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import quick, write_result  # noqa: E402
+from cleaner.config import CleanerConfig  # noqa: E402
+from cleaner.offset_map import SkimpyOffsetMap  # noqa: E402
+from cleaner.tiered import TieredCleaner  # noqa: E402
+from log.clock import MockClock  # noqa: E402
+from log.log_manager import LogManager  # noqa: E402
+from log.record import RecordBatchBuilder  # noqa: E402
+from log.types import TopicPartition  # noqa: E402
+from metadata import load_metadata_manager  # noqa: E402
+from remote import load_object_store  # noqa: E402
+from remote.log_manager import RemoteLogManager  # noqa: E402
+from remote.storage_manager import RemoteStorageManager  # noqa: E402
+
+PARTITIONS = 8
+TOPIC = "bench"
+START_MS = 1_700_000_000_000
+
+
+class Site:
+    """A data dir + file:// store + SQLite metadata under one root (copyable as a tree)."""
+
+    def __init__(self, root: Path, create: bool = False, segment_bytes: int = 0) -> None:
+        self.root = root
+        self.clock = MockClock(START_MS)
+        self.lm = LogManager(root / "data", clock=self.clock)
+        if create:
+            self.lm.create_topic(TOPIC, PARTITIONS, {
+                "cleanup.policy": "compact,delete", "retention.ms": -1, "remote.storage.enable": True,
+                "segment.bytes": segment_bytes, "local.retention.ms": 0, "max.message.bytes": 8 << 20})
+        self.store_url = f"file://{root / 'objects'}"
+        self.store = load_object_store(self.store_url)
+        self.rlmm = load_metadata_manager(f"sqlite:///{root / 'metadata.db'}")
+        self.rsm = RemoteStorageManager(self.store)
+        self.checkpoints: dict[TopicPartition, int] = {}
+        self.rlm = RemoteLogManager(self.lm, self.rlmm, self.rsm, broker_id=0, clock=self.clock,
+                                    cache_dir=root / "cache", cleaner_checkpoint=self.checkpoints.get)
+
+    def tps(self) -> list[TopicPartition]:
+        return [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+
+    def close(self) -> None:
+        self.rlm.close()
+        self.lm.close()
+        self.rlmm.close()
+
+    def image(self) -> list[tuple[int, int, int, bytes]]:
+        import hashlib
+
+        out = []
+        for tp in self.tps():
+            for md in self.rlmm.list_remote_log_segments(tp):
+                digest = hashlib.sha256(self.rsm.fetch_log_segment(md, 0)).digest()
+                out.append((tp.partition, md.start_offset, md.segment_size_in_bytes, digest))
+        return out
+
+
+def build(root: Path, mb_per_partition: float, segment_bytes: int) -> dict[str, Any]:
+    site = Site(root, create=True, segment_bytes=segment_bytes)
+    rnd = random.Random(7)
+    value_size, per_batch = 200, 500
+    keys = max(int(mb_per_partition * 1024 * 1024 / 260 / 4), 100)  # ~4 versions of each key
+    t0 = time.perf_counter()
+    records = 0
+    for tp in site.tps():
+        log = site.lm.get_log(tp)
+        while log.log_end_offset * 260 < mb_per_partition * 1024 * 1024:
+            b = RecordBatchBuilder(0)
+            for i in range(per_batch):
+                k = f"key-{rnd.randrange(keys):08d}".encode()
+                b.append(i, site.clock.milliseconds(), k, rnd.randbytes(value_size))
+            log.append_batches(b.build())
+            records += per_batch
+        log.roll()
+        site.clock.advance(1)
+        site.rlm.tier(tp)
+    remote = sum(site.rlmm.remote_log_size(tp) for tp in site.tps())
+    segments = sum(len(site.rlmm.list_remote_log_segments(tp)) for tp in site.tps())
+    site.close()
+    return {"records": records, "keys_per_partition": keys, "remote_bytes": remote, "remote_segments": segments,
+            "build_seconds": round(time.perf_counter() - t0, 2)}
+
+
+def run_in_process(root: Path) -> dict[str, Any]:
+    site = Site(root)
+    cfg = CleanerConfig(dedupe_buffer_size=256 << 20, io_buffer_size=1 << 20)
+    cleaner = TieredCleaner(site.rlmm, site.rsm, SkimpyOffsetMap(256 << 20), cfg, temp_dir=root / "tmp",
+                            clock=site.clock)
+    down = up = 0
+    t0 = time.perf_counter()
+    for tp in site.tps():
+        end, stats = cleaner.clean(site.lm.get_log(tp), leader_epoch=site.rlm.leader_epoch(tp), local_checkpoint=None)
+        assert not stats.map_full
+        down += stats.bytes_downloaded
+        up += stats.bytes_uploaded
+    wall = time.perf_counter() - t0
+    image = site.image()
+    site.close()
+    return {"wall_seconds": round(wall, 2), "bytes_downloaded": down, "bytes_uploaded": up, "image": image}
+
+
+def run_spark(root: Path, master: str) -> dict[str, Any]:
+    from cleaner.spark.job import SparkCleanConfig, SparkCleanJob, build_session
+
+    t0 = time.perf_counter()
+    spark = build_session(SparkCleanConfig(master=master, driver_memory="1g"))
+    session = time.perf_counter() - t0
+    try:
+        site = Site(root)
+        job = SparkCleanJob(spark, logs=site.lm.get_log, rlmm=site.rlmm, store_url=site.store_url,
+                            leader_epoch=site.rlm.leader_epoch, checkpoint=site.checkpoints.get,
+                            write_checkpoint=site.checkpoints.__setitem__, clock=site.clock,
+                            config=SparkCleanConfig(master=master))
+        t0 = time.perf_counter()
+        assert spark.sparkContext.master == master
+        outcomes = job.run(site.tps())
+        wall = time.perf_counter() - t0
+        assert all(o.status == "cleaned" for o in outcomes.values()), outcomes
+        image = site.image()
+        site.close()
+    finally:
+        spark.stop()
+    return {"master": master, "wall_seconds": round(wall, 2), "session_start_seconds": round(session, 2),
+            "bytes_downloaded": sum(o.bytes_downloaded for o in outcomes.values()),
+            "bytes_uploaded": sum(o.bytes_uploaded for o in outcomes.values()), "image": image}
+
+
+def main() -> None:
+    mb = 2.0 if quick() else 52.0
+    segment_bytes = (256 << 10) if quick() else (8 << 20)
+    base = Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    try:
+        setup = build(base / "src", mb, segment_bytes)
+        for name in ("inproc", "local1", "local2"):
+            shutil.copytree(base / "src", base / name)
+        results = {"in_process": run_in_process(base / "inproc"),
+                   "spark_local_1": run_spark(base / "local1", "local[1]"),
+                   "spark_local_2": run_spark(base / "local2", "local[2]")}
+        images = [r.pop("image") for r in results.values()]
+        same = all(i == images[0] for i in images)
+        mb_total = setup["remote_bytes"] / 1e6
+        for r in results.values():
+            r["mb_per_second"] = round(mb_total / r["wall_seconds"], 2) if r["wall_seconds"] else None
+        write_result("spark", {
+            "partitions": PARTITIONS, "mb_per_partition_target": mb, "segment_bytes": segment_bytes, **setup,
+            "results": results, "identical_remote_segments": same,
+            "note": "wall time excludes Spark session start (reported apart); bytes = object-store traffic; "
+                    f"machine load average at the end: {os.getloadavg()[0]:.1f}",
+        })
+        if not same:
+            raise SystemExit("the three cleaners produced different remote segments")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
