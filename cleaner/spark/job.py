@@ -435,7 +435,7 @@ class SparkCleanJob:
             bc = sc.broadcast(tested)
             broadcasts.append(bc)
 
-            def test_blooms(it: Iterator[Any]) -> Iterator[Any]:
+            def test_blooms(it: Iterable[Any]) -> Iterator[Any]:
                 filters = {pi: [(i, KeyBloomFilter.from_bytes(b)) for i, b in lst] for pi, lst in bc.value.items()}
                 for (pi, d), (off, segs) in it:
                     if off < 0:

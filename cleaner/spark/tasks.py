@@ -349,7 +349,7 @@ def aborted_batches(dirty: Sequence[tuple[int, int, Sequence[TxnBatchHeader]]], 
 
 # ---- stage: rewrite one group ----------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: cleaner.cleaner.ProducerInfo declares plain (settable) attributes
 class _Producer:
     last_data_offset: int
     producer_epoch: int
