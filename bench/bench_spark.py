@@ -88,7 +88,7 @@ def build(root: Path, mb_per_partition: float, segment_bytes: int) -> dict[str, 
     records = 0
     for tp in site.tps():
         log = site.lm.get_log(tp)
-        while log.log_end_offset * 260 < mb_per_partition * 1024 * 1024:
+        while sum(seg.size for seg in log.all_segments()) < mb_per_partition * 1024 * 1024:
             b = RecordBatchBuilder(0)
             for i in range(per_batch):
                 k = f"key-{rnd.randrange(keys):08d}".encode()
@@ -150,7 +150,7 @@ def run_spark(root: Path, master: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    mb = 2.0 if quick() else 52.0
+    mb = 2.0 if quick() else 50.0
     segment_bytes = (256 << 10) if quick() else (8 << 20)
     base = Path(tempfile.mkdtemp(prefix="bench-spark-"))
     try:
