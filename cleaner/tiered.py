@@ -181,6 +181,31 @@ def dirty_ratio(plan: TieredRoundPlan, local_only_bytes: int) -> float:
     return plan.cleanable_bytes / total if total else 0.0
 
 
+def group_remote_segments(run: list[RemoteLogSegmentMetadata], max_size: int, end: int) -> list[list[RemoteLogSegmentMetadata]]:
+    """Kafka's groupSegmentsBySize over remote metadata: size and 2^31-1 offset span.
+
+    The in-process TieredCleaner and the Spark job group with this one function, so they
+    produce the same segments.
+    """
+    groups: list[list[RemoteLogSegmentMetadata]] = []
+    i = 0
+    while i < len(run):
+        group = [run[i]]
+        size = run[i].segment_size_in_bytes
+        i += 1
+        while i < len(run):
+            nxt = run[i]
+            last = (run[i + 1].start_offset - 1) if i + 1 < len(run) else max(end - 1, nxt.end_offset)
+            if size + nxt.segment_size_in_bytes > max_size or last - group[0].start_offset > INT32_MAX:
+                break
+            group.append(nxt)
+            size += nxt.segment_size_in_bytes
+            i += 1
+        groups.append(group)
+    return groups
+
+
+
 # ---- the round -------------------------------------------------------------------------------
 
 @dataclass(slots=True)
@@ -442,7 +467,7 @@ class TieredCleaner:
                     runs.append([])
             else:
                 runs[-1].append(md)
-        groups = [g for run in runs if run for g in self._group(run, min(log.config.segment_bytes, bound), end)]
+        groups = [g for run in runs if run for g in group_remote_segments(run, min(log.config.segment_bytes, bound), end)]
         with log.lock:
             producers = log.producer_state.active_producers()
         ctx = CleanContext(now_ms=now, delete_retention_ms=int(log.config.get("delete.retention.ms")),
@@ -478,26 +503,6 @@ class TieredCleaner:
                 ctx.txn_metadata.cleaned_index = None
                 dest.close()
                 space.release(*dest.files())
-
-    @staticmethod
-    def _group(run: list[RemoteLogSegmentMetadata], max_size: int, end: int) -> list[list[RemoteLogSegmentMetadata]]:
-        """Kafka's groupSegmentsBySize over remote metadata: size and 2^31-1 offset span."""
-        groups: list[list[RemoteLogSegmentMetadata]] = []
-        i = 0
-        while i < len(run):
-            group = [run[i]]
-            size = run[i].segment_size_in_bytes
-            i += 1
-            while i < len(run):
-                nxt = run[i]
-                last = (run[i + 1].start_offset - 1) if i + 1 < len(run) else max(end - 1, nxt.end_offset)
-                if size + nxt.segment_size_in_bytes > max_size or last - group[0].start_offset > INT32_MAX:
-                    break
-                group.append(nxt)
-                size += nxt.segment_size_in_bytes
-                i += 1
-            groups.append(group)
-        return groups
 
     def _upload(self, log: LocalLog, group: list[RemoteLogSegmentMetadata], dest: LogSegment, fpp: float,
                 epoch: int, stats: CleanerStats) -> RemoteLogSegmentMetadata:

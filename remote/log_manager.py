@@ -72,6 +72,7 @@ from metadata.errors import FencedLeaderEpochError
 from metadata.manager import RemoteLogMetadataManager
 from metadata.types import LeaderState, RemoteLogSegmentId, RemoteLogSegmentMetadata
 from metadata.types import RemoteLogSegmentState as S
+from remote.orphans import sweep_orphan_objects
 from remote.read_cache import MiB, RemoteReadCache
 from remote.remote_reader import RemoteSegmentReader
 from remote.storage_manager import LogSegmentData, RemoteStorageManager
@@ -139,6 +140,7 @@ class RemoteLogManager:
         cache_dir: Path,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         cache_chunk_bytes: int = MiB,
+        orphan_object_grace_ms: int = 3_600_000,
         cleaner_checkpoint: Callable[[TopicPartition], int | None] = lambda tp: None,
     ) -> None:
         self.log_manager = log_manager
@@ -153,6 +155,9 @@ class RemoteLogManager:
         self.reader = RemoteSegmentReader(storage_manager, self.cache)
         self.read_path = TieredReadPath(log_manager, metadata_manager, self.reader)
         self._cleaner_checkpoint = cleaner_checkpoint
+        #: objects no metadata row and no live lease names are deleted once older than this
+        #: (must exceed a Spark job's upload-to-publish time; see remote.orphans)
+        self.orphan_object_grace_ms = orphan_object_grace_ms
         self._guard = threading.Lock()
         self._tp_locks: dict[TopicPartition, threading.RLock] = {}
         self._leaders: dict[TopicPartition, LeaderState] = {}
@@ -478,6 +483,11 @@ class RemoteLogManager:
     def _run_deferred_delete(self, tp: TopicPartition, res: PartitionRunResult) -> None:
         res.deleted_remote.extend(self.delete_unreferenced(tp))
 
+    def _run_orphan_sweep(self, tp: TopicPartition, res: PartitionRunResult) -> None:
+        """Objects no metadata row names: a crashed Spark driver's uploads (remote.orphans)."""
+        res.deleted_remote.extend(sweep_orphan_objects(self.rsm.store, self.metadata, tp,
+                                                       grace_ms=self.orphan_object_grace_ms, clock=self.clock))
+
     def run_once(self) -> dict[TopicPartition, PartitionRunResult]:
         """One pass over every remote-storage partition: copy, local retention, remote
         retention, deferred deletion. A failing step is logged and recorded; it stops
@@ -492,6 +502,7 @@ class RemoteLogManager:
                 ("local retention", functools.partial(self._run_local_retention, tp, res)),
                 ("remote retention", functools.partial(self._run_remote_retention, tp, res)),
                 ("deferred delete", functools.partial(self._run_deferred_delete, tp, res)),
+                ("orphan sweep", functools.partial(self._run_orphan_sweep, tp, res)),
             ]
             for name, step in steps:
                 try:

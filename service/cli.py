@@ -119,7 +119,7 @@ def cmd_spark_clean(args: argparse.Namespace) -> int:
         with spark_session(SparkCleanConfig(master=args.master)) as spark:
             manager = node.cleaner.manager
             job = SparkCleanJob(spark, logs=node.log_manager.get_log, rlmm=node.metadata,
-                                store_url=config.remote_url, store_options=node._store_options(),
+                                store_url=config.remote_url, store_options=node.store_options(),
                                 leader_epoch=node.remote.leader_epoch,
                                 checkpoint=lambda tp: manager.all_cleaner_checkpoints().get(tp),
                                 write_checkpoint=lambda tp, off: manager.update_checkpoints(add=(tp, off)),

@@ -160,7 +160,7 @@ class Node:
         self.threads: list[PeriodicTask] = []
         self.scheduler = Scheduler(clock, name="tiercompact-delete-scheduler")
         self.log_manager = LogManager(self.data_dir, clock=clock, scheduler=self.scheduler)
-        self.object_store = CountingObjectStore(load_object_store(config.remote_url, **self._store_options()))
+        self.object_store = CountingObjectStore(load_object_store(config.remote_url, **self.store_options()))
         self.storage_manager = RemoteStorageManager(self.object_store, clock=clock)
         self.metadata = load_metadata_manager(config.metadata_url)
         self.cleaner = LogCleaner(self._cleaner_config(), self.log_manager, clock=clock, tiered=TieredContext(
@@ -183,7 +183,7 @@ class Node:
             kwargs["io_max_bytes_per_second"] = c.io_max_bytes_per_second
         return CleanerConfig(**kwargs)
 
-    def _store_options(self) -> dict[str, Any]:
+    def store_options(self) -> dict[str, Any]:
         if not self.config.remote_url.startswith("s3://"):
             return {}
         opts: dict[str, Any] = {}

@@ -18,7 +18,7 @@ partitions at once:
    tests its digests against them; a clean segment is skipped under the in-process rule
    (filter present, no transactional batch, no passed delete horizon, no map digest in it).
    The same hits tell which map entries the segment's group needs.
-4. **Groups** are formed on the driver exactly as :meth:`TieredCleaner._group` forms them, and
+4. **Groups** are formed on the driver exactly as :func:`cleaner.tiered.group_remote_segments` forms them, and
    the round's transaction state is replayed from the scanned headers to get each group's
    starting :class:`~cleaner.transactions.CleanedTransactionMetadata`.
 5. **Rewrite**: each group is one task. It receives only the map entries of digests present
@@ -72,7 +72,7 @@ from cleaner.spark.tasks import (
     run_rewrite,
     run_scan,
 )
-from cleaner.tiered import TieredCleaner, TieredRoundPlan, plan_round
+from cleaner.tiered import TieredCleaner, TieredRoundPlan, group_remote_segments, plan_round
 from cleaner.transactions import CleanedTransactionMetadata
 from log.clock import SYSTEM_CLOCK, Clock
 from log.index.bloom import KeyBloomFilter
@@ -506,7 +506,7 @@ class SparkCleanJob:
                 runs[-1].append(md)
         size = p.log.config.segment_bytes
         return [[number[md.id] for md in g] for run in runs if run
-                for g in TieredCleaner._group(run, size, p.plan.upper)]
+                for g in group_remote_segments(run, size, p.plan.upper)]
 
     def _rewrite_task(self, p: _Part, key: int, group: list[int], aborted: dict[int, tuple[AbortedT, ...]],
                       headers: dict[int, tuple[Any, ...]], now: int) -> RewriteTask:

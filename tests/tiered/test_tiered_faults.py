@@ -134,3 +134,14 @@ def test_delete_faults_during_deferred_deletion_are_finished_later(make_world, c
     with pytest.raises(RuntimeError):
         w.rlm.delete_unreferenced(TP)
     _recover_and_finish(make_world, w, expected)
+
+
+def test_run_once_sweeps_objects_no_metadata_names(make_world, clock):
+    """A Spark driver that died after its tasks uploaded leaves objects nobody registered."""
+    w, expected = _prepared(make_world, clock)
+    stray = f"{TP.dir_name}/{0:020d}-{'ab' * 16}.log"
+    w.store.put(stray, b"uploaded by a driver that crashed before registering it")
+    w.rlm.run_once()
+    assert stray not in w.object_keys()
+    _check(w, expected)
+    assert_no_leak(w)
