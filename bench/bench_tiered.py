@@ -50,6 +50,7 @@ class CountingStore(ObjectStore):
 
     def __init__(self, inner: ObjectStore) -> None:
         self.inner = inner
+        self.verifies_writes = inner.verifies_writes
         self.requests: Counter[str] = Counter()
 
     @property

@@ -70,6 +70,8 @@ def atomic_write_from(path: Path, src: BinaryIO, limit: int | None = None, tmp_d
 class FileObjectStore(ObjectStore):
     """Objects as files under a root directory. Thread-safe and picklable (it holds a path)."""
 
+    verifies_writes = True  # put() counts what it wrote, fsyncs and renames
+
     def __init__(self, root: str | os.PathLike[str]) -> None:
         r = os.fspath(root)
         if r.startswith("file://"):

@@ -63,6 +63,10 @@ def open_put_data(data: PutData) -> tuple[BinaryIO, int | None, bool]:
 class ObjectStore(ABC):
     """A flat key -> bytes store (see the module docstring for the shared contract)."""
 
+    #: whether :meth:`put` itself verifies what the store holds (and raises otherwise), so
+    #: callers need not read the size back; a wrapper that cannot promise it says False
+    verifies_writes: bool = False
+
     @property
     @abstractmethod
     def url(self) -> str:

@@ -53,6 +53,8 @@ class _ShortRead(RemoteStorageTransientError):
 class S3ObjectStore(ObjectStore):
     """An S3 bucket (optionally under a key prefix) as an ObjectStore."""
 
+    verifies_writes = True  # put() HEADs the object and compares sizes (_verify)
+
     def __init__(
         self,
         bucket: str,

@@ -68,6 +68,7 @@ class CountingObjectStore(ObjectStore):
 
     def __init__(self, inner: ObjectStore) -> None:
         self.inner = inner
+        self.verifies_writes = inner.verifies_writes  # counting changes nothing about verification
         self._lock = threading.Lock()
         self.bytes_uploaded = 0
         self.bytes_downloaded = 0
