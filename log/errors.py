@@ -15,6 +15,7 @@ cross it.
     ├── InvalidProducerEpochError / OutOfOrderSequenceError / InvalidTxnStateError  producer state
     ├── UnknownTopicOrPartitionError  no such topic / partition
     ├── TopicExistsError
+    ├── DataDirInUseError             another process holds the data dir's lock
     └── (metadata, remote, cleaner subtrees live in their own packages)
 """
 
@@ -85,3 +86,7 @@ class UnknownTopicOrPartitionError(TiercompactError):
 
 class TopicExistsError(TiercompactError):
     """A topic with this name already exists."""
+
+
+class DataDirInUseError(TiercompactError):
+    """Another process holds the data dir's lock file."""

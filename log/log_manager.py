@@ -8,24 +8,43 @@ directories are ``<topic>-<partition>`` in Kafka's layout; the data dir also hol
 
 from __future__ import annotations
 
+import fcntl
 import json
 import shutil
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from log.checkpoint import CLEANER_OFFSET_CHECKPOINT, atomic_write_text
 from log.clock import SYSTEM_CLOCK, Clock
 from log.config import LogConfig
-from log.errors import InvalidRequestError, TopicExistsError, UnknownTopicOrPartitionError
+from log.errors import DataDirInUseError, InvalidRequestError, TopicExistsError, UnknownTopicOrPartitionError
 from log.local_log import LocalLog
 from log.scheduler import Scheduler
 from log.types import TopicPartition, validate_topic_name
 
 TOPICS_FILE = "topics.json"
+LOCK_FILE = ".lock"  # Kafka's log-dir lock: one process owns a data dir
 MAX_PARTITIONS = 10_000
+
+
+def _lock_data_dir(data_dir: Path) -> IO[bytes]:
+    """Hold an exclusive lock on ``<data dir>/.lock`` for the manager's life (Kafka's FileLock).
+
+    Two processes appending to, cleaning or recovering the same partition directories would
+    corrupt them; the second one gets an error instead.
+    """
+    f = open(data_dir / LOCK_FILE, "a+b")  # noqa: SIM115 - held until close()
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise DataDirInUseError(
+            f"data dir {data_dir} is in use by another tiercompact process (it holds {data_dir / LOCK_FILE}); "
+            f"stop that process first, or use another --data-dir") from None
+    return f
 
 
 @dataclass(frozen=True)
@@ -42,6 +61,7 @@ class LogManager:
     def __init__(self, data_dir: Path, *, clock: Clock = SYSTEM_CLOCK, scheduler: Scheduler | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_file = _lock_data_dir(self.data_dir)
         self.clock = clock
         self.scheduler = scheduler
         self._lock = threading.RLock()
@@ -143,3 +163,6 @@ class LogManager:
         with self._lock:
             for log in self._logs.values():
                 log.close()
+            if self._lock_file is not None:
+                self._lock_file.close()  # releases the flock
+                self._lock_file = None

@@ -39,6 +39,7 @@ from cleaner.errors import (
 )
 from log.errors import (
     CorruptRecordError,
+    DataDirInUseError,
     InvalidConfigError,
     InvalidProducerEpochError,
     InvalidRequestError,
@@ -107,6 +108,7 @@ STATUS: dict[type[TiercompactError], int] = {
     InvalidTxnStateError: 409,
     UnknownTopicOrPartitionError: 404,
     TopicExistsError: 409,
+    DataDirInUseError: 503,
     # metadata
     MetadataError: 500,
     FencedLeaderEpochError: 409,

@@ -16,6 +16,7 @@ from log.log_manager import LogManager
 from log.record import CompressionType
 from log.types import TopicPartition
 from tests.cleaner.model import Producers, all_batches, committed_records, replay
+from tests.support.crash import simulate_process_death
 
 TP = TopicPartition("t", 0)
 
@@ -76,7 +77,8 @@ def test_crash_during_clean_then_recover(tmp_path: Path, step: str, monkeypatch:
     assert cp_file.read().get(TP) is None
     monkeypatch.undo()
 
-    # "restart": a new LogManager opens the same directory and recovers
+    # "restart": the process dies, a new LogManager opens the same directory and recovers
+    simulate_process_death(lm)
     lm2 = LogManager(tmp_path, clock=clock)
     log2 = lm2.get_log(TP)
     _check(log2, expected)

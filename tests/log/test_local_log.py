@@ -161,3 +161,14 @@ def test_reopen_keeps_everything(make_log):
     log2 = make_log(segment_bytes=400)
     assert [(r.offset, r.key, r.value) for r in _read_all(log2)] == before
     assert log2.log_end_offset == 40
+
+
+def test_a_data_dir_has_one_owner(tmp_path):
+    from log.errors import DataDirInUseError
+    from log.log_manager import LogManager
+
+    first = LogManager(tmp_path / "data")
+    with pytest.raises(DataDirInUseError, match="in use by another tiercompact process"):
+        LogManager(tmp_path / "data")
+    first.close()
+    LogManager(tmp_path / "data").close()  # free again once the owner closed
