@@ -38,6 +38,7 @@ from log.errors import (
     OffsetOutOfRangeError,
 )
 from log.index.txn_index import AbortedTxn
+from log.producer_snapshot import decode_snapshot, list_snapshots, snapshot_path, write_snapshot
 from log.producer_state import ProducerStateManager
 from log.record import (
     CompressionType,
@@ -229,13 +230,39 @@ class LocalLog:
             fsync_dir(self.dir)
 
     def _replay_producer_state(self) -> None:
+        """Load the newest valid snapshot at or below the log end, then replay the batches after it.
+
+        A snapshot below the first segment (its segments were deleted), past the log end (a
+        truncated tail) or corrupt is removed; without one the whole local log is replayed.
+        """
         self.producer_state.truncate_and_reset()
+        start, end = self.log_start_offset, self.active_segment.read_next_offset()
+        replay_from = start
+        for off, path in reversed(list_snapshots(self.dir)):
+            if off > end or off < start or replay_from != start:
+                path.unlink(missing_ok=True)
+                continue
+            try:
+                self.producer_state.load(decode_snapshot(path.read_bytes(), source=str(path)))
+                replay_from = off
+            except CorruptRecordError as e:
+                logger.warning("%s: ignoring producer snapshot: %s", self.topic_partition, e)
+                path.unlink(missing_ok=True)
         for seg in self.segments:
+            if seg.read_next_offset() <= replay_from:
+                continue
             for _pos, batch in seg.batches():
+                if batch.base_offset < replay_from:
+                    continue
                 if batch.is_control:
                     self.producer_state.on_control_batch(batch)
                 else:
                     self.producer_state.on_data_batch(batch)
+
+    def _delete_snapshots_below(self, offset: int) -> None:
+        for off, path in list_snapshots(self.dir):
+            if off < offset:
+                path.unlink(missing_ok=True)
 
     # ---- offsets ---------------------------------------------------------------------
     @property
@@ -455,6 +482,8 @@ class LocalLog:
                              create=True)
             seg.created_ms = self.clock.milliseconds()  # type: ignore[attr-defined]
             self.segments.add(seg)
+            # the producer state after every batch below the new segment (Kafka takes one per roll)
+            write_snapshot(snapshot_path(self.dir, new_base), self.producer_state.producers)
             fsync_dir(self.dir)
             return seg
 
@@ -533,12 +562,11 @@ class LocalLog:
             for seg in news:
                 seg.change_suffix("")
                 self._hook("renamed_from_swap")
+            new_bases = {n.base_offset for n in news}
+            for seg in olds:  # A.10 step 5: snapshots of replaced segments that were not re-created
+                if seg.base_offset not in new_bases:
+                    snapshot_path(self.dir, seg.base_offset).unlink(missing_ok=True)
             fsync_dir(self.dir)
-            self._replay_producer_state_if_needed(olds)
-
-    def _replay_producer_state_if_needed(self, removed: Sequence[LogSegment]) -> None:
-        """Producer state is derived from the log; the cleaner keeps each producer's last batch
-        (and markers while needed), so the state read back is the same. Nothing to do."""
 
     def _delete_segment_files(self, seg: LogSegment) -> None:
         seg.change_suffix(DELETED_SUFFIX)
@@ -562,6 +590,7 @@ class LocalLog:
             for seg in segs:
                 self.segments.remove(seg.base_offset)
                 self._delete_segment_files(seg)
+            self._delete_snapshots_below(self.log_start_offset)
             fsync_dir(self.dir)
             return [s.base_offset for s in segs]
 

@@ -8,10 +8,11 @@ Kafka's ProducerStateManager, reduced to what a single-replica log needs:
 * the open transactions, whose earliest first offset bounds the last stable offset;
 * on an ABORT marker, the :class:`AbortedTxn` entry for the transaction index.
 
-State is rebuilt on open by replaying batch headers of the local segments (no record
-is decoded). Kafka also keeps ``.snapshot`` files so that producer state survives the
-deletion of old segments; tiercompact rebuilds from local segments only and does not
-expire idle producers. Not thread-safe: the LocalLog serialises access.
+On open, the LocalLog loads the newest ``<offset>.snapshot`` (log/producer_snapshot.py,
+written at every roll as Kafka does) and replays the batch headers after it (no record is
+decoded), so producers whose batches now live only in remote storage are remembered.
+Idle producers are not expired (Kafka expires them after producer.id.expiration.ms).
+Not thread-safe: the LocalLog serialises access.
 """
 
 from __future__ import annotations
@@ -149,3 +150,10 @@ class ProducerStateManager:
     def truncate_and_reset(self) -> None:
         self.producers.clear()
         self._ongoing.clear()
+
+    def load(self, producers: dict[int, ProducerStateEntry]) -> None:
+        """Replace the state with a snapshot's (open transactions included)."""
+        self.truncate_and_reset()
+        self.producers.update(producers)
+        self._ongoing.update({pid: e.current_txn_first_offset for pid, e in producers.items()
+                              if e.current_txn_first_offset is not None})
