@@ -61,7 +61,7 @@ class LogManager:
     def __init__(self, data_dir: Path, *, clock: Clock = SYSTEM_CLOCK, scheduler: Scheduler | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._lock_file = _lock_data_dir(self.data_dir)
+        self._lock_file: IO[bytes] | None = _lock_data_dir(self.data_dir)
         self.clock = clock
         self.scheduler = scheduler
         self._lock = threading.RLock()
