@@ -322,9 +322,10 @@ class SkimpyOffsetMap(OffsetMap):
                 att[pending] += 1
                 cur[pending] = self._probe(windows[pending], att[pending])
 
-    def digests(self) -> list[bytes]:
+    def digest_array(self) -> np.ndarray:
+        """The keys' MD5 digests as an (n, 16) uint8 array (bloom filters test these at once)."""
         used = (self._h0 != 0) | (self._h1 != 0)
-        if not used.any():
-            return []
-        rows = np.column_stack([self._h0[used], self._h1[used]]).view(np.uint8).reshape(-1, 16)
-        return [r.tobytes() for r in rows]
+        return np.column_stack([self._h0[used], self._h1[used]]).view(np.uint8).reshape(-1, 16)
+
+    def digests(self) -> list[bytes]:
+        return [r.tobytes() for r in self.digest_array()]

@@ -50,6 +50,7 @@ import shutil
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cleaner.cleaner import CleanContext, build_offset_map_from_segments, clean_into, finish_cleaned_segment
 from cleaner.config import CleanerConfig
@@ -434,7 +435,7 @@ class TieredCleaner:
 
     # ---- phase 2: rewrite ---------------------------------------------------------------
     def _can_skip(self, md: RemoteLogSegmentMetadata, plan: TieredRoundPlan, now: int,
-                  digests: list[bytes] | None) -> tuple[bool, list[bytes] | None]:
+                  digests: Any) -> tuple[bool, Any]:
         """Whether a clean-region segment provably needs no rewrite (bloom + summary)."""
         if not self.bloom_skip or md.end_offset >= plan.first_dirty_offset:
             return False, digests
@@ -445,8 +446,9 @@ class TieredCleaner:
         if bloom.has_transactional_batches or (bloom.min_delete_horizon_ms is not None
                                                and bloom.min_delete_horizon_ms <= now):
             return False, digests
-        if digests is None:
-            digests = self.offset_map.digests()
+        if digests is None:  # once per round: an array where the map offers one (numpy bloom probes)
+            array = getattr(self.offset_map, "digest_array", None)
+            digests = array() if array is not None else self.offset_map.digests()
         return not bloom.might_contain_any_digest(digests), digests
 
     def _rewrite(self, log: LocalLog, plan: TieredRoundPlan, end: int, now: int, space: TempSpace,
@@ -458,7 +460,7 @@ class TieredCleaner:
         bound = self.chunk_bound(log)
         candidates = [s for s in plan.segments if s.start_offset < end]
         runs: list[list[RemoteLogSegmentMetadata]] = [[]]
-        digests: list[bytes] | None = None
+        digests: Any = None
         for md in candidates:
             skip, digests = self._can_skip(md, plan, now, digests)
             if skip:

@@ -58,7 +58,7 @@ def test_serialisation_round_trip_preserves_answers():
     keys = [f"k{i}".encode() for i in range(300)]
     bf = KeyBloomFilter.build(keys, expected=300, fpp=0.02)
     data = bf.to_bytes()
-    assert data[:4] == b"TCBF" and data[4] == 2 and data[5] == 1
+    assert data[:4] == b"TCBF" and data[4] == 2 and data[5] == 2  # version 2, scheme 2
     again = KeyBloomFilter.from_bytes(data)
     assert again.has_transactional_batches and again.min_delete_horizon_ms is None  # unknown: conservative
     probes = [f"k{i}".encode() for i in range(600)]
@@ -165,18 +165,54 @@ def test_segment_summary_records_transactions_and_earliest_horizon(tmp_path):
     assert bloom.has_transactional_batches and bloom.min_delete_horizon_ms is None
 
 
-def test_version_1_blobs_still_read_and_are_never_skippable():
+def _pybloom_blob(version: int, keys: list[bytes]) -> bytes:
+    """A scheme 1 (pybloom-live) blob as earlier builds wrote it."""
     import io
-    import struct
 
-    from log.index.bloom import HEADER, MAGIC, SCHEME_MD5_HEX
+    from pybloom_live import BloomFilter
+
+    from log.index.bloom import HEADER, MAGIC, SCHEME_MD5_HEX, SUMMARY, key_digest
     from log.record import crc32c
 
-    bf = KeyBloomFilter.build([b"k"], expected=1)
+    bf = BloomFilter(capacity=max(1, len(keys)), error_rate=0.01)
+    for k in keys:
+        bf.add(key_digest(k).hex())
     buf = io.BytesIO()
-    bf._bf.tofile(buf)
-    payload = buf.getvalue()
-    v1 = HEADER.pack(MAGIC, 1, SCHEME_MD5_HEX, 0, crc32c(payload)) + payload
-    again = KeyBloomFilter.from_bytes(v1)
-    assert again.might_contain(b"k") and again.has_transactional_batches
-    assert struct.calcsize(">bq") == 9
+    bf.tofile(buf)
+    body = (SUMMARY.pack(0, -1) if version == 2 else b"") + buf.getvalue()
+    return HEADER.pack(MAGIC, version, SCHEME_MD5_HEX, 0, crc32c(body)) + body
+
+
+def test_version_1_blobs_still_read_and_are_never_skippable():
+    again = KeyBloomFilter.from_bytes(_pybloom_blob(1, [b"k"]))
+    assert again.scheme == 1 and again.might_contain(b"k") and again.has_transactional_batches
+
+
+def test_scheme_1_filters_answer_like_scheme_2_ones():
+    import numpy as np
+
+    from log.index.bloom import key_digest
+
+    keys = [f"k{i}".encode() for i in range(200)]
+    old = KeyBloomFilter.from_bytes(_pybloom_blob(2, keys))
+    new = KeyBloomFilter.build(keys, expected=200)
+    assert old.scheme == 1 and new.scheme == 2 and not old.has_transactional_batches
+    for bloom in (old, new):
+        assert all(bloom.might_contain(k) for k in keys)
+        digests = np.frombuffer(b"".join(key_digest(k) for k in keys[:5]), dtype=np.uint8).reshape(-1, 16)
+        assert bloom.might_contain_any_digest(digests) and bloom.might_contain_any_digest(list(map(bytes, digests)))
+    assert KeyBloomFilter.from_bytes(old.to_bytes()).scheme == 1  # re-serialised as it was
+
+
+def test_many_digests_are_tested_at_once():
+    import os
+
+    import numpy as np
+
+    members = [os.urandom(16) for _ in range(1000)]
+    bloom = KeyBloomFilter.build_from_digests(members, expected=1000, fpp=1e-6)
+    probes = np.frombuffer(os.urandom(16 * 200_000), dtype=np.uint8).reshape(-1, 16)
+    hits = sum(bloom.might_contain_digest(bytes(p)) for p in probes[:2000])
+    assert hits <= 2  # 2000 probes at 1e-6
+    mixed = np.vstack([probes, np.frombuffer(members[7], dtype=np.uint8)[None, :]])
+    assert bloom.might_contain_any_digest(mixed)  # the one member among 200k probes is found
