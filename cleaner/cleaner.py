@@ -52,7 +52,7 @@ from typing import Protocol
 
 from cleaner.config import CleanerConfig
 from cleaner.log_to_clean import LogToClean
-from cleaner.offset_map import OffsetMap
+from cleaner.offset_map import OffsetMap, max_map_entries
 from cleaner.stats import CleanerStats
 from cleaner.throttler import Throttler
 from cleaner.transactions import CleanedTransactionMetadata
@@ -482,9 +482,7 @@ class Cleaner:
         self.clock = clock
         self.check_done = check_done
         self.id = cleaner_id
-        self.max_entries = int(offset_map.slots * config.load_factor)
-        if self.max_entries < 1:
-            raise ValueError(f"offset map of {offset_map.slots} slots holds no key at load factor {config.load_factor}")
+        self.max_entries = max_map_entries(offset_map, config.load_factor)
 
     def clean(self, ltc: LogToClean) -> tuple[int, CleanerStats]:
         return self.do_clean(ltc, self.clock.milliseconds())

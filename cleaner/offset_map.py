@@ -112,6 +112,17 @@ class OffsetMap(abc.ABC):
         return [self.get(k) for k in keys]
 
 
+def max_map_entries(offset_map: OffsetMap, load_factor: float) -> int:
+    """Keys one round may map: floor(slots x load factor) (A.4.1).
+
+    Raises ValueError for a map too small to hold a single key.
+    """
+    n = int(offset_map.slots * load_factor)
+    if n < 1:
+        raise ValueError(f"offset map of {offset_map.slots} slots holds no key at load factor {load_factor}")
+    return n
+
+
 def _hash_matrix(keys: Sequence[bytes]) -> np.ndarray:
     """(n, 16) uint8 array of MD5 digests."""
     md5 = _MD5

@@ -56,7 +56,7 @@ from cleaner.cleaner import CleanContext, build_offset_map_from_segments, clean_
 from cleaner.config import CleanerConfig
 from cleaner.errors import InsufficientDiskError
 from cleaner.log_to_clean import CleanRatios
-from cleaner.offset_map import OffsetMap
+from cleaner.offset_map import OffsetMap, max_map_entries
 from cleaner.stats import CleanerStats
 from cleaner.throttler import Throttler
 from cleaner.transactions import CleanedTransactionMetadata
@@ -236,9 +236,7 @@ class TieredCleaner:
         self.disk_hook = disk_hook
         self.bloom_skip = bloom_skip
         self.check_done = check_done
-        self.max_entries = int(offset_map.slots * config.load_factor)
-        if self.max_entries < 1:
-            raise ValueError(f"offset map of {offset_map.slots} slots holds no key at load factor {config.load_factor}")
+        self.max_entries = max_map_entries(offset_map, config.load_factor)
         #: the last round's temp space (peak bytes for tests and stats)
         self.last_space: TempSpace | None = None
         #: test hook called with a step name ("mapped", "uploaded", "before_publish", "published"); raising
