@@ -237,6 +237,8 @@ class TieredCleaner:
         self.bloom_skip = bloom_skip
         self.check_done = check_done
         self.max_entries = max_map_entries(offset_map, config.load_factor)
+        #: segment id -> its aborted transactions, fetched once per round
+        self._round_txns: dict[str, list[AbortedTxn]] = {}
         #: the last round's temp space (peak bytes for tests and stats)
         self.last_space: TempSpace | None = None
         #: test hook called with a step name ("mapped", "uploaded", "before_publish", "published"); raising
@@ -266,6 +268,7 @@ class TieredCleaner:
         tp = log.topic_partition
         now = self.clock.milliseconds() if now is None else now
         stats = CleanerStats(self.clock, tp)
+        self._round_txns = {}
         plan = plan_round(tp, log, self.rlmm, leader_epoch=leader_epoch, local_checkpoint=local_checkpoint, now=now)
         if plan is None or plan.upper <= plan.first_dirty_offset:
             cp = plan.first_dirty_offset if plan else (local_checkpoint or 0)
@@ -321,7 +324,7 @@ class TieredCleaner:
         start, upper = plan.first_dirty_offset, plan.upper
         self.offset_map.clear()
         txn = CleanedTransactionMetadata()
-        txn.add_aborted(t for s in plan.dirty for t in self._aborted_txns(log, s, start, upper))
+        txn.add_aborted(t for s in plan.dirty for t in self._aborted_txns(log, s, start, upper, stats))
         bound = self.chunk_bound(log)
         for chunk in self._chunks(plan.dirty, bound):
             sources = [self._open_source(log, md, space, stats, bound) for md in chunk]
@@ -363,12 +366,20 @@ class TieredCleaner:
                 return None
             return seg
 
-    def _aborted_txns(self, log: LocalLog, md: RemoteLogSegmentMetadata, start: int, upper: int) -> list[AbortedTxn]:
-        local = self._local_copy(log, md)
-        if local is not None:
-            entries = local.txn_index.all()
-        else:
-            entries = parse_txn_index(self.rsm.fetch_index(md, IndexType.TRANSACTION), source=md.id)
+    def _aborted_txns(self, log: LocalLog, md: RemoteLogSegmentMetadata, start: int, upper: int,
+                      stats: CleanerStats) -> list[AbortedTxn]:
+        """The segment's aborted transactions overlapping [start, upper). A remote index is fetched
+        once per round: the map pass and the rewrite both need it, and segment ids never change."""
+        entries = self._round_txns.get(md.id)
+        if entries is None:
+            local = self._local_copy(log, md)
+            if local is not None:
+                entries = local.txn_index.all()
+            else:
+                data = self.rsm.fetch_index(md, IndexType.TRANSACTION)
+                stats.bytes_downloaded += len(data)
+                entries = parse_txn_index(data, source=md.id)
+            self._round_txns[md.id] = entries
         return [t for t in entries if t.last_offset >= start and t.first_offset < upper]
 
     def _open_source(self, log: LocalLog, md: RemoteLogSegmentMetadata, space: TempSpace, stats: CleanerStats,
@@ -385,15 +396,12 @@ class TieredCleaner:
         base = md.start_offset
         log_path = space.dir / f"{base:020d}.log"
         n = self.rsm.fetch_log_segment_to_file(md, log_path)
-        txn_bytes = self.rsm.fetch_index(md, IndexType.TRANSACTION)
+        # only the .log: aborted transactions reach the cleaner through the round's metadata
+        # (_aborted_txns), never through the source segment's own index
         files = [log_path]
-        if txn_bytes:
-            txn_path = space.dir / f"{base:020d}.txnindex"
-            txn_path.write_bytes(txn_bytes)
-            files.append(txn_path)
         space.track(*files)
         stats.segments_downloaded += 1
-        stats.bytes_downloaded += n + len(txn_bytes)
+        stats.bytes_downloaded += n
         if self.throttler is not None:
             self.throttler.maybe_throttle(n)
         seg = LogSegment(space.dir, base, index_interval_bytes=int(log.config.get("index.interval.bytes")))
@@ -487,7 +495,7 @@ class TieredCleaner:
                     src = self._open_source(log, md, space, stats, bound)
                     try:
                         upper = md.end_offset + 1
-                        ctx.txn_metadata.add_aborted(self._aborted_txns(log, md, md.start_offset, upper))
+                        ctx.txn_metadata.add_aborted(self._aborted_txns(log, md, md.start_offset, upper, stats))
                         clean_into(src.segment, dest, self.offset_map, ctx, stats)
                         space.track(dest.log_path)
                     finally:

@@ -256,3 +256,21 @@ def test_leadership_moves_mid_round_then_publish_is_fenced_and_uploads_removed(m
     started = b.rlmm.list_remote_log_segments(TP, include_superseded=True,
                                               states=[RemoteLogSegmentState.COPY_SEGMENT_STARTED])
     assert started == []
+
+
+def test_a_round_fetches_each_transaction_index_at_most_once(make_world):
+    from collections import Counter
+
+    from log.record import ControlRecordType
+
+    w = make_world(faulty=True)  # the fault-free wrapper logs every store call
+    for r in range(4):
+        w.produce([(f"k{i}".encode(), f"v{r}".encode()) for i in range(20)])
+        w.produce([(b"t", b"aborted")], producer_id=r + 1, producer_epoch=0, base_sequence=0, transactional=True)
+        w.log.append_marker(r + 1, 0, ControlRecordType.ABORT)
+        w.roll_and_tier()
+    w.store.log.clear()
+    w.clean()
+    txn_reads = Counter(key for op, key, _f in w.store.log if op == "get" and key.endswith(".txnindex"))
+    assert txn_reads and max(txn_reads.values()) == 1  # map pass and rewrite share one fetch
+    assert [v for _, k, v in w.read_all() if k == b"t"] == []  # and aborted data is still removed
