@@ -13,10 +13,14 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from log.errors import InvalidRequestError
 from log.index.txn_index import AbortedTxn
 from log.record import ControlRecordType, Record, RecordBatch
+
+if TYPE_CHECKING:
+    from log.local_log import LocalLog
 
 READ_COMMITTED = "read_committed"
 READ_UNCOMMITTED = "read_uncommitted"
@@ -64,3 +68,17 @@ def records_from_batches(batches: Iterable[RecordBatch], start_offset: int, *, i
             next_offset = r.offset + 1
         next_offset = max(next_offset, batch.next_offset)
     return FetchResult(out, next_offset)
+
+
+def read_local(log: LocalLog, offset: int, *, max_bytes: int, isolation: str = READ_UNCOMMITTED,
+               max_records: int = 500) -> FetchResult:
+    """One page of the local log from ``offset``: bounded by the last stable offset for
+    read_committed, with the aborted transactions that overlap the batches read.
+
+    Raises OffsetOutOfRangeError outside the local log.
+    """
+    check_isolation(isolation)
+    committed = isolation == READ_COMMITTED
+    batches = log.read(offset, max_bytes=max_bytes, max_offset=log.last_stable_offset if committed else None)
+    aborted = log.collect_aborted_transactions(offset, batches[-1].next_offset) if committed and batches else []
+    return records_from_batches(batches, offset, isolation=isolation, aborted=aborted, max_records=max_records)

@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from log.errors import OffsetOutOfRangeError
-from log.fetch import READ_COMMITTED, check_isolation, records_from_batches
+from log.fetch import READ_COMMITTED, check_isolation, read_local, records_from_batches
 from log.index.txn_index import AbortedTxn
 from log.local_log import LocalLog
 from log.log_manager import LogManager
-from log.record import Record, RecordBatch
+from log.record import Record
 from log.types import TopicPartition
 from metadata.manager import RemoteLogMetadataManager
 from metadata.types import RemoteLogSegmentMetadata
@@ -108,14 +108,7 @@ class TieredReadPath:
 
     def _read_local(self, log: LocalLog, offset: int, max_bytes: int, isolation: str, max_records: int,
                     start: int, hw: int) -> ReadResult:
-        lso = log.last_stable_offset if isolation == READ_COMMITTED else None
-        batches: list[RecordBatch] = log.read(offset, max_bytes=max_bytes, max_offset=lso)
-        aborted: list[AbortedTxn] = []
-        if isolation == READ_COMMITTED and batches:
-            upper = batches[-1].next_offset
-            aborted = [t for t in log.collect_aborted_transactions(offset, log.log_end_offset + 1)
-                       if t.first_offset < upper]
-        res = records_from_batches(batches, offset, isolation=isolation, aborted=aborted, max_records=max_records)
+        res = read_local(log, offset, max_bytes=max_bytes, isolation=isolation, max_records=max_records)
         return ReadResult(res.records, res.next_offset, start, hw)
 
     def _remote_aborted(self, tp: TopicPartition, log: LocalLog, md: RemoteLogSegmentMetadata, start: int,

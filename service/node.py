@@ -36,7 +36,7 @@ from cleaner.manager import CleaningStateKind
 from cleaner.tiered import TieredCleaner, TieredContext
 from log.clock import SYSTEM_CLOCK, Clock
 from log.errors import InvalidRequestError, TiercompactError
-from log.fetch import READ_COMMITTED, check_isolation, records_from_batches
+from log.fetch import READ_COMMITTED, check_isolation, read_local
 from log.local_log import AppendResult, LocalLog, RecordSpec
 from log.log_manager import LogManager, Topic
 from log.record import CompressionType, ControlRecordType
@@ -407,11 +407,8 @@ class Node:
         # A page of only control batches or aborted records holds no record but moves the
         # offset; keep going so an empty page always means "nothing more below the upper bound".
         while nxt < upper:
-            batches = log.read(nxt, max_bytes=self.config.max_fetch_bytes, max_offset=upper)
-            if not batches:
-                break
-            aborted = log.collect_aborted_transactions(nxt, upper) if isolation == READ_COMMITTED else []
-            res = records_from_batches(batches, nxt, isolation=isolation, aborted=aborted, max_records=max_records)
+            res = read_local(log, nxt, max_bytes=self.config.max_fetch_bytes, isolation=isolation,
+                             max_records=max_records)
             if res.records or res.next_offset <= nxt:
                 return ReadResult(res.records, max(res.next_offset, nxt), start, hw)
             nxt = res.next_offset
