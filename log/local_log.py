@@ -600,14 +600,25 @@ class LocalLog:
             return []
         with self.lock:
             now = self.clock.milliseconds() if now is None else now
+            # Kafka's deletableSegments walks the active segment too (unless it is empty): a
+            # record older than retention.ms must not outlive it by segment.ms (7 days by
+            # default). delete_segments rolls the active segment before removing it.
             return self.delete_segments(self.retention_breached_segments(
-                now, int(self.config.get("retention.ms")), int(self.config.get("retention.bytes"))))
+                now, int(self.config.get("retention.ms")), int(self.config.get("retention.bytes")),
+                include_active=True))
 
     def retention_breached_segments(self, now: int, retention_ms: int, retention_bytes: int,
-                                    extra_bytes: int = 0) -> list[LogSegment]:
-        """Non-active segments, oldest first, past ``retention_ms`` or beyond ``retention_bytes``."""
+                                    extra_bytes: int = 0, *, include_active: bool = False) -> list[LogSegment]:
+        """Segments, oldest first, past ``retention_ms`` or beyond ``retention_bytes``.
+
+        The active segment is a candidate only with ``include_active`` and when it holds
+        records; local retention of tiered logs never passes it (it is not copied yet).
+        """
         with self.lock:
-            return retention_breached(self.segments.all()[:-1], now, retention_ms, retention_bytes,
+            segs = self.segments.all()
+            if not (include_active and segs and segs[-1].size > 0):
+                segs = segs[:-1]
+            return retention_breached(segs, now, retention_ms, retention_bytes,
                                       total_bytes=self.segments.size_in_bytes() + extra_bytes,
                                       size=lambda s: s.size, max_timestamp=lambda s: s.largest_timestamp)
 

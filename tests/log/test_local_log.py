@@ -172,3 +172,35 @@ def test_a_data_dir_has_one_owner(tmp_path):
         LogManager(tmp_path / "data")
     first.close()
     LogManager(tmp_path / "data").close()  # free again once the owner closed
+
+
+def test_retention_rolls_and_deletes_an_expired_active_segment(make_log, clock):
+    """Regression (#11): a record older than retention.ms lived until the active segment rolled
+    (segment.ms, 7 days by default). Kafka's deletableSegments includes the active segment."""
+    log = make_log(cleanup_policy="delete", segment_bytes=1 << 20, retention_ms=10_000)
+    for i in range(5):
+        log.append_records([RecordSpec(b"k", f"v{i}".encode(), timestamp=clock.milliseconds())])
+    assert len(log.segments) == 1
+    clock.advance(20_000)
+    deleted = log.delete_old_segments()
+    assert deleted == [0]
+    assert log.log_start_offset == log.log_end_offset == 5
+    assert _read_all(log) == []
+    # the log stays writable at the next offset
+    assert log.append_records([RecordSpec(b"k", b"new", timestamp=clock.milliseconds())]).base_offset == 5
+
+
+def test_retention_keeps_an_active_segment_with_a_young_record(make_log, clock):
+    log = make_log(cleanup_policy="delete", segment_bytes=1 << 20, retention_ms=10_000)
+    log.append_records([RecordSpec(b"k", b"old", timestamp=clock.milliseconds())])
+    clock.advance(20_000)
+    log.append_records([RecordSpec(b"k", b"young", timestamp=clock.milliseconds())])
+    assert log.delete_old_segments() == []
+    assert [r.value for r in _read_all(log)] == [b"old", b"young"]
+
+
+def test_retention_never_touches_an_empty_active_segment(make_log, clock):
+    log = make_log(cleanup_policy="delete", segment_bytes=1 << 20, retention_ms=10_000)
+    clock.advance(20_000)
+    assert log.delete_old_segments() == []
+    assert len(log.segments) == 1
