@@ -506,13 +506,16 @@ class LocalLog:
             pos = seg.find_position(start_offset, sizes[seg.base_offset]) if seg is segs[0] else 0
             if pos is None:
                 continue
-            for _p, batch in seg.batches(pos, sizes[seg.base_offset]):
+            for p, batch in seg.batches(pos, sizes[seg.base_offset]):
                 if batch.last_offset < start_offset:
                     continue
                 if max_offset is not None and batch.base_offset >= max_offset:
                     return out
                 if out and total + batch.size_in_bytes > max_bytes:
                     return out
+                # A read reports damaged bytes (file and position) rather than serving them,
+                # as the remote read path already does.
+                batch.ensure_valid(source=str(seg.log_path), position=p)
                 out.append(batch)
                 total += batch.size_in_bytes
         return out
