@@ -121,8 +121,11 @@ class LogSegment:
             # maxTimestamp of the first batch sits at bytes 35..43 of its header (KIP-354's estimate)
             ts = int.from_bytes(bytes(data[35:43]), "big", signed=True)
             self._first_batch_timestamp = ts if ts >= 0 else 2**63 - 1
-        if self._bytes_since_last_index_entry > self.index_interval_bytes or position == 0:
-            if position == 0 or largest_offset > self.offset_index.last_offset:
+        # Kafka adds no entry for the first batch: a lookup below the first entry answers
+        # (base offset, position 0) anyway, and a re-cleaned Kafka segment's .index stays
+        # byte-identical to Kafka's (empty for a segment under index.interval.bytes).
+        if self._bytes_since_last_index_entry > self.index_interval_bytes:
+            if not self.offset_index.entries or largest_offset > self.offset_index.last_offset:
                 self.offset_index.append(largest_offset, position)
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
             self._bytes_since_last_index_entry = 0
@@ -220,7 +223,7 @@ class LogSegment:
         for pos, batch in self.batches(0):
             if batch.max_timestamp > self.max_timestamp_so_far:
                 self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = batch.max_timestamp, batch.last_offset
-            if since > self.index_interval_bytes or pos == 0:
+            if since > self.index_interval_bytes:  # Kafka's LogSegment.recover rule
                 self.offset_index.append(batch.last_offset, pos)
                 self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
                 since = 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from log.config import LogConfig
 from log.errors import (
     InvalidProducerEpochError,
     InvalidRequestError,
@@ -11,7 +12,7 @@ from log.errors import (
     OutOfOrderSequenceError,
 )
 from log.fetch import READ_COMMITTED, READ_UNCOMMITTED, records_from_batches
-from log.local_log import RecordSpec
+from log.local_log import LocalLog, RecordSpec
 from log.record import CompressionType, ControlRecordType, RecordBatchBuilder, iter_file_batches
 
 
@@ -204,3 +205,28 @@ def test_retention_never_touches_an_empty_active_segment(make_log, clock):
     clock.advance(20_000)
     assert log.delete_old_segments() == []
     assert len(log.segments) == 1
+
+
+def test_offset_index_has_no_entry_for_the_first_batch_as_in_kafka(make_log):
+    """Regression (#17): the first batch of a segment always got an entry at position 0, so a
+    re-cleaned Kafka segment's .index was 8 bytes where Kafka's is empty. Kafka's
+    LogSegment.append indexes only after index.interval.bytes (and recover() the same)."""
+    log = make_log(index_interval_bytes=4096)
+    for i in range(3):
+        log.append_records([_kv(i)])
+    seg = log.segments.first()
+    assert seg.offset_index.entries == 0 and seg.offset_index.size_in_bytes == 0
+    assert seg.offset_index.lookup(2) == (0, 0)
+
+
+def test_offset_index_entries_follow_the_interval_and_survive_a_rebuild(tmp_path):
+    log = LocalLog(tmp_path / "t-0", LogConfig.from_dict({"index.interval.bytes": 100}))
+    for i in range(20):
+        log.append_records([_kv(i)])
+    seg = log.segments.first()
+    positions = [seg.offset_index.lookup(o)[1] for o in range(20)]
+    assert positions[0] == 0 and min(p for p in positions if p) > 100  # first entry only past 100 bytes
+    appended = list(seg.offset_index._entries)
+    seg.rebuild_indexes()  # recovery derives exactly the same entries
+    assert list(seg.offset_index._entries) == appended
+    assert [r.offset for r in _read_all(log)] == list(range(20))
