@@ -1,4 +1,5 @@
-"""Record-batch compression codecs (attributes bits 0-2), all through ``cramjam``.
+"""Record-batch compression codecs (attributes bits 0-2), through ``cramjam`` (and ``lz4`` to write
+LZ4 frames with Kafka's exact frame flags).
 
 | id | codec  | stream format written                                 | Kafka's default level |
 |----|--------|-------------------------------------------------------|-----------------------|
@@ -7,7 +8,7 @@
 | 2  | snappy | xerial snappy-java stream: 16-byte header, then       | -                     |
 |    |        | (int32 BE length, raw snappy block) per 32 KiB input  |                       |
 | 3  | lz4    | LZ4 frame, independent blocks (Kafka cannot read      | fast compressor       |
-|    |        | linked blocks), 64 KiB max block size                 |                       |
+|    |        | linked blocks), 64 KiB max block size, FLG 0x60 BD 0x40|                       |
 | 4  | zstd   | zstd frame                                            | 3                     |
 
 xerial header: ``0x82 'S' 'N' 'A' 'P' 'P' 'Y' 0x00``, int32 version 1, int32 compatible version 1.
@@ -24,6 +25,7 @@ import enum
 import struct
 
 import cramjam
+import lz4.frame
 
 from log.errors import CorruptRecordError, InvalidRequestError
 
@@ -98,9 +100,11 @@ def _snappy_decompress(data: bytes | bytearray | memoryview) -> bytes:
 
 
 def _lz4_compress(data: bytes | bytearray | memoryview) -> bytes:
-    c = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
-    c.compress(data)
-    return bytes(c.finish())
+    # Kafka's KafkaLZ4BlockOutputStream frame: FLG 0x60 (version 1, independent blocks, no
+    # block checksum, no content size or checksum), BD 0x40 (64 KiB blocks). cramjam always
+    # sets the block-checksum flag (FLG 0x70), which changed the bytes and the batch CRC.
+    return bytes(lz4.frame.compress(data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
+                                    content_checksum=False, block_checksum=False, store_size=False))
 
 
 def compress(ctype: CompressionType | int, data: bytes | bytearray | memoryview) -> bytes:

@@ -135,6 +135,22 @@ def test_lz4_frames_have_independent_blocks() -> None:
     assert framed[4] & 0x20, "Kafka's LZ4 reader needs the block-independence flag"
 
 
+def test_lz4_frame_descriptor_is_kafkas() -> None:
+    """Regression (#17): recompressed LZ4 batches set the block-checksum flag (FLG 0x70).
+    Kafka's KafkaLZ4BlockOutputStream writes FLG 0x60, BD 0x40 (64 KiB blocks), and the header
+    checksum byte for that descriptor is 0x82; no checksum follows any block."""
+    data = b"abc" * 100_000
+    framed = compress(CompressionType.LZ4, data)
+    assert framed[4:7] == b"\x60\x40\x82"
+    assert decompress(CompressionType.LZ4, framed) == data
+    # no block checksums: the frame is exactly header + (4-byte size + block)* + end mark
+    pos, blocks = 7, 0
+    while (size := int.from_bytes(framed[pos:pos + 4], "little")) != 0:
+        pos += 4 + (size & 0x7FFFFFFF)
+        blocks += 1
+    assert pos + 4 == len(framed) and blocks == -(-len(data) // 65536)
+
+
 _records = st.lists(
     st.tuples(
         st.integers(0, 1000),  # offset gap
