@@ -127,7 +127,11 @@ class ProducerStateManager:
                 first = batch.base_offset
             lso = last_stable_offset_after
             if lso is None:
-                lso = self.first_unstable_offset() or batch.last_offset + 1
+                # Kafka's ProducerStateManager.lastStableOffset(completedTxn): the first offset
+                # of the earliest other open transaction, else the marker's offset + 1. Offset 0
+                # is a real first unstable offset, not "none".
+                first_unstable = self.first_unstable_offset()
+                lso = first_unstable if first_unstable is not None else batch.last_offset + 1
             return AbortedTxn(pid, first, batch.last_offset, lso)
         return None
 

@@ -16,7 +16,7 @@ The entry lives in the segment holding the ABORT marker. lastOffset strictly inc
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +50,58 @@ def parse_txn_index(data: bytes, *, source: str | None = None) -> list[AbortedTx
     return out
 
 
+def collect_aborted_txns(entries: Iterable[AbortedTxn], fetch_offset: int, upper: int,
+                         ) -> tuple[list[AbortedTxn], bool]:
+    """Kafka's ``TransactionIndex.collectAbortedTxns`` over one index's entries, in order.
+
+    Returns the entries overlapping ``[fetch_offset, upper)`` (``lastOffset >= fetch_offset``
+    and ``firstOffset < upper``) and whether the search is complete. It is complete as soon as
+    *any* entry, matching or not, has ``lastStableOffset >= upper``: that entry's marker was
+    written when every transaction starting below ``upper`` had been decided, and an entry is
+    written with the marker, so no later index can hold an aborted transaction starting
+    below ``upper`` whose marker is not already behind us.
+    """
+    out: list[AbortedTxn] = []
+    for t in entries:
+        if t.last_offset >= fetch_offset and t.first_offset < upper:
+            out.append(t)
+        if t.last_stable_offset >= upper:
+            return out, True
+    return out, False
+
+
+#: one segment's transaction index in a chain: (segment base offset, loader of its entries)
+TxnIndexLink = tuple[int, Callable[[], Iterable[AbortedTxn]]]
+
+
+def collect_aborted_transactions(chain: Sequence[TxnIndexLink], start: int, upper: int) -> list[AbortedTxn]:
+    """Kafka's ``collectAbortedTransactions(startOffset, upperBoundOffset)`` over any log.
+
+    ``chain`` is every segment of the log (remote, then local-only) in offset order, each
+    with a loader of its ``.txnindex`` entries. The walk starts at the segment holding
+    ``start`` (the floor by base offset; the first segment if none) and reads forward through
+    later indexes, past ``upper`` if need be, until one completes the search
+    (:func:`collect_aborted_txns`). The ABORT marker of a transaction, and so its index entry,
+    may lie in any later segment, so every engine (local, tiered, Spark) collects this way.
+    A loader is called only when the walk reaches its segment.
+    """
+    if start >= upper or not chain:
+        return []
+    i = 0
+    for j, (base, _load) in enumerate(chain):
+        if base <= start:
+            i = j
+        else:
+            break
+    out: list[AbortedTxn] = []
+    for _base, load in chain[i:]:
+        found, complete = collect_aborted_txns(load(), start, upper)
+        out.extend(found)
+        if complete:
+            break
+    return out
+
+
 class TransactionIndex(EntryFile):
     entry = struct.Struct(">hqqqq")
 
@@ -79,14 +131,9 @@ class TransactionIndex(EntryFile):
         return [AbortedTxn(p, f, la, lso) for _v, p, f, la, lso in self._entries]
 
     def collect(self, fetch_offset: int, upper: int) -> tuple[list[AbortedTxn], bool]:
-        """Entries overlapping [fetch_offset, upper); ``complete`` once an entry's LSO >= upper."""
-        out: list[AbortedTxn] = []
-        for _v, p, f, la, lso in self._entries:
-            if la >= fetch_offset and f < upper:
-                out.append(AbortedTxn(p, f, la, lso))
-                if lso >= upper:
-                    return out, True
-        return out, False
+        """Entries overlapping [fetch_offset, upper); ``complete`` once any entry's LSO >= upper
+        (see :func:`collect_aborted_txns`)."""
+        return collect_aborted_txns(self.all(), fetch_offset, upper)
 
     def truncate_to(self, offset: int) -> None:
         keep = len(self._entries)
