@@ -117,6 +117,9 @@ define("retention.bytes", int, -1, at_least(-1),
        "For cleanup.policy containing 'delete': drop the oldest segments while the log exceeds this (-1 = no limit).")
 define("file.delete.delay.ms", int, 60000, at_least(0),
        "Delay before a replaced segment's '.deleted' files are removed.")
+define("producer.id.expiration.ms", int, 86400000, at_least(1),
+       "Forget an idle producer (no open transaction) this long after its last batch's timestamp; the "
+       "cleaner then no longer keeps its last batch. Kafka's broker-level setting, per topic here.")
 define("remote.storage.enable", bool, False, None,
        "Copy rolled segments to the object store and let local copies expire (tiered storage).")
 define("local.retention.ms", int, -2, at_least(-2),
@@ -184,6 +187,21 @@ def validate_values(values: Mapping[str, Any]) -> None:
         raise InvalidConfigError("segment.index.bytes must be at least 8")
 
 
+def validate_change(old: LogConfig, new: LogConfig) -> None:
+    """Rules about changing a topic's config, beyond the new values being valid on their own.
+
+    Turning ``remote.storage.enable`` off on a tiered topic is refused, as Kafka refuses it
+    (``ConfigAdminManager``: "It is invalid to disable remote storage without deleting
+    remote data"): every segment that lives only in the object store would disappear from
+    reads, and reads from the log start would answer 416.
+    """
+    if old.remote_storage_enable and not new.remote_storage_enable:
+        raise InvalidConfigError(
+            "remote.storage.enable cannot be turned off on a topic that has it on: its segments in the "
+            "object store would become unreadable (Kafka refuses this too). Keep remote.storage.enable=true; "
+            "to drop the remote data, delete the topic and create it again")
+
+
 @dataclass(frozen=True)
 class LogConfig:
     """A validated, immutable topic configuration.
@@ -224,7 +242,9 @@ class LogConfig:
                 merged.pop(k, None)
             else:
                 merged[k] = v
-        return LogConfig.from_dict(merged)
+        new = LogConfig.from_dict(merged)
+        validate_change(self, new)
+        return new
 
     def get(self, key: str) -> Any:
         if not self._values:

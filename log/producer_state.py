@@ -11,7 +11,9 @@ Kafka's ProducerStateManager, reduced to what a single-replica log needs:
 On open, the LocalLog loads the newest ``<offset>.snapshot`` (log/producer_snapshot.py,
 written at every roll as Kafka does) and replays the batch headers after it (no record is
 decoded), so producers whose batches now live only in remote storage are remembered.
-Idle producers are not expired (Kafka expires them after producer.id.expiration.ms).
+Idle producers are expired as Kafka's removeExpiredProducers does: a producer with no open
+transaction whose last batch's timestamp is ``producer.id.expiration.ms`` old is forgotten,
+so the cleaner no longer keeps its last batch and later snapshots leave it out.
 Not thread-safe: the LocalLog serialises access.
 """
 
@@ -150,6 +152,15 @@ class ProducerStateManager:
 
     def active_producers(self) -> dict[int, ProducerStateEntry]:
         return dict(self.producers)
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Forget producers idle for ``expiration_ms`` (Kafka's isProducerExpired: no open
+        transaction and ``now - last_timestamp >= expiration``); returns their ids."""
+        expired = [pid for pid, e in self.producers.items()
+                   if e.current_txn_first_offset is None and now_ms - e.last_timestamp >= expiration_ms]
+        for pid in expired:
+            del self.producers[pid]
+        return expired
 
     def truncate_and_reset(self) -> None:
         self.producers.clear()
