@@ -97,6 +97,11 @@ class LogSegment:
     def can_hold(self, last_offset: int) -> bool:
         return 0 <= last_offset - self.base_offset <= INT32_MAX
 
+    def has_overflow(self) -> bool:
+        """True when the segment holds offsets beyond its base's 32-bit relative range (a
+        segment written by an old Kafka; ours roll first). Kafka's LogSegment.hasOverflow."""
+        return self.size > 0 and not self.can_hold(self.read_next_offset() - 1)
+
     def append(self, data: bytes | bytearray | memoryview, *, largest_offset: int, largest_timestamp: int,
                offset_of_largest_timestamp: int) -> int:
         """Append whole batches; returns the byte position they start at.
@@ -223,7 +228,9 @@ class LogSegment:
         for pos, batch in self.batches(0):
             if batch.max_timestamp > self.max_timestamp_so_far:
                 self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = batch.max_timestamp, batch.last_offset
-            if since > self.index_interval_bytes:  # Kafka's LogSegment.recover rule
+            # Kafka's LogSegment.recover rule; offsets past the base's 32-bit range (an overflowed
+            # segment from an old Kafka) get no entry: the cleaner splits such a segment.
+            if since > self.index_interval_bytes and self.can_hold(batch.last_offset):
                 self.offset_index.append(batch.last_offset, pos)
                 self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
                 since = 0
