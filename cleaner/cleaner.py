@@ -179,8 +179,10 @@ def _build_for_segment(seg: LogSegment, start: int, offset_map: OffsetMap, txn: 
         keys: list[bytes] = []
         offs: list[int] = []
         ends: list[tuple[int, int]] = []  # (number of keys collected after this batch, batch last offset)
+        read_before: list[int] = []  # records read before each batch (map_messages_read on a full map)
         messages = 0
         for b in chunk:
+            read_before.append(messages)
             if b.is_control:
                 txn.on_control_batch_read(b)
                 messages += 1
@@ -192,11 +194,16 @@ def _build_for_segment(seg: LogSegment, start: int, offset_map: OffsetMap, txn: 
                             keys.append(key)
                             offs.append(off)
             ends.append((len(keys), b.last_offset))
-        if stats is not None:
-            stats.index_bytes_read(size)
-            stats.index_messages_read(messages)
         latest = offset_map.latest_offset
         consumed = offset_map.put_all(keys, offs, max_entries)
+        if stats is not None:
+            stats.index_bytes_read(size)
+            if consumed < len(keys):
+                # Kafka counts the records it mapped before the map filled, not the whole chunk
+                full_at = offs[consumed]
+                i = next(i for i, (n, _last) in enumerate(ends) if n > consumed)
+                messages = read_before[i] + sum(1 for r in chunk[i].iter_key_offsets() if r[0] < full_at)
+            stats.index_messages_read(messages)
         if consumed < len(keys):
             # full at keys[consumed]: "latest" is the last event (a put or a batch end) before it
             if consumed:
@@ -501,6 +508,11 @@ class Cleaner:
             stats.index_done()
             stats.all_done()
             return start, stats
+        for seg in log.segments_in_range(0, upper):
+            if seg.has_overflow():
+                # KAFKA-20036: split a segment whose offsets overflow its base (written by an old
+                # Kafka) instead of failing every round on it; offsets and bytes are unchanged.
+                log.split_overflowed_segment(seg)
         delete_retention = int(log.config.get("delete.retention.ms"))
         before = log.segments_in_range(0, start)
         legacy = before[-1].last_modified - delete_retention if before else 0

@@ -230,3 +230,15 @@ def test_control_keys_are_not_compared_with_the_map(make_log, clock: MockClock) 
     _round(log, clock.milliseconds())
     recs = committed_records(all_batches(log))
     assert [(r.offset, r.value) for r in recs] == [(0, b"data"), (2, b"1")]
+
+
+def test_map_messages_read_counts_only_records_mapped_before_the_map_filled(make_log, clock: MockClock) -> None:
+    """Regression (#17): with a full map, map_records_read counted the whole chunk read, not
+    the records mapped (Kafka's indexMessagesRead is per record, up to the one that did not fit)."""
+    log = make_log()
+    for i in range(20):
+        _put(log, (b"k%d" % (i % 10), b"v%d" % i))
+    log.roll()
+    end, stats = _round(log, clock.milliseconds(), entries=5)
+    assert end == 5  # k0..k4 mapped; the map is full at k5 (offset 5)
+    assert stats.as_dict()["map_records_read"] == 5
