@@ -12,22 +12,38 @@ Reading checks the version and the entry count; an empty file reads as no entrie
 * ``cleaner-offset-checkpoint`` (one per data dir, version 0): ``<topic> <partition> <offset>``
 * ``leader-epoch-checkpoint`` (one per partition dir, version 0): ``<epoch> <start offset>``
 
+A malformed file is handled as Kafka does. Kafka's ``LogCleanerManager.allCleanerCheckpoints``
+logs the error and reads a corrupt cleaner-offset-checkpoint as empty. Here
+:class:`OffsetCheckpointFile` does the same: it moves the file aside to ``<file>.corrupt``,
+logs a warning, counts it (:func:`corrupt_checkpoints_rebuilt`), and the next write rebuilds
+it. A missing checkpoint only makes the cleaner re-clean from the log start, so no data is
+lost. A malformed ``leader-epoch-checkpoint`` takes its log offline in Kafka (a storage
+exception while loading). :class:`LeaderEpochCheckpointFile` raises, and the log manager takes
+that one partition offline.
+
 Source: server-common/.../CheckpointFile.java, storage/.../OffsetCheckpointFile.java,
 LeaderEpochCheckpointFile.java.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from log.errors import CorruptRecordError
+from log.errors import CorruptRecordError, InvalidRequestError
 from log.types import EpochEntry, TopicPartition
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+CORRUPT_SUFFIX = ".corrupt"
+TMP_SUFFIX = ".tmp"
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
@@ -43,7 +59,7 @@ def fsync_dir(path: Path) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so that a crash leaves either the old or the new content."""
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(path.name + TMP_SUFFIX)
     with open(tmp, "w", encoding="utf-8", newline="\n") as f:
         f.write(text)
         f.flush()
@@ -71,17 +87,38 @@ class CheckpointFile(Generic[T]):
 
     def read(self) -> list[T]:
         with self._lock:
+            text = self._read_text()
+        return self._parse_text(text)
+
+    def read_or_set_aside(self, aside: Path) -> tuple[list[T], CorruptRecordError | None]:
+        """Read; if the file is corrupt, move it to ``aside`` (same lock as writes) and read as empty."""
+        with self._lock:
             try:
-                text = self.path.read_text(encoding="utf-8")
-            except FileNotFoundError:
-                return []
+                return self._parse_text(self._read_text()), None
+            except CorruptRecordError as e:
+                try:
+                    os.replace(self.path, aside)
+                except OSError as move_error:
+                    logger.error("%s could not be moved aside: %s", self.path, move_error)
+                return [], e
+
+    def _read_text(self) -> str:
+        try:
+            return self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return ""
+        except UnicodeDecodeError as e:
+            raise CorruptRecordError(f"checkpoint is not UTF-8 text ({e.reason} at byte {e.start})",
+                                     source=str(self.path)) from None
+
+    def _parse_text(self, text: str) -> list[T]:
         if not text.strip():
             return []
         lines = text.split("\n")
         try:
             version = int(lines[0])
         except ValueError:
-            raise CorruptRecordError(f"malformed checkpoint version line {lines[0]!r}",
+            raise CorruptRecordError(f"malformed checkpoint version line {lines[0][:80]!r}",
                                      source=str(self.path)) from None
         if version != self.version:
             raise CorruptRecordError(f"unrecognised checkpoint version {version} (expected {self.version})",
@@ -98,8 +135,9 @@ class CheckpointFile(Generic[T]):
         for ln in body:
             try:
                 out.append(self._parse(ln.split()))
-            except (ValueError, IndexError) as e:
-                raise CorruptRecordError(f"malformed checkpoint line {ln!r}: {e}", source=str(self.path)) from None
+            except (ValueError, IndexError, InvalidRequestError) as e:
+                raise CorruptRecordError(f"malformed checkpoint line {ln[:80]!r}: {e}",
+                                         source=str(self.path)) from None
         return out
 
 
@@ -109,8 +147,20 @@ def _parse_offset_entry(f: list[str]) -> tuple[TopicPartition, int]:
     return TopicPartition(f[0], int(f[1])), int(f[2])
 
 
+_rebuilt: Counter[Path] = Counter()
+
+
+def corrupt_checkpoints_rebuilt(path: Path) -> int:
+    """How many times this process set aside a corrupt offset checkpoint at ``path``."""
+    return _rebuilt[Path(path).absolute()]
+
+
 class OffsetCheckpointFile:
-    """``topic partition -> offset`` (cleaner-offset-checkpoint and friends)."""
+    """``topic partition -> offset`` (cleaner-offset-checkpoint and friends).
+
+    A corrupt file reads as empty. It is moved aside to ``<file>.corrupt`` for inspection and
+    rebuilt by the next :meth:`write`; see the module docstring.
+    """
 
     def __init__(self, path: Path) -> None:
         self._file: CheckpointFile[tuple[TopicPartition, int]] = CheckpointFile(
@@ -118,7 +168,14 @@ class OffsetCheckpointFile:
         self.path = self._file.path
 
     def read(self) -> dict[TopicPartition, int]:
-        return dict(self._file.read())
+        aside = self.path.with_name(self.path.name + CORRUPT_SUFFIX)
+        entries, error = self._file.read_or_set_aside(aside)
+        if error is not None:
+            _rebuilt[self.path.absolute()] += 1
+            logger.warning("%s is corrupt (%s); moved it to %s and reading it as empty: the cleaner re-cleans "
+                           "those partitions from their log start (no data is lost) and the next checkpoint "
+                           "write rebuilds the file", self.path, error, aside.name)
+        return dict(entries)
 
     def write(self, offsets: dict[TopicPartition, int]) -> None:
         self._file.write(sorted(offsets.items()))

@@ -16,6 +16,7 @@ cross it.
     ├── UnknownTopicOrPartitionError  no such topic / partition
     ├── TopicExistsError
     ├── DataDirInUseError             another process holds the data dir's lock
+    ├── PartitionOfflineError         a partition's files could not be loaded; it serves nothing
     └── (metadata, remote, cleaner subtrees live in their own packages)
 """
 
@@ -90,3 +91,11 @@ class TopicExistsError(TiercompactError):
 
 class DataDirInUseError(TiercompactError):
     """Another process holds the data dir's lock file."""
+
+
+class PartitionOfflineError(TiercompactError):
+    """A partition is offline: its files could not be opened without losing data.
+
+    The message names the file, what is wrong with it and what to do; the rest of the node
+    keeps serving.
+    """

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from log.checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile, fsync_dir
+from log.checkpoint import LEADER_EPOCH_CHECKPOINT, TMP_SUFFIX, LeaderEpochCheckpointFile, fsync_dir
 from log.clock import SYSTEM_CLOCK, Clock
 from log.config import LogConfig
 from log.errors import (
@@ -113,6 +113,13 @@ def retention_breached(items: Sequence[T], now: int, retention_ms: int, retentio
     return out
 
 
+def _segment_advice(path: str | None) -> str:
+    """What an operator can do about a damaged segment file."""
+    what = f"'tiercompact dump-log {path}'" if path else "'tiercompact dump-log <segment>.log'"
+    return (f"Inspect it with {what}, then restore the file from a backup (a tiered topic's object store may "
+            f"hold a copy of the segment) or delete the topic, and restart the node")
+
+
 class SimulatedCrash(Exception):  # noqa: N818 - raised only by tests' crash hooks
     """Raised by a crash hook to stop an operation half-way, as a power cut would."""
 
@@ -135,7 +142,12 @@ class LocalLog:
         self.crash_hook: Callable[[str], None] | None = None
         self._closed = False
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._load()
+        try:
+            self._load()
+        except BaseException:
+            for seg in self.segments:  # a log that failed to load holds no open files
+                seg.close()
+            raise
 
     # ---- loading and recovery ------------------------------------------------------------
     def _hook(self, step: str) -> None:
@@ -143,9 +155,16 @@ class LocalLog:
             self.crash_hook(step)
 
     def _load(self) -> None:
+        """Open the directory: finish swaps, open segments, recover, replay producer state.
+
+        Raises CorruptRecordError (naming the file and what to do) when the directory cannot
+        be opened without losing data: a rolled segment that is corrupt, truncated or
+        emptied, or a malformed leader-epoch-checkpoint. The log manager then takes this one
+        partition offline.
+        """
+        self._remove_temp_files()
         clean_marker = self.dir / CLEAN_SHUTDOWN_FILE
         clean_shutdown = clean_marker.exists()
-        clean_marker.unlink(missing_ok=True)
         self._complete_swaps()
         interval = int(self.config.get("index.interval.bytes"))
         bases = sorted(offset_from_filename(p.name) for p in self.dir.glob("*" + LOG_SUFFIX))
@@ -158,20 +177,88 @@ class LocalLog:
                     (self.dir / f"{base:020d}{suffix}").unlink(missing_ok=True)
                 seg = LogSegment(self.dir, base, index_interval_bytes=interval)
                 seg.rebuild_indexes()
+            self.segments.add(seg)
             is_last = i == len(bases) - 1
             if is_last and not clean_shutdown and seg.size:
                 truncated = seg.recover()
                 if truncated:
                     logger.warning("%s: truncated %d bytes of torn tail in %s",
                                    self.topic_partition, truncated, seg.log_path)
+            elif not is_last:
+                self._check_rolled_segment(seg, bases[i + 1])
             elif seg.size and (seg.offset_index.entries == 0 or not self._index_sane(seg)):
                 seg.rebuild_indexes()
-            self.segments.add(seg)
         if not len(self.segments):
             self.segments.add(LogSegment(self.dir, 0, index_interval_bytes=interval, create=True))
-        self._replay_producer_state()
-        self.epoch_entries = self._epoch_file.read()
+        try:
+            self._replay_producer_state()
+        except CorruptRecordError as e:
+            raise CorruptRecordError(f"cannot replay the producer state: {e}. {_segment_advice(e.source)}",
+                                     source=None) from None
+        try:
+            self.epoch_entries = self._epoch_file.read()
+        except CorruptRecordError as e:
+            # Kafka: a malformed leader-epoch-checkpoint is a storage error that takes the log
+            # offline (CheckpointFileWithFailureHandler); it is not rebuilt from the batches.
+            raise CorruptRecordError(
+                f"{e}. Restore {self._epoch_file.path} from a backup, or move it away to open the partition "
+                f"with an empty leader-epoch history (then register leadership again with POST "
+                f"/v1/topics/{self.topic_partition.topic}/partitions/{self.topic_partition.partition}/leadership), "
+                f"and restart the node") from None
         self.leader_epoch = self.epoch_entries[-1].epoch if self.epoch_entries else -1
+        # only now: a partition that failed to load keeps its marker for the next attempt
+        clean_marker.unlink(missing_ok=True)
+
+    def _remove_temp_files(self) -> None:
+        """Temp files of atomic writes a crash interrupted (``<name>.tmp``: producer snapshots,
+        the leader-epoch checkpoint); the file they were replacing is intact."""
+        for p in self.dir.glob("*" + TMP_SUFFIX):
+            if p.is_file():
+                logger.info("%s: removing %s left by an interrupted write", self.topic_partition, p.name)
+                p.unlink(missing_ok=True)
+
+    def _check_rolled_segment(self, seg: LogSegment, next_base: int) -> None:
+        """Refuse a rolled segment that lost data; rebuild its indexes if only they are off.
+
+        A rolled segment was flushed when it rolled (or when the cleaner swapped it in), so
+        unlike the active segment it has no torn tail to cut: a short, empty or unreadable
+        rolled segment lost records, and silently accepting it would leave a gap. Its indexes
+        were written with the data, so they tell: an offset index entry past the end of the
+        file, or a time index naming an offset the file no longer holds, means the .log was
+        truncated. (An empty cleaned segment, where compaction removed every record, has
+        empty indexes and is fine.)
+        """
+        path = seg.log_path
+        claimed = seg.time_index.last_entry[1] if seg.time_index.entries else None
+        if seg.offset_index.entries:
+            idx_off, idx_pos = seg.offset_index.lookup(2**62)
+            if idx_pos >= seg.size:
+                raise CorruptRecordError(
+                    f"{path}: rolled segment is truncated: it has {seg.size} bytes but its offset index "
+                    f"{seg.offset_index.path.name} places offset {idx_off} at byte {idx_pos}. "
+                    f"{_segment_advice(str(path))}", source=None)
+        # Walk the tail (from the last index entry if the index is sane, else the whole file)
+        # before touching the indexes: rebuilding them first would erase the evidence.
+        index_ok = seg.offset_index.entries > 0 and self._index_sane(seg)
+        nxt = seg.base_offset
+        try:
+            for _pos, batch in seg.batches(seg.offset_index.lookup(2**62)[1] if index_ok else 0):
+                nxt = batch.next_offset
+        except CorruptRecordError as e:
+            raise CorruptRecordError(f"{path}: rolled segment is corrupt or truncated ({e}). "
+                                     f"{_segment_advice(str(path))}", source=None) from None
+        if claimed is not None and claimed >= nxt:
+            what = "is empty" if not seg.size else f"ends at offset {nxt - 1}"
+            raise CorruptRecordError(
+                f"{path}: rolled segment {what} but its time index {seg.time_index.path.name} records offset "
+                f"{claimed}: the file was truncated and offsets {nxt}..{claimed} (at least) are missing. "
+                f"{_segment_advice(str(path))}", source=None)
+        if nxt > next_base:
+            raise CorruptRecordError(
+                f"{path}: rolled segment holds offsets up to {nxt - 1} but the next segment starts at {next_base}. "
+                f"{_segment_advice(str(path))}", source=None)
+        if seg.size and not index_ok:
+            seg.rebuild_indexes()
 
     @staticmethod
     def _index_sane(seg: LogSegment) -> bool:

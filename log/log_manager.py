@@ -1,15 +1,28 @@
 """LogManager: every partition log under one data dir, plus the topic registry.
 
-Topic configs persist in ``<data dir>/topics.json`` (written atomically); Kafka keeps
-them in its controller, which a standalone service does not have. Partition
+Topic configs persist in ``<data dir>/topics.json`` (written atomically, with an
+identical ``topics.json.bak`` written first); Kafka keeps them in its controller, which a
+standalone service does not have. A ``topics.json`` that does not parse is replaced by a
+valid backup; if neither is valid the node refuses to start, naming both files. Partition
 directories are ``<topic>-<partition>`` in Kafka's layout; the data dir also holds
-``cleaner-offset-checkpoint``. Thread-safe.
+``cleaner-offset-checkpoint``.
+
+Offline partitions: a partition whose directory cannot be opened without losing data (a
+corrupt, truncated or emptied rolled segment, a malformed leader-epoch-checkpoint, any
+error while loading) is kept *offline* with the reason, the way Kafka takes a failed log
+offline, and every other partition still opens. An offline partition is absent from
+:meth:`LogManager.all_logs`, so the cleaner, retention and tiering never touch it, and
+:meth:`LogManager.get_log` raises :class:`~log.errors.PartitionOfflineError` with the
+reason. Deleting its topic works; to bring it back, fix the file and restart.
+
+Thread-safe.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import shutil
 import threading
 from collections.abc import Mapping
@@ -17,15 +30,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from log.checkpoint import CLEANER_OFFSET_CHECKPOINT, atomic_write_text
+from log.checkpoint import CLEANER_OFFSET_CHECKPOINT, TMP_SUFFIX, atomic_write_text
 from log.clock import SYSTEM_CLOCK, Clock
 from log.config import LogConfig
-from log.errors import DataDirInUseError, InvalidRequestError, TopicExistsError, UnknownTopicOrPartitionError
+from log.errors import (
+    DataDirInUseError,
+    InvalidConfigError,
+    InvalidRequestError,
+    PartitionOfflineError,
+    TiercompactError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
 from log.local_log import LocalLog
 from log.scheduler import Scheduler
 from log.types import TopicPartition, validate_topic_name
 
+logger = logging.getLogger(__name__)
+
 TOPICS_FILE = "topics.json"
+TOPICS_BACKUP_FILE = "topics.json.bak"
 LOCK_FILE = ".lock"  # Kafka's log-dir lock: one process owns a data dir
 MAX_PARTITIONS = 10_000
 
@@ -67,30 +91,86 @@ class LogManager:
         self._lock = threading.RLock()
         self._topics: dict[str, Topic] = {}
         self._logs: dict[TopicPartition, LocalLog] = {}
-        self._load()
+        #: partitions whose directory failed to load -> why (see the module docstring)
+        self._offline: dict[TopicPartition, str] = {}
+        try:
+            self._load()
+        except BaseException:
+            self.close()  # a manager that failed to open holds no lock and no open log
+            raise
 
     @property
     def cleaner_checkpoint_path(self) -> Path:
         return self.data_dir / CLEANER_OFFSET_CHECKPOINT
 
     def _load(self) -> None:
-        path = self.data_dir / TOPICS_FILE
-        if path.exists():
-            try:
-                raw = json.loads(path.read_text())
-            except json.JSONDecodeError as e:
-                raise InvalidRequestError(f"{path} is not valid JSON ({e}); restore it from a backup") from None
-            for t in raw.get("topics", []):
-                self._topics[t["name"]] = Topic(t["name"], int(t["partitions"]), LogConfig.from_dict(t["config"]))
+        for name in (TOPICS_FILE, TOPICS_BACKUP_FILE, CLEANER_OFFSET_CHECKPOINT):
+            # an atomic write a crash interrupted; the file it was replacing is intact
+            (self.data_dir / (name + TMP_SUFFIX)).unlink(missing_ok=True)
+        for topic in self._read_topics():
+            self._topics[topic.name] = topic
         for topic in self._topics.values():
             for p in range(topic.partitions):
-                tp = TopicPartition(topic.name, p)
-                self._logs[tp] = LocalLog(self.data_dir / tp.dir_name, topic.config, clock=self.clock,
-                                          scheduler=self.scheduler)
+                self._open_log(TopicPartition(topic.name, p), topic.config)
+
+    def _read_topics(self) -> list[Topic]:
+        """The topic registry from topics.json, else from a valid topics.json.bak (restored)."""
+        path, backup = self.data_dir / TOPICS_FILE, self.data_dir / TOPICS_BACKUP_FILE
+        if not path.exists() and not backup.exists():
+            return []
+        try:
+            return self._parse_topics(path)
+        except InvalidConfigError as e:
+            error = e
+        try:
+            topics = self._parse_topics(backup)
+        except InvalidConfigError as backup_error:
+            raise InvalidConfigError(
+                f"{error}; the backup is unusable too ({backup_error}). The node cannot know its topics without "
+                f"it: restore {path} from a backup (it lists each topic's partitions and config; the partition "
+                f"directories <topic>-<n> in {self.data_dir} show which topics existed), then start again"
+            ) from None
+        logger.warning("%s; restored it from %s (%d topics)", error, backup.name, len(topics))
+        atomic_write_text(path, backup.read_text(encoding="utf-8"))
+        return topics
+
+    @staticmethod
+    def _parse_topics(path: Path) -> list[Topic]:
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            topics = [Topic(t["name"], int(t["partitions"]), LogConfig.from_dict(t["config"]))
+                      for t in raw.get("topics", [])]
+            for t in topics:
+                validate_topic_name(t.name)
+                if not 1 <= t.partitions <= MAX_PARTITIONS:
+                    raise ValueError(f"topic {t.name!r} has {t.partitions} partitions")
+            return topics
+        except FileNotFoundError:
+            raise InvalidConfigError(f"{path} is missing") from None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, TiercompactError) as e:
+            raise InvalidConfigError(f"{path} is not a valid topic registry ({type(e).__name__}: {e})") from None
+
+    def _open_log(self, tp: TopicPartition, config: LogConfig) -> LocalLog | None:
+        """Open (and recover) one partition; a failure takes only that partition offline."""
+        try:
+            log = LocalLog(self.data_dir / tp.dir_name, config, clock=self.clock, scheduler=self.scheduler)
+        except Exception as e:  # any failure to load must not stop the other partitions
+            reason = str(e) if isinstance(e, TiercompactError) else (
+                f"{type(e).__name__}: {e}. Check the files in {self.data_dir / tp.dir_name}, fix or restore "
+                f"them (or delete the topic), and restart the node")
+            logger.error("partition %s is OFFLINE: %s", tp, reason,
+                         exc_info=not isinstance(e, TiercompactError))
+            self._offline[tp] = reason
+            return None
+        self._logs[tp] = log
+        return log
 
     def _persist(self) -> None:
         doc = {"version": 1, "topics": [t.as_dict() for t in sorted(self._topics.values(), key=lambda t: t.name)]}
-        atomic_write_text(self.data_dir / TOPICS_FILE, json.dumps(doc, indent=2, sort_keys=True))
+        text = json.dumps(doc, indent=2, sort_keys=True)
+        # the backup first: a crash between the two leaves the old topics.json, itself valid
+        atomic_write_text(self.data_dir / TOPICS_BACKUP_FILE, text)
+        atomic_write_text(self.data_dir / TOPICS_FILE, text)
 
     # ---- topics --------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> Topic:
@@ -126,7 +206,9 @@ class LogManager:
             topic = Topic(name, old.partitions, old.config.with_overrides(changes))
             self._topics[name] = topic
             for p in range(topic.partitions):
-                self._logs[TopicPartition(name, p)].config = topic.config
+                log = self._logs.get(TopicPartition(name, p))
+                if log is not None:  # an offline partition gets the new config when it opens again
+                    log.config = topic.config
             self._persist()
             return topic
 
@@ -136,9 +218,11 @@ class LogManager:
             removed = []
             for p in range(topic.partitions):
                 tp = TopicPartition(name, p)
-                log = self._logs.pop(tp)
-                log.close()
-                shutil.rmtree(log.dir, ignore_errors=True)
+                log = self._logs.pop(tp, None)
+                if log is not None:
+                    log.close()
+                self._offline.pop(tp, None)
+                shutil.rmtree(self.data_dir / tp.dir_name, ignore_errors=True)
                 removed.append(tp)
             del self._topics[name]
             self._persist()
@@ -148,6 +232,8 @@ class LogManager:
     def get_log(self, tp: TopicPartition) -> LocalLog:
         with self._lock:
             log = self._logs.get(tp)
+            if log is None and tp in self._offline:
+                raise PartitionOfflineError(f"partition {tp} is offline: {self._offline[tp]}")
             if log is None:
                 raise UnknownTopicOrPartitionError(
                     f"unknown partition {tp}; topic {tp.topic!r} "
@@ -156,8 +242,18 @@ class LogManager:
             return log
 
     def all_logs(self) -> dict[TopicPartition, LocalLog]:
+        """The online partitions' logs (offline ones are left out: nothing may touch them)."""
         with self._lock:
             return dict(self._logs)
+
+    def offline_partitions(self) -> dict[TopicPartition, str]:
+        """Offline partition -> the reason it could not be opened (and what to do)."""
+        with self._lock:
+            return dict(self._offline)
+
+    def offline_reason(self, tp: TopicPartition) -> str | None:
+        with self._lock:
+            return self._offline.get(tp)
 
     def close(self) -> None:
         with self._lock:

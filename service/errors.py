@@ -47,6 +47,7 @@ from log.errors import (
     LogSegmentOffsetOverflowError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
+    PartitionOfflineError,
     TiercompactError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
@@ -109,6 +110,7 @@ STATUS: dict[type[TiercompactError], int] = {
     UnknownTopicOrPartitionError: 404,
     TopicExistsError: 409,
     DataDirInUseError: 503,
+    PartitionOfflineError: 503,  # this partition's files are damaged; the rest of the node serves
     # metadata
     MetadataError: 500,
     FencedLeaderEpochError: 409,

@@ -19,13 +19,17 @@ def test_cleaner_offset_checkpoint_format(tmp_path):
 
 
 def test_checkpoint_errors_name_the_file(tmp_path):
-    p = tmp_path / "cleaner-offset-checkpoint"
-    p.write_text("0\n2\nt 0 5\n")
-    with pytest.raises(CorruptRecordError, match="2 entries"):
-        OffsetCheckpointFile(p).read()
+    p = tmp_path / "leader-epoch-checkpoint"
+    p.write_text("0\n2\n0 5\n")
+    with pytest.raises(CorruptRecordError, match="2 entries") as err:
+        LeaderEpochCheckpointFile(p).read()
+    assert str(p) in str(err.value)
     p.write_text("1\n0\n")
     with pytest.raises(CorruptRecordError, match="version"):
-        OffsetCheckpointFile(p).read()
+        LeaderEpochCheckpointFile(p).read()
+    p.write_bytes(b"\xff\xfe garbage")
+    with pytest.raises(CorruptRecordError, match="not UTF-8"):
+        LeaderEpochCheckpointFile(p).read()
 
 
 def test_leader_epoch_checkpoint_format(tmp_path):
