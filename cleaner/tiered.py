@@ -63,7 +63,7 @@ from cleaner.transactions import CleanedTransactionMetadata
 from log.checkpoint import LeaderEpochCheckpointFile
 from log.clock import SYSTEM_CLOCK, Clock
 from log.index.bloom import KeyBloomFilter, build_segment_bloom
-from log.index.txn_index import AbortedTxn, parse_txn_index
+from log.index.txn_index import AbortedTxn, TxnIndexLink, collect_aborted_transactions, parse_txn_index
 from log.local_log import LocalLog, SimulatedCrash
 from log.segment import LogSegment
 from log.types import EpochEntry, TopicPartition
@@ -207,6 +207,92 @@ def group_remote_segments(run: list[RemoteLogSegmentMetadata], max_size: int, en
 
 
 
+# ---- aborted transactions over both tiers ------------------------------------------------------
+
+class RoundTxnIndexes:
+    """The transaction indexes of a tiered log for one round: every referenced remote segment,
+    then the local segments above the remote tier, in offset order.
+
+    Aborted transactions are collected as Kafka collects them (:func:`~log.index.txn_index.
+    collect_aborted_transactions`): from the segment holding the start offset forward,
+    through later remote *and local* indexes, until the search is complete. An ABORT marker,
+    and so its index entry, may sit in any later segment (a later remote segment, or the local
+    log not yet tiered), so giving a source only its own index, or the map pass only the
+    dirty range's, takes aborted data for committed data. The in-process round and the Spark
+    driver both collect through this class, so their aborted sets are the same.
+
+    Each remote index is loaded at most once per round: from an identical local copy when
+    there is one, as empty when the segment's bloom summary says it holds no transactional or
+    control batch (so it has no ABORT marker, hence no entry), otherwise fetched.
+    ``known`` seeds entries already fetched (the Spark scan returns them). Not thread-safe.
+    """
+
+    def __init__(self, log: LocalLog, segments: Sequence[RemoteLogSegmentMetadata], rlmm: RemoteLogMetadataManager,
+                 fetch: Callable[[RemoteLogSegmentMetadata], bytes], *,
+                 local_copy: Callable[[RemoteLogSegmentMetadata], LogSegment | None] | None = None,
+                 on_download: Callable[[int], None] | None = None,
+                 known: dict[str, list[AbortedTxn]] | None = None) -> None:
+        self.log = log
+        self.rlmm = rlmm
+        self._fetch = fetch
+        self._local_copy = local_copy
+        self._on_download = on_download
+        self._cache: dict[str, list[AbortedTxn]] = dict(known or {})
+        segs = sorted(segments, key=lambda m: m.start_offset)
+        chain: list[TxnIndexLink] = [(md.start_offset, self._remote_loader(md)) for md in segs]
+        remote_end = segs[-1].end_offset + 1 if segs else 0
+        with log.lock:
+            local = [seg for seg in log.all_segments() if seg.read_next_offset() > remote_end]
+        chain += [(max(seg.base_offset, remote_end), self._local_loader(seg)) for seg in local]
+        self.chain = chain
+        #: remote indexes actually fetched from the object store this round
+        self.fetched = 0
+
+    def _remote_loader(self, md: RemoteLogSegmentMetadata) -> Callable[[], list[AbortedTxn]]:
+        return lambda: self.entries(md)
+
+    def _local_loader(self, seg: LogSegment) -> Callable[[], list[AbortedTxn]]:
+        def load() -> list[AbortedTxn]:
+            with self.log.lock:
+                return seg.txn_index.all()
+        return load
+
+    def entries(self, md: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
+        """Every entry of the remote segment's transaction index."""
+        entries = self._cache.get(md.id)
+        if entries is not None:
+            return entries
+        local = self._local_copy(md) if self._local_copy is not None else None
+        if local is not None:
+            with self.log.lock:
+                entries = local.txn_index.all()
+        else:
+            blob = self.rlmm.get_bloom_filter(md.remote_log_segment_id)
+            if blob is not None and not KeyBloomFilter.from_bytes(blob, source=md.id).has_transactional_batches:
+                entries = []
+            else:
+                data = self._fetch(md)
+                self.fetched += 1
+                if self._on_download is not None:
+                    self._on_download(len(data))
+                entries = parse_txn_index(data, source=md.id)
+        self._cache[md.id] = entries
+        return entries
+
+    def collect(self, start: int, upper: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping ``[start, upper)``, read forward until complete."""
+        return collect_aborted_transactions(self.chain, start, upper)
+
+    def for_sources(self, group: Sequence[RemoteLogSegmentMetadata]) -> list[list[AbortedTxn]]:
+        """What a rewrite adds before each source of ``group`` (Kafka's cleanSegments: from the
+        source's base to the next source's base, or to the source's end for the last)."""
+        out = []
+        for k, md in enumerate(group):
+            upper = group[k + 1].start_offset if k + 1 < len(group) else md.end_offset + 1
+            out.append(self.collect(md.start_offset, upper))
+        return out
+
+
 # ---- the round -------------------------------------------------------------------------------
 
 @dataclass(slots=True)
@@ -237,8 +323,8 @@ class TieredCleaner:
         self.bloom_skip = bloom_skip
         self.check_done = check_done
         self.max_entries = max_map_entries(offset_map, config.load_factor)
-        #: segment id -> its aborted transactions, fetched once per round
-        self._round_txns: dict[str, list[AbortedTxn]] = {}
+        #: the round's transaction indexes (remote and local), each loaded at most once per round
+        self._round_txns: RoundTxnIndexes | None = None
         #: the last round's temp space (peak bytes for tests and stats)
         self.last_space: TempSpace | None = None
         #: test hook called with a step name ("mapped", "uploaded", "before_publish", "published"); raising
@@ -268,7 +354,7 @@ class TieredCleaner:
         tp = log.topic_partition
         now = self.clock.milliseconds() if now is None else now
         stats = CleanerStats(self.clock, tp)
-        self._round_txns = {}
+        self._round_txns = None
         plan = plan_round(tp, log, self.rlmm, leader_epoch=leader_epoch, local_checkpoint=local_checkpoint, now=now)
         if plan is None or plan.upper <= plan.first_dirty_offset:
             cp = plan.first_dirty_offset if plan else (local_checkpoint or 0)
@@ -282,6 +368,7 @@ class TieredCleaner:
         uploaded: list[RemoteLogSegmentMetadata] = []  # filled as uploads land, so a failure can undo them
         replaced: list[RemoteLogSegmentMetadata] = []
         try:
+            self._round_txns = self._txn_indexes(log, plan, stats)
             end = self._map_dirty_range(log, plan, space, stats)
             stats.index_done()
             self._hook("mapped")
@@ -304,6 +391,7 @@ class TieredCleaner:
             raise
         finally:
             space.cleanup()
+            self._round_txns = None
         self.drop_stale_local_copies(log, end)
         stats.buffer_utilization = self.offset_map.utilization
         stats.end_offset = end
@@ -324,7 +412,8 @@ class TieredCleaner:
         start, upper = plan.first_dirty_offset, plan.upper
         self.offset_map.clear()
         txn = CleanedTransactionMetadata()
-        txn.add_aborted(t for s in plan.dirty for t in self._aborted_txns(log, s, start, upper, stats))
+        assert self._round_txns is not None
+        txn.add_aborted(self._round_txns.collect(start, upper))
         bound = self.chunk_bound(log)
         for chunk in self._chunks(plan.dirty, bound):
             sources = [self._open_source(log, md, space, stats, bound) for md in chunk]
@@ -366,21 +455,14 @@ class TieredCleaner:
                 return None
             return seg
 
-    def _aborted_txns(self, log: LocalLog, md: RemoteLogSegmentMetadata, start: int, upper: int,
-                      stats: CleanerStats) -> list[AbortedTxn]:
-        """The segment's aborted transactions overlapping [start, upper). A remote index is fetched
-        once per round: the map pass and the rewrite both need it, and segment ids never change."""
-        entries = self._round_txns.get(md.id)
-        if entries is None:
-            local = self._local_copy(log, md)
-            if local is not None:
-                entries = local.txn_index.all()
-            else:
-                data = self.rsm.fetch_index(md, IndexType.TRANSACTION)
-                stats.bytes_downloaded += len(data)
-                entries = parse_txn_index(data, source=md.id)
-            self._round_txns[md.id] = entries
-        return [t for t in entries if t.last_offset >= start and t.first_offset < upper]
+    def _txn_indexes(self, log: LocalLog, plan: TieredRoundPlan, stats: CleanerStats) -> RoundTxnIndexes:
+        """The round's transaction indexes over both tiers. A remote index is fetched at most once
+        per round: the map pass and the rewrite both walk it, and segment ids never change."""
+        def downloaded(n: int) -> None:
+            stats.bytes_downloaded += n
+
+        return RoundTxnIndexes(log, plan.segments, self.rlmm, lambda md: self.rsm.fetch_index(md, IndexType.TRANSACTION),
+                               local_copy=lambda md: self._local_copy(log, md), on_download=downloaded)
 
     def _open_source(self, log: LocalLog, md: RemoteLogSegmentMetadata, space: TempSpace, stats: CleanerStats,
                      bound: int) -> _Source:
@@ -396,8 +478,8 @@ class TieredCleaner:
         base = md.start_offset
         log_path = space.dir / f"{base:020d}.log"
         n = self.rsm.fetch_log_segment_to_file(md, log_path)
-        # only the .log: aborted transactions reach the cleaner through the round's metadata
-        # (_aborted_txns), never through the source segment's own index
+        # only the .log: aborted transactions reach the cleaner through the round's
+        # RoundTxnIndexes (forward over both tiers), never through the source's own index
         files = [log_path]
         space.track(*files)
         stats.segments_downloaded += 1
@@ -490,12 +572,13 @@ class TieredCleaner:
             dest = LogSegment(out_dir, group[0].start_offset,
                               index_interval_bytes=int(log.config.get("index.interval.bytes")), create=True)
             ctx.txn_metadata.cleaned_index = dest.txn_index
+            assert self._round_txns is not None
+            aborted = self._round_txns.for_sources(group)
             try:
-                for md in group:
+                for md, txns in zip(group, aborted, strict=True):
                     src = self._open_source(log, md, space, stats, bound)
                     try:
-                        upper = md.end_offset + 1
-                        ctx.txn_metadata.add_aborted(self._aborted_txns(log, md, md.start_offset, upper, stats))
+                        ctx.txn_metadata.add_aborted(txns)
                         clean_into(src.segment, dest, self.offset_map, ctx, stats)
                         space.track(dest.log_path)
                     finally:
