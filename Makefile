@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ARGS   ?=
 
-.PHONY: serve demo test bench lint clean-venv
+.PHONY: serve demo test bench lint clean-venv soak
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=python3 ...'"; exit 1; }
@@ -35,3 +35,8 @@ lint: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The soak of the real service (tests/soak): kill -9, S3 faults, model checks; runs for
+# ARGS="--minutes N" (or TIERCOMPACT_SOAK_MINUTES, default 10) and prints a summary.
+soak: $(STAMP)
+	$(BIN)/python -m tests.soak $(ARGS)

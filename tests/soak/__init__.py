@@ -1,0 +1,1 @@
+"""Soak of the real ``tiercompact serve`` process (tests/soak/harness.py)."""

@@ -1,0 +1,25 @@
+"""The bounded soak: a few minutes of the real service under kill -9 and store faults.
+
+``make soak`` runs the same harness for as long as asked (``ARGS="--minutes 240"`` or
+``TIERCOMPACT_SOAK_MINUTES``); this test runs it for ``BOUNDED_SECONDS`` with a fixed seed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.soak.harness import TIERCOMPACT, SoakConfig, format_summary, run_soak
+
+BOUNDED_SECONDS = 150
+SEED = 12
+
+
+def test_bounded_soak(tmp_path: Path) -> None:
+    assert TIERCOMPACT.exists(), f"{TIERCOMPACT} is missing: run `make test` (it installs the venv)"
+    summary = run_soak(SoakConfig(run_dir=tmp_path / "soak", seconds=BOUNDED_SECONDS, seed=SEED))
+    report = format_summary(summary)
+    print(report)
+    assert summary["restarts"] >= 3, report
+    assert summary["checks"] >= summary["restarts"], report
+    assert summary["requests"] > 500, report
+    assert not summary["failures"], report

@@ -1,0 +1,246 @@
+"""FaultProxy: a loopback TCP proxy in front of an HTTP server (moto's S3) that injects faults.
+
+    proxy = FaultProxy(("127.0.0.1", moto_port)).start()
+    endpoint = proxy.url                      # give this to the S3 client instead of moto's
+    proxy.set_mode("503", p=0.5)              # half of the new connections answer 503 SlowDown-style
+    proxy.set_mode("pass")                    # healthy again
+
+Modes, decided per accepted connection (``p`` is the probability a connection is hit):
+
+* ``pass``: a byte pipe to the target;
+* ``refuse``: the connection is reset at once (SO_LINGER 0), as a dead endpoint does;
+* ``503``: the request head is read and answered ``503 ServiceUnavailable`` (S3's XML error
+  body), then the connection is closed;
+* ``delay``: the connection is forwarded after ``delay_s`` seconds (a slow, not dead, store);
+* ``truncate``: the request is forwarded, and the response is cut: headers plus half of the
+  body when it has one (half of the headers when not), then the connection is closed.
+
+Switching to any mode but ``pass`` resets the connections open at that moment, so a
+client's keep-alive pool cannot bypass the fault. Thread-safe; counters in :meth:`stats`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import select
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+
+MODES = ("pass", "refuse", "503", "delay", "truncate")
+_S3_503 = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>ServiceUnavailable</Code>'
+           b"<Message>injected by FaultProxy</Message><RequestId>faultproxy</RequestId></Error>")
+
+
+def _reset(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+def _read_head(sock: socket.socket, timeout: float = 10.0) -> bytes | None:
+    """Bytes up to and including the end of an HTTP head (None if the peer closed first)."""
+    sock.settimeout(timeout)
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        try:
+            chunk = sock.recv(65536)
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        buf += chunk
+        if len(buf) > 1 << 20:
+            return None
+    return buf
+
+
+def _content_length(head: bytes) -> int | None:
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            try:
+                return int(value.strip())
+            except ValueError:
+                return None
+    return None
+
+
+class FaultProxy:
+    def __init__(self, target: tuple[str, int], *, host: str = "127.0.0.1", port: int = 0,
+                 seed: int | None = None) -> None:
+        self.target = target
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._mode = "pass"
+        self._p = 1.0
+        self._delay_s = 0.0
+        self._conns: set[socket.socket] = set()
+        self._listener = socket.create_server((host, port), reuse_port=False)
+        self._listener.settimeout(0.2)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._accept_loop, name="fault-proxy", daemon=True)
+        self.connections = 0
+        self.faults: Counter[str] = Counter()
+        self.mode_changes = 0
+
+    # ---- control ---------------------------------------------------------------------
+    def start(self) -> FaultProxy:
+        self._thread.start()
+        return self
+
+    @property
+    def port(self) -> int:
+        return int(self._listener.getsockname()[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    def set_mode(self, mode: str, *, p: float = 1.0, delay_s: float = 2.0) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; use one of {MODES}")
+        with self._lock:
+            self._mode, self._p, self._delay_s = mode, p, delay_s
+            self.mode_changes += 1
+            doomed = list(self._conns) if mode != "pass" else []
+        for s in doomed:  # keep-alive pools must not bypass the new mode
+            _reset(s)
+
+    def stats(self) -> dict[str, object]:
+        with self._lock:
+            return {"connections": self.connections, "faults": dict(self.faults), "mode_changes": self.mode_changes}
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(5)
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        with self._lock:
+            doomed = list(self._conns)
+        for s in doomed:
+            _reset(s)
+
+    # ---- plumbing --------------------------------------------------------------------
+    def _accept_loop(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                if self._stopped.is_set():
+                    return
+                time.sleep(0.05)
+                continue
+            with self._lock:
+                self.connections += 1
+                mode = self._mode if self._rng.random() < self._p else "pass"
+                delay = self._delay_s
+                if mode != "pass":
+                    self.faults[mode] += 1
+            threading.Thread(target=self._handle, args=(client, mode, delay), daemon=True,
+                             name="fault-proxy-conn").start()
+
+    def _track(self, *socks: socket.socket) -> None:
+        with self._lock:
+            self._conns.update(socks)
+
+    def _untrack(self, *socks: socket.socket) -> None:
+        with self._lock:
+            self._conns.difference_update(socks)
+
+    def _handle(self, client: socket.socket, mode: str, delay: float) -> None:
+        upstream: socket.socket | None = None
+        try:
+            if mode == "refuse":
+                _reset(client)
+                return
+            if mode == "503":
+                head = _read_head(client)
+                if head is not None:
+                    client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n"
+                                   b"Content-Length: " + str(len(_S3_503)).encode() + b"\r\n"
+                                   b"Connection: close\r\n\r\n" + _S3_503)
+                return
+            self._track(client)
+            if mode == "delay":
+                if self._stopped.wait(delay):
+                    return
+            upstream = socket.create_connection(self.target, timeout=10)
+            self._track(upstream)
+            if mode == "truncate":
+                self._truncate(client, upstream)
+            else:
+                self._pipe(client, upstream)
+        except OSError:
+            pass
+        finally:
+            self._untrack(client, *([upstream] if upstream else []))
+            for s in (client, upstream):
+                if s is not None:
+                    with contextlib.suppress(OSError):
+                        s.close()
+
+    def _pipe(self, a: socket.socket, b: socket.socket) -> None:
+        a.settimeout(None)
+        b.settimeout(None)
+        peers = {a: b, b: a}
+        while not self._stopped.is_set():
+            try:
+                ready, _, _ = select.select([a, b], [], [], 0.5)
+            except (OSError, ValueError):
+                return
+            for s in ready:
+                try:
+                    data = s.recv(65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                try:
+                    peers[s].sendall(data)
+                except OSError:
+                    return
+
+    def _truncate(self, client: socket.socket, upstream: socket.socket) -> None:
+        """Forward one request, answer with a cut response, close."""
+        head = _read_head(client)
+        if head is None:
+            return
+        body_len = _content_length(head) or 0
+        sep = head.index(b"\r\n\r\n") + 4
+        body = head[sep:]
+        client.settimeout(10)
+        while len(body) < body_len:
+            chunk = client.recv(65536)
+            if not chunk:
+                return
+            body += chunk
+        upstream.sendall(head[:sep] + body)
+        resp = _read_head(upstream, timeout=30)
+        if resp is None:
+            return
+        rsep = resp.index(b"\r\n\r\n") + 4
+        rlen = _content_length(resp[:rsep]) or 0
+        if head.startswith(b"HEAD ") or resp.split(b" ", 2)[1:2] in ([b"204"], [b"304"]):
+            rlen = 0  # no body follows, whatever Content-Length says
+        if rlen > 1:
+            rbody = resp[rsep:]
+            upstream.settimeout(30)
+            while len(rbody) < rlen // 2:
+                chunk = upstream.recv(65536)
+                if not chunk:
+                    break
+                rbody += chunk
+            client.sendall(resp[:rsep] + rbody[: rlen // 2])
+        else:
+            client.sendall(resp[: max(1, rsep // 2)])
