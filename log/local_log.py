@@ -39,7 +39,7 @@ from log.errors import (
 )
 from log.index.txn_index import AbortedTxn
 from log.producer_snapshot import decode_snapshot, list_snapshots, snapshot_path, write_snapshot
-from log.producer_state import ProducerStateManager
+from log.producer_state import ProducerStateEntry, ProducerStateManager
 from log.record import (
     CompressionType,
     ControlRecordType,
@@ -573,6 +573,27 @@ class LocalLog:
             write_snapshot(snapshot_path(self.dir, new_base), self.producer_state.producers)
             fsync_dir(self.dir)
             return seg
+
+    def truncate_fully_and_start_at(self, offset: int, producers: dict[int, ProducerStateEntry],
+                                    epoch_entries: Sequence[EpochEntry]) -> None:
+        """Drop every segment and restart the log, empty, at ``offset`` with the given producer
+        state (written as the snapshot at ``offset``) and leader-epoch entries (Kafka's
+        truncateFullyAndStartAt + the state KIP-405 restores from the remote tier: a node
+        whose local log is behind the remote one)."""
+        with self.lock:
+            for seg in self.all_segments():
+                self.segments.remove(seg.base_offset)
+                self._delete_segment_files(seg)
+            for _off, path in list_snapshots(self.dir):
+                path.unlink(missing_ok=True)
+            self.segments.add(LogSegment(self.dir, offset, create=True,
+                                         index_interval_bytes=int(self.config.get("index.interval.bytes"))))
+            write_snapshot(snapshot_path(self.dir, offset), producers)
+            self.producer_state.load(producers)
+            self.epoch_entries = [e for e in epoch_entries if e.start_offset <= offset]
+            self._epoch_file.write(self.epoch_entries)
+            self.leader_epoch = self.epoch_entries[-1].epoch if self.epoch_entries else -1
+            fsync_dir(self.dir)
 
     # ---- reading -----------------------------------------------------------------------
     def read(self, start_offset: int, *, max_bytes: int = 1 << 20, max_offset: int | None = None) -> list[RecordBatch]:

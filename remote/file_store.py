@@ -1,9 +1,10 @@
 """FileObjectStore: ``file://DIR``, the embedded default object store.
 
 Each key is a file under DIR. Writes go to a temp file in ``DIR/.tiercompact-tmp`` (same
-filesystem), are fsynced, then renamed over the target and the directory fsynced, so a
-reader sees the old object or the whole new one and a crash leaves at most a stray temp
-file (never listed). Keys are validated and resolved paths checked, so no key escapes DIR.
+filesystem), are fsynced, read back and checked against the CRC-32C of the bytes read from
+the source (and the caller's expected CRC-32C, when given), then renamed over the target
+and the directory fsynced, so a reader sees the old object or the whole new, verified one,
+and a crash leaves at most a stray temp file (never listed). Keys are validated and resolved paths checked, so no key escapes DIR.
 """
 
 from __future__ import annotations
@@ -17,8 +18,14 @@ from typing import BinaryIO
 from urllib.parse import unquote, urlparse
 
 from log.errors import InvalidConfigError, InvalidRequestError
-from remote.errors import ObjectNotFoundError, RemoteStorageError, RemoteStorageIOError
-from remote.object_store import ObjectStore, PutData, open_put_data, validate_key
+from log.record.crc32c import crc32c
+from remote.errors import (
+    ObjectNotFoundError,
+    RemoteStorageChecksumError,
+    RemoteStorageError,
+    RemoteStorageIOError,
+)
+from remote.object_store import ObjectStore, PutData, open_put_data, split_checksum, validate_key
 
 TMP_DIR = ".tiercompact-tmp"
 _CHUNK = 1 << 20
@@ -37,27 +44,51 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _copy(src: BinaryIO, dst: BinaryIO, limit: int | None = None) -> int:
-    n = 0
+def _copy(src: BinaryIO, dst: BinaryIO, limit: int | None = None) -> tuple[int, int]:
+    """Copy; returns (bytes copied, CRC-32C of them)."""
+    n = crc = 0
     while limit is None or n < limit:
         chunk = src.read(_CHUNK if limit is None else min(_CHUNK, limit - n))
         if not chunk:
             break
         dst.write(chunk)
+        crc = crc32c(chunk, crc)
         n += len(chunk)
-    return n
+    return n, crc
 
 
-def atomic_write_from(path: Path, src: BinaryIO, limit: int | None = None, tmp_dir: Path | None = None) -> int:
-    """Copy ``src`` into ``path`` via temp file + fsync + rename; returns bytes written."""
+def _file_crc32c(f: BinaryIO) -> int:
+    f.seek(0)
+    crc = 0
+    while chunk := f.read(_CHUNK):
+        crc = crc32c(chunk, crc)
+    return crc
+
+
+def atomic_write_from(path: Path, src: BinaryIO, limit: int | None = None, tmp_dir: Path | None = None, *,
+                      verify: bool = False, expected_crc32c: int | None = None, key: str | None = None) -> int:
+    """Copy ``src`` into ``path`` via temp file + fsync + rename; returns bytes written.
+
+    ``verify``: after the fsync, read the temp file back and compare its CRC-32C with that of
+    the bytes read from ``src`` and with ``expected_crc32c`` (the source's, from the caller);
+    on a mismatch the temp file is removed, ``path`` is untouched and
+    RemoteStorageChecksumError is raised.
+    """
     tmp_dir = tmp_dir or path.parent
     tmp_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=tmp_dir)
     try:
-        with os.fdopen(fd, "wb") as f:
-            n = _copy(src, f, limit)
+        with os.fdopen(fd, "w+b" if verify else "wb") as f:
+            n, read_crc = _copy(src, f, limit)
             f.flush()
             os.fsync(f.fileno())
+            if verify:
+                stored = _file_crc32c(f)
+                want = read_crc if expected_crc32c is None else expected_crc32c
+                if stored != read_crc or stored != want:
+                    raise RemoteStorageChecksumError(
+                        f"checksum mismatch writing {path.name}: source CRC-32C {want:08x}, received "
+                        f"{read_crc:08x}, stored {stored:08x} ({n} bytes); nothing was written", key=key)
         path.parent.mkdir(parents=True, exist_ok=True)
         os.replace(tmp, path)
         _fsync_dir(path.parent)
@@ -70,7 +101,7 @@ def atomic_write_from(path: Path, src: BinaryIO, limit: int | None = None, tmp_d
 class FileObjectStore(ObjectStore):
     """Objects as files under a root directory. Thread-safe and picklable (it holds a path)."""
 
-    verifies_writes = True  # put() counts what it wrote, fsyncs and renames
+    verifies_writes = True  # put() counts what it wrote, fsyncs, checks its CRC-32C and renames
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         r = os.fspath(root)
@@ -100,12 +131,14 @@ class FileObjectStore(ObjectStore):
 
     def put(self, key: str, data: PutData) -> int:
         path = self._path(key)
+        source, expected = split_checksum(data)
         try:
-            stream, _size, owned = open_put_data(data)
+            stream, _size, owned = open_put_data(source)
         except OSError as e:
             raise RemoteStorageIOError(f"cannot read upload source for {key!r}: {e}", key=key) from None
         try:
-            return atomic_write_from(path, stream, tmp_dir=self._tmp)
+            return atomic_write_from(path, stream, tmp_dir=self._tmp, verify=True, expected_crc32c=expected,
+                                     key=key)
         except OSError as e:
             raise RemoteStorageIOError(f"put failed: {e}", key=key) from None
         finally:

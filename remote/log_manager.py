@@ -75,6 +75,7 @@ from metadata.types import RemoteLogSegmentState as S
 from remote.orphans import sweep_orphan_objects
 from remote.read_cache import MiB, RemoteReadCache
 from remote.remote_reader import RemoteSegmentReader
+from remote.segment_state import producer_snapshot_for, render_epoch_checkpoint, restore_from_remote
 from remote.storage_manager import LogSegmentData, RemoteStorageManager
 from remote.tiered_read import ReadResult, TieredReadPath
 
@@ -190,6 +191,8 @@ class RemoteLogManager:
         FencedLeaderEpochError) and start the epoch at the log end in the local log."""
         with self._lock(tp):
             log = self._log(tp)
+            if broker_id == self.broker_id:
+                self._restore_if_behind(tp, log)
             start = log.log_end_offset
             state = self.metadata.become_leader(tp, leader_epoch, broker_id, start_offset=start)
             if log.leader_epoch < leader_epoch:
@@ -213,6 +216,7 @@ class RemoteLogManager:
                 except FencedLeaderEpochError:
                     state = self.metadata.leader_state(tp)  # another broker registered first
                     assert state is not None
+            self._restore_if_behind(tp, log)
             if log.leader_epoch < state.leader_epoch:
                 lineage = dict(self.metadata.leader_epochs(tp))
                 log.assign_epoch(state.leader_epoch, lineage.get(state.leader_epoch, log.log_end_offset))
@@ -221,6 +225,13 @@ class RemoteLogManager:
 
     def leader_epoch(self, tp: TopicPartition) -> int:
         return self.leader_state(tp).leader_epoch
+
+    def _restore_if_behind(self, tp: TopicPartition, log: LocalLog) -> None:
+        """A local log at or below the remote tier's end (lost data dir, new node) restarts after
+        the newest remote segment with its producer snapshot and epoch checkpoint
+        (remote.segment_state), before this node acts as leader."""
+        if log.config.remote_storage_enable:
+            restore_from_remote(log, self.rsm, self.metadata.list_remote_log_segments(tp))
 
     # ---- copy ----------------------------------------------------------------------------------
     def _highest_remote_offset(self, tp: TopicPartition) -> int:
@@ -276,11 +287,14 @@ class RemoteLogManager:
                 staged[name] = dst
             nxt = seg.read_next_offset()
             entries = [e for e in log.epoch_entries if e.start_offset < nxt]
-            checkpoint = f"0\n{len(entries)}\n" + "".join(f"{e.epoch} {e.start_offset}\n" for e in entries)
+            snapshot = producer_snapshot_for(log, nxt)
+            if snapshot is None:
+                logger.warning("%s: no producer state for offset %d; segment %d is copied without a snapshot",
+                               log.topic_partition, nxt, seg.base_offset)
             log_path = staged["log"]
             assert log_path is not None and staged["index"] is not None and staged["timeindex"] is not None
             data = LogSegmentData(log_path, staged["index"], staged["timeindex"], staged["txnindex"],
-                                  checkpoint.encode())
+                                  render_epoch_checkpoint(entries), snapshot)
             return data, log_path.stat().st_size, nxt
 
     def _copy_segment(self, tp: TopicPartition, log: LocalLog, seg: LogSegment,

@@ -8,6 +8,10 @@ Contract shared by every implementation (checked by tests/contract/test_object_s
   * writes are atomic: a reader sees the whole new object or the previous one, never a part;
   * ``put`` overwrites; ``delete`` of a missing key is not an error;
   * every failure is a :class:`~remote.errors.RemoteStorageError` naming the key;
+  * a ``put`` is verified by checksum before it returns: the caller may pass the source's
+    CRC-32C (:class:`ChecksummedData`), and the store checks that what it holds has it
+    (and, without one, that what it holds is what it read); a mismatch removes the
+    object and raises :class:`~remote.errors.RemoteStorageChecksumError`;
   * stores are thread-safe and picklable (Spark executors receive them).
 """
 
@@ -17,12 +21,51 @@ import io
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from log.errors import InvalidRequestError
+from log.record.crc32c import crc32c
 
-PutData = bytes | bytearray | memoryview | BinaryIO | str | os.PathLike[str]
+Source = bytes | bytearray | memoryview | BinaryIO | str | os.PathLike[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ChecksummedData:
+    """Upload data with the CRC-32C its bytes must have, computed by the caller from the
+    source (end to end: corruption anywhere between the caller and the store's disk or
+    wire is caught). Wrappers pass it through unchanged."""
+
+    data: Source
+    crc32c: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.data, ChecksummedData) or not 0 <= self.crc32c <= 0xFFFFFFFF:
+            raise InvalidRequestError(f"invalid checksummed upload (crc32c={self.crc32c!r})")
+
+
+PutData = Source | ChecksummedData
+
+_CHUNK = 1 << 20
+
+
+def source_crc32c(src: bytes | bytearray | memoryview | str | os.PathLike[str]) -> int:
+    """CRC-32C of bytes or of a local file's content (streamed)."""
+    if isinstance(src, bytes | bytearray | memoryview):
+        return crc32c(src)
+    value = 0
+    with open(src, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            value = crc32c(chunk, value)
+    return value
+
+
+def split_checksum(data: PutData) -> tuple[Source, int | None]:
+    """(the data, the caller's expected CRC-32C or None)."""
+    if isinstance(data, ChecksummedData):
+        return data.data, data.crc32c
+    return data, None
 
 
 def validate_key(key: str) -> str:
@@ -42,7 +85,9 @@ def validate_key(key: str) -> str:
 
 
 def open_put_data(data: PutData) -> tuple[BinaryIO, int | None, bool]:
-    """Normalise ``put`` input to (readable binary stream, size if known, whether we opened it)."""
+    """Normalise ``put`` input to (readable binary stream, size if known, whether we opened it).
+    A :class:`ChecksummedData` is unwrapped (use :func:`split_checksum` to keep the checksum)."""
+    data, _ = split_checksum(data)
     if isinstance(data, bytes | bytearray | memoryview):
         b = bytes(data)
         return io.BytesIO(b), len(b), True
@@ -74,10 +119,14 @@ class ObjectStore(ABC):
 
     @abstractmethod
     def put(self, key: str, data: PutData) -> int:
-        """Write ``data`` (bytes, a readable binary stream read to its end, or a file path)
-        under ``key``, replacing any existing object, atomically. Returns the bytes written.
+        """Write ``data`` (bytes, a readable binary stream read to its end, or a file path,
+        optionally wrapped in :class:`ChecksummedData`) under ``key``, replacing any existing
+        object, atomically. Returns the bytes written. The write is checksum-verified before
+        this returns (see the module docstring).
 
         Raises:
+            RemoteStorageChecksumError: what the store holds does not have the expected
+                checksum; nothing stays under ``key`` (retriable).
             RemoteStorageTransientError: a retry may succeed (nothing was written).
             RemoteStorageIOError: the write failed or could not be verified; nothing partial
                 remains under ``key``.

@@ -3,11 +3,20 @@
 * Objects up to ``multipart_threshold`` (8 MiB) go in one PUT; larger ones as a multipart
   upload of ``part_size`` parts, aborted on any failure so no partial upload lingers.
   S3 makes a completed PUT visible atomically, so readers never see a partial object.
-* Every upload is verified by a HEAD: a size other than the bytes sent (a truncated
-  upload) deletes the object and raises RemoteStorageIOError.
-* Retries: botocore's "standard" retry mode (throttling, 5xx, some connection errors),
-  plus our own exponential backoff around each call for connection errors, timeouts and
-  short reads, which botocore does not retry for streamed bodies.
+* Every upload carries checksums the store verifies before it keeps anything: Content-MD5
+  and x-amz-checksum-crc32c on a PUT and on every part of a multipart upload (S3 and MinIO
+  reject a body that does not match: BadDigest). Because some S3 implementations (moto)
+  do not check them, the answer is checked too: a PUT's or part's ETag must be the MD5 of
+  the bytes sent (``verify_etag``; turn it off for SSE-KMS/SSE-C buckets, whose ETags are
+  not MD5s), and a returned CRC-32C must be ours. When the caller passes the source's
+  CRC-32C (ChecksummedData), the bytes read are checked against it before the upload is
+  completed. A mismatch removes the object (aborts the multipart upload) and raises
+  RemoteStorageChecksumError. A HEAD then compares sizes: a truncated upload is deleted
+  and raises RemoteStorageIOError.
+* Retries: one layer, ours: exponential backoff around each call for throttling, 5xx,
+  connection errors, timeouts and short reads, bounded by ``max_attempts`` and by
+  ``max_total_s`` per call (botocore's own retries are off, so attempts do not multiply).
+  Connect and read timeouts bound each attempt.
 * botocore's ClientError / BotoCoreError are translated into remote.errors here.
 * Picklable: the client is dropped in ``__getstate__`` and rebuilt lazily per process
   (Spark executors receive stores). boto3 clients are thread-safe, so one per process.
@@ -15,6 +24,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
 import os
 import threading
@@ -25,8 +36,10 @@ from typing import Any, BinaryIO, TypeVar
 from urllib.parse import urlparse
 
 from log.errors import InvalidConfigError
+from log.record.crc32c import crc32c
 from remote.errors import (
     ObjectNotFoundError,
+    RemoteStorageChecksumError,
     RemoteStorageError,
     RemoteStorageIOError,
     RemoteStorageNotInstalledError,
@@ -34,15 +47,17 @@ from remote.errors import (
     RemoteStorageTransientError,
 )
 from remote.file_store import atomic_write_from
-from remote.object_store import ObjectStore, PutData, open_put_data, validate_key
+from remote.object_store import ObjectStore, PutData, open_put_data, split_checksum, validate_key
 
 T = TypeVar("T")
 MiB = 1024 * 1024
 MIN_PART_SIZE = 5 * MiB  # S3 rejects smaller non-final parts
 _TRANSIENT_CODES = frozenset({
     "SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeoutException",
-    "InternalError", "ServiceUnavailable", "RequestLimitExceeded", "BadDigest", "IncompleteBody",
+    "InternalError", "ServiceUnavailable", "RequestLimitExceeded", "IncompleteBody",
 })
+#: the store received a body that does not match the checksums sent with it
+_CHECKSUM_CODES = frozenset({"BadDigest", "XAmzContentChecksumMismatch", "XAmzContentSHA256Mismatch"})
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 
 
@@ -72,6 +87,8 @@ class S3ObjectStore(ObjectStore):
         max_backoff_s: float = 5.0,
         connect_timeout_s: float = 10.0,
         read_timeout_s: float = 60.0,
+        max_total_s: float = 120.0,
+        verify_etag: bool = True,
         addressing_style: str | None = None,
     ) -> None:
         if not bucket:
@@ -80,6 +97,9 @@ class S3ObjectStore(ObjectStore):
             raise InvalidConfigError(f"part_size={part_size} is invalid: S3 parts must be at least {MIN_PART_SIZE}")
         if multipart_threshold < 1 or max_attempts < 1:
             raise InvalidConfigError("multipart_threshold and max_attempts must be >= 1")
+        if not (connect_timeout_s > 0 and read_timeout_s > 0 and max_total_s > 0):
+            raise InvalidConfigError(f"connect_timeout_s={connect_timeout_s}, read_timeout_s={read_timeout_s} and "
+                                     f"max_total_s={max_total_s} must all be > 0")
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.endpoint_url = endpoint_url
@@ -91,6 +111,8 @@ class S3ObjectStore(ObjectStore):
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self._timeouts = (connect_timeout_s, read_timeout_s)
+        self.max_total_s = max_total_s
+        self.verify_etag = verify_etag
         self._addressing_style = addressing_style
         self._lock = threading.Lock()
         self._client_obj: Any = None
@@ -137,7 +159,8 @@ class S3ObjectStore(ObjectStore):
                         "the s3:// object store needs boto3: pip install 'tiercompact[s3]'") from None
                 s3_cfg = {"addressing_style": self._addressing_style} if self._addressing_style else {}
                 config = Config(
-                    retries={"max_attempts": self.max_attempts, "mode": "standard"},
+                    # _call is the only retry layer: botocore's would multiply its attempts
+                    retries={"total_max_attempts": 1, "mode": "standard"},
                     connect_timeout=self._timeouts[0], read_timeout=self._timeouts[1], s3=s3_cfg or None,
                 )
                 ak, sk, tok = self._credentials
@@ -174,6 +197,9 @@ class S3ObjectStore(ObjectStore):
             code = str(err.get("Code", ""))
             status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
             msg = f"{where} failed: {code} {err.get('Message', '')}".rstrip()
+            if code in _CHECKSUM_CODES:
+                return RemoteStorageChecksumError(f"{msg}: the store received corrupt bytes and kept nothing",
+                                                  key=key)
             if code in _NOT_FOUND_CODES:
                 return ObjectNotFoundError(f"no object {key!r} in {self.url}", key=key)
             if code == "NoSuchBucket":
@@ -196,14 +222,17 @@ class S3ObjectStore(ObjectStore):
         raise e
 
     def _call(self, op: str, key: str | None, fn: Callable[[], T]) -> T:
-        """Run ``fn`` with translation and our own backoff for transient failures."""
+        """Run ``fn`` with translation and our own backoff for transient failures, at most
+        ``max_attempts`` times and never starting a retry past ``max_total_s``."""
         delay = self.backoff_s
+        deadline = time.monotonic() + self.max_total_s
         for attempt in range(1, self.max_attempts + 1):
             try:
                 return fn()
             except Exception as e:  # noqa: BLE001 - translated just below
                 err = self._translate(e, key, op)
-                if not isinstance(err, RemoteStorageTransientError) or attempt == self.max_attempts:
+                out_of_time = time.monotonic() + delay >= deadline
+                if not isinstance(err, RemoteStorageTransientError) or attempt == self.max_attempts or out_of_time:
                     if err is e:
                         raise
                     raise err from None
@@ -215,29 +244,59 @@ class S3ObjectStore(ObjectStore):
 
     def put(self, key: str, data: PutData) -> int:
         full = self._full(key)
+        source, expected = split_checksum(data)
         try:
-            stream, size, owned = open_put_data(data)
+            stream, size, owned = open_put_data(source)
         except OSError as e:
             raise RemoteStorageIOError(f"cannot read upload source for {key!r}: {e}", key=key) from None
         try:
             head = stream.read(self.multipart_threshold + 1)
             if len(head) <= self.multipart_threshold:
-                self._call("put", key, lambda: self._client().put_object(Bucket=self.bucket, Key=full, Body=head))
+                self._check_source(key, crc32c(head), expected)
+                resp = self._call("put", key, lambda: self._client().put_object(
+                    Bucket=self.bucket, Key=full, Body=head, ContentMD5=_b64_md5(head), ChecksumCRC32C=_b64_crc(head)))
                 sent = len(head)
             else:
-                sent = self._multipart(key, full, head, stream)
+                resp = None
+                sent = self._multipart(key, full, head, stream, expected)
         except OSError as e:
             raise RemoteStorageIOError(f"reading the upload source for {key!r} failed: {e}", key=key) from None
         finally:
             if owned:
                 stream.close()
         self._verify(key, full, sent)
+        if resp is not None:  # a multipart upload checked each part's answer as it went
+            self._check_put_answer(key, head, resp)
         return sent
 
-    def _multipart(self, key: str, full: str, head: bytes, stream: BinaryIO) -> int:
+    @staticmethod
+    def _check_source(key: str, actual: int, expected: int | None) -> None:
+        if expected is not None and actual != expected:
+            raise RemoteStorageChecksumError(
+                f"upload of {key!r}: the bytes read have CRC-32C {actual:08x}, the source's is {expected:08x} "
+                f"(corrupted before reaching the store); nothing was written", key=key)
+
+    def _check_answer(self, key: str, what: str, body: bytes, resp: dict[str, Any]) -> None:
+        """The store's answer must describe the bytes we sent (see the module docstring)."""
+        etag = str(resp.get("ETag", "")).strip('"')
+        md5 = hashlib.md5(body, usedforsecurity=False).hexdigest()
+        crc = resp.get("ChecksumCRC32C")
+        if (self.verify_etag and len(etag) == 32 and etag != md5) or (crc is not None and crc != _b64_crc(body)):
+            raise RemoteStorageChecksumError(
+                f"{what} of {key!r} to {self.url}: the store received different bytes than were sent "
+                f"(ETag {etag}, MD5 of the {len(body)} bytes sent {md5}; CRC-32C {crc})", key=key)
+
+    def _check_put_answer(self, key: str, body: bytes, resp: dict[str, Any]) -> None:
+        try:
+            self._check_answer(key, "upload", body, resp)
+        except RemoteStorageChecksumError:
+            self.delete(key)
+            raise
+
+    def _multipart(self, key: str, full: str, head: bytes, stream: BinaryIO, expected: int | None) -> int:
         client = self._client()
         upload_id = self._call("create multipart upload", key, lambda: client.create_multipart_upload(
-            Bucket=self.bucket, Key=full))["UploadId"]
+            Bucket=self.bucket, Key=full, ChecksumAlgorithm="CRC32C"))["UploadId"]
         try:
             parts: list[dict[str, Any]] = []
             buf = io.BytesIO(head)
@@ -245,6 +304,7 @@ class S3ObjectStore(ObjectStore):
             rest_of_head = buf.read()
             sent = 0
             number = 1
+            crc = 0
             while pending:
                 # refill from the remainder of head, then the stream
                 nxt = rest_of_head[: self.part_size]
@@ -252,11 +312,13 @@ class S3ObjectStore(ObjectStore):
                 if len(nxt) < self.part_size:
                     nxt += stream.read(self.part_size - len(nxt))
                 resp = self._call(f"upload part {number}", key, _bind_part(
-                    client, self.bucket, full, upload_id, number, pending))
-                parts.append({"PartNumber": number, "ETag": resp["ETag"]})
+                    self, client, key, full, upload_id, number, pending))
+                parts.append({"PartNumber": number, "ETag": resp["ETag"], "ChecksumCRC32C": _b64_crc(pending)})
+                crc = crc32c(pending, crc)
                 sent += len(pending)
                 number += 1
                 pending = nxt
+            self._check_source(key, crc, expected)
             self._call("complete multipart upload", key, lambda: client.complete_multipart_upload(
                 Bucket=self.bucket, Key=full, UploadId=upload_id, MultipartUpload={"Parts": parts}))
             return sent
@@ -378,8 +440,20 @@ class S3ObjectStore(ObjectStore):
         return iter(sorted(self._call("list", prefix, pages)))
 
 
-def _bind_part(client: Any, bucket: str, key: str, upload_id: str, number: int, body: bytes) -> Callable[[], Any]:
+def _b64_md5(body: bytes) -> str:
+    return base64.b64encode(hashlib.md5(body, usedforsecurity=False).digest()).decode()
+
+
+def _b64_crc(body: bytes) -> str:
+    return base64.b64encode(crc32c(body).to_bytes(4, "big")).decode()
+
+
+def _bind_part(store: S3ObjectStore, client: Any, key: str, full: str, upload_id: str, number: int,
+               body: bytes) -> Callable[[], Any]:
     def upload() -> Any:
-        return client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body)
+        resp = client.upload_part(Bucket=store.bucket, Key=full, UploadId=upload_id, PartNumber=number, Body=body,
+                                  ContentMD5=_b64_md5(body), ChecksumCRC32C=_b64_crc(body))
+        store._check_answer(key, f"upload of part {number}", body, resp)  # a retry re-sends the part
+        return resp
 
     return upload

@@ -6,15 +6,23 @@ Owns the key layout (Kafka's LocalTieredStorage naming)::
                                                  ...        .index
                                                  ...        .timeindex
                                                  ...        .txnindex          (only if the segment has one)
+                                                 ...        .snapshot          (producer state after the segment)
                                                  ...        .leader_epoch_checkpoint
 
 Because every upload attempt has a fresh segment id, objects are never shared between
 attempts: a failed copy deletes what it wrote and a retry writes under a new id. Bloom
 filters are not objects; they live in the metadata store.
 
-Every object write is verified by reading back its size; transient errors (and a short
-write or read) are retried with exponential backoff before giving up. Thread-safe as long
-as the underlying store is.
+The producer snapshot and the leader-epoch checkpoint travel with every segment, as in
+KIP-405's LogSegmentData, so a node that lost its data dir can rebuild producer state and
+its leader-epoch cache from the newest remote segment (:meth:`fetch_segment_state`).
+
+Every object is uploaded with the CRC-32C of its source (:class:`ChecksummedData`), which
+the store verifies before keeping it, and its size is checked; transient errors (a
+checksum mismatch included) and a short write or read are retried with exponential backoff,
+bounded by ``max_attempts`` and ``max_total_ms``, before giving up. A store known to be down
+(:class:`~remote.errors.StoreUnavailableError`) is not retried. Thread-safe as long as the
+underlying store is.
 """
 
 from __future__ import annotations
@@ -33,8 +41,9 @@ from remote.errors import (
     RemoteStorageError,
     RemoteStorageIOError,
     RemoteStorageTransientError,
+    StoreUnavailableError,
 )
-from remote.object_store import ObjectStore
+from remote.object_store import ChecksummedData, ObjectStore, source_crc32c
 
 T = TypeVar("T")
 
@@ -44,6 +53,7 @@ class IndexType(enum.Enum):
 
     OFFSET = ".index"
     TIMESTAMP = ".timeindex"
+    PRODUCER_SNAPSHOT = ".snapshot"
     TRANSACTION = ".txnindex"
     LEADER_EPOCH = ".leader_epoch_checkpoint"
 
@@ -53,21 +63,38 @@ LOG_SUFFIX = ".log"
 
 @dataclass(frozen=True, slots=True)
 class LogSegmentData:
-    """The local files of one rolled segment (Kafka's LogSegmentData)."""
+    """The local files of one rolled segment (Kafka's LogSegmentData).
+
+    ``leader_epoch_index``: the leader-epoch checkpoint (every epoch entry that starts below
+    the segment's end), as the checkpoint file's bytes. ``producer_snapshot``: the producer
+    state after the segment's last offset in Kafka's ``.snapshot`` format (a file or its
+    bytes); None only where it cannot be had (then the segment is copied without one).
+    """
 
     log_segment: Path
     offset_index: Path
     time_index: Path
     transaction_index: Path | None
     leader_epoch_index: bytes
+    producer_snapshot: Path | bytes | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.producer_snapshot, str | os.PathLike):
+            object.__setattr__(self, "producer_snapshot", Path(self.producer_snapshot))
         for name in ("log_segment", "offset_index", "time_index", "transaction_index"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, Path):
                 object.__setattr__(self, name, Path(v))
         if not isinstance(self.leader_epoch_index, bytes | bytearray):
             raise InvalidRequestError("leader_epoch_index must be the checkpoint file's bytes")
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSegmentState:
+    """The state objects copied with a remote segment (None: that segment has none)."""
+
+    producer_snapshot: bytes | None
+    leader_epoch_checkpoint: bytes | None
 
 
 class _ShortWrite(RemoteStorageIOError):
@@ -84,12 +111,14 @@ class RemoteStorageManager:
         max_attempts: int = 4,
         backoff_ms: float = 50.0,
         max_backoff_ms: float = 2000.0,
+        max_total_ms: float = 60_000.0,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        if max_attempts < 1:
-            raise InvalidRequestError("max_attempts must be >= 1")
+        if max_attempts < 1 or max_total_ms <= 0:
+            raise InvalidRequestError("max_attempts must be >= 1 and max_total_ms > 0")
         self.store = store
         self._max_attempts = max_attempts
+        self._max_total_ms = max_total_ms
         self._backoff_ms = backoff_ms
         self._max_backoff_ms = max_backoff_ms
         self._clock = clock
@@ -136,16 +165,20 @@ class RemoteStorageManager:
         ]
         if data.transaction_index is not None:
             uploads.append((self.object_key(md, IndexType.TRANSACTION), data.transaction_index))
+        if data.producer_snapshot is not None:
+            uploads.append((self.object_key(md, IndexType.PRODUCER_SNAPSHOT), data.producer_snapshot))
         try:
             for key, src in uploads:
                 expected = len(src) if isinstance(src, bytes) else os.path.getsize(src)
-                self._retry(f"upload {key}", lambda k=key, s=src, n=expected: self._put_verified(k, s, n))
+                # the source's checksum, taken before any byte leaves: the store verifies it
+                crc = source_crc32c(src)
+                self._retry(f"upload {key}", lambda k=key, s=src, n=expected, c=crc: self._put_verified(k, s, n, c))
         except BaseException:
             self._cleanup(md)
             raise
 
-    def _put_verified(self, key: str, src: Path | bytes, expected: int) -> None:
-        written = self.store.put(key, src)
+    def _put_verified(self, key: str, src: Path | bytes, expected: int, crc: int) -> None:
+        written = self.store.put(key, ChecksummedData(src, crc))
         # a store that verifies its own writes already compared sizes (S3: one HEAD); read the
         # size back only from stores that cannot promise it
         actual = written if self.store.verifies_writes else self.store.size(key)
@@ -225,6 +258,22 @@ class RemoteStorageManager:
                 return b""
             raise
 
+    def fetch_segment_state(self, md: RemoteLogSegmentMetadata) -> RemoteSegmentState:
+        """The producer snapshot and leader-epoch checkpoint copied with ``md`` (KIP-405's
+        LogSegmentData); a segment copied without one (by an older version) gives None.
+
+        Raises:
+            RemoteStorageError: a read failed after retries.
+        """
+        out: list[bytes | None] = []
+        for index in (IndexType.PRODUCER_SNAPSHOT, IndexType.LEADER_EPOCH):
+            key = self.object_key(md, index)
+            try:
+                out.append(self._retry(f"fetch {key}", lambda k=key: self.store.get(k)))
+            except ObjectNotFoundError:
+                out.append(None)
+        return RemoteSegmentState(out[0], out[1])
+
     # ------------------------------------------------------------------ delete
 
     def delete_log_segment_data(self, md: RemoteLogSegmentMetadata) -> None:
@@ -241,11 +290,14 @@ class RemoteStorageManager:
     def _retry(self, what: str, fn: object) -> T:  # type: ignore[type-var]
         assert callable(fn)
         delay = self._backoff_ms
+        deadline = self._clock.milliseconds() + self._max_total_ms
         for attempt in range(1, self._max_attempts + 1):
             try:
                 return fn()  # type: ignore[no-any-return]
+            except StoreUnavailableError:
+                raise  # known down: fail fast, the caller backs off
             except (RemoteStorageTransientError, _ShortWrite) as e:
-                if attempt == self._max_attempts:
+                if attempt == self._max_attempts or self._clock.milliseconds() + delay >= deadline:
                     if isinstance(e, _ShortWrite):
                         raise RemoteStorageIOError(
                             f"{what} failed after {attempt} attempts: {e}", key=e.key) from e

@@ -35,7 +35,7 @@ def files(tmp_path: Path) -> LogSegmentData:
     (d / "00000000000000000100.txnindex").write_bytes(os.urandom(340))
     return LogSegmentData(d / "00000000000000000100.log", d / "00000000000000000100.index",
                           d / "00000000000000000100.timeindex", d / "00000000000000000100.txnindex",
-                          b"0\n1\n0 100\n")
+                          b"0\n1\n0 100\n", b"producer snapshot bytes")
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def test_roundtrip_and_key_layout(rsm: RemoteStorageManager, store: FaultyObject
     rsm.copy_log_segment_data(md, files)
     prefix = f"orders-2/00000000000000000100-{md.id}"
     assert sorted(store.list("orders-2/")) == sorted(
-        prefix + s for s in (".log", ".index", ".timeindex", ".txnindex", ".leader_epoch_checkpoint"))
+        prefix + s for s in (".log", ".index", ".timeindex", ".txnindex", ".snapshot", ".leader_epoch_checkpoint"))
     assert sorted(rsm.object_keys(md)) == sorted(store.list("orders-2/"))
     log = files.log_segment.read_bytes()
     assert rsm.fetch_log_segment(md, 0) == log
@@ -71,6 +71,7 @@ def test_roundtrip_and_key_layout(rsm: RemoteStorageManager, store: FaultyObject
     assert rsm.fetch_index(md, IndexType.TIMESTAMP) == files.time_index.read_bytes()
     assert rsm.fetch_index(md, IndexType.TRANSACTION) == files.transaction_index.read_bytes()  # type: ignore[union-attr]
     assert rsm.fetch_index(md, IndexType.LEADER_EPOCH) == b"0\n1\n0 100\n"
+    assert rsm.fetch_index(md, IndexType.PRODUCER_SNAPSHOT) == b"producer snapshot bytes"
     rsm.copy_log_segment_data(md, files)  # copying again overwrites
     rsm.delete_log_segment_data(md)
     rsm.delete_log_segment_data(md)  # idempotent
