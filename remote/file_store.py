@@ -28,6 +28,7 @@ from remote.errors import (
 from remote.object_store import ObjectStore, PutData, open_put_data, split_checksum, validate_key
 
 TMP_DIR = ".tiercompact-tmp"
+TMP_PREFIX = ".tmp-"  # temp files are ".tmp-<pid>-<random>": clear_temp keeps a live process's
 _CHUNK = 1 << 20
 
 
@@ -76,7 +77,7 @@ def atomic_write_from(path: Path, src: BinaryIO, limit: int | None = None, tmp_d
     """
     tmp_dir = tmp_dir or path.parent
     tmp_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=tmp_dir)
+    fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=tmp_dir)
     try:
         with os.fdopen(fd, "w+b" if verify else "wb") as f:
             n, read_crc = _copy(src, f, limit)
@@ -96,6 +97,23 @@ def atomic_write_from(path: Path, src: BinaryIO, limit: int | None = None, tmp_d
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _writer_alive(name: str) -> bool:
+    """Whether the process that named this temp file (".tmp-<pid>-...") is still running."""
+    pid_text = name[len(TMP_PREFIX):].split("-", 1)[0] if name.startswith(TMP_PREFIX) else ""
+    if not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError, ValueError):
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 class FileObjectStore(ObjectStore):
@@ -232,9 +250,32 @@ class FileObjectStore(ObjectStore):
     def close(self) -> None:
         pass
 
-    def clear_temp(self) -> None:
-        """Remove temp files left by a crash (call at startup, when nothing is uploading)."""
-        shutil.rmtree(self._tmp, ignore_errors=True)
+    def clear_temp(self) -> int:
+        """Remove temp files a crashed writer left (call at startup); returns how many.
+
+        Several nodes may share one store directory, so only files of processes that are no
+        longer running are removed (and unnamed ones from older versions); a live writer's
+        in-flight upload is left alone.
+        """
+        removed = 0
+        try:
+            entries = list(self._tmp.iterdir())
+        except OSError:
+            return 0
+        for p in entries:
+            if _writer_alive(p.name):
+                continue
+            try:
+                if p.is_dir():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
+                removed += 1
+            except FileNotFoundError:
+                pass
+            except OSError:
+                continue
+        return removed
 
     def __repr__(self) -> str:
         return f"FileObjectStore({str(self.root)!r})"

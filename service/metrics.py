@@ -30,6 +30,8 @@ REMOTE_BYTES_DOWNLOADED_TOTAL = "remote_bytes_downloaded_total"
 REMOTE_BYTES_UPLOADED_TOTAL = "remote_bytes_uploaded_total"
 REMOTE_SEGMENTS_SKIPPED_BY_BLOOM_TOTAL = "remote_segments_skipped_by_bloom_total"
 FENCED_OPERATIONS_TOTAL = "fenced_operations_total"
+OFFLINE_PARTITIONS_COUNT = "offline_partitions_count"
+CORRUPT_CHECKPOINTS_REBUILT_TOTAL = "corrupt_checkpoints_rebuilt_total"
 
 #: gauge name -> help text (Kafka's LogCleaner / LogCleanerManager gauges)
 GAUGES: dict[str, str] = {
@@ -42,6 +44,9 @@ GAUGES: dict[str, str] = {
     MAX_BUFFER_UTILIZATION_PERCENT: "Highest offset-map (dedupe buffer) fill in the last runs, percent.",
     CLEANER_RECOPY_PERCENT: "Bytes written / bytes read by the last cleaning runs, percent.",
     TIME_SINCE_LAST_RUN_MS: "Milliseconds since a cleaner thread last finished a run.",
+    OFFLINE_PARTITIONS_COUNT: "Partitions whose files could not be loaded (corrupt, truncated or emptied segment, "
+                              "malformed leader-epoch-checkpoint); GET .../partitions/{p} shows why (Kafka's "
+                              "OfflinePartitionsCount).",
 }
 
 #: counter name -> help text (tiered storage)
@@ -51,6 +56,8 @@ COUNTERS: dict[str, str] = {
     REMOTE_SEGMENTS_SKIPPED_BY_BLOOM_TOTAL: "Remote segments the tiered cleaner did not download because "
                                             "their bloom filter matched no key of the offset map.",
     FENCED_OPERATIONS_TOTAL: "Publishes, uploads and deletes rejected because their leader epoch was fenced.",
+    CORRUPT_CHECKPOINTS_REBUILT_TOTAL: "Corrupt cleaner-offset-checkpoint files moved aside and rebuilt (the "
+                                       "partitions they covered are re-cleaned from their log start).",
 }
 
 METRIC_NAMES: tuple[str, ...] = (*GAUGES, *COUNTERS)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import shutil
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -34,6 +35,7 @@ from cleaner.log_cleaner import LogCleaner, clean_partition
 from cleaner.log_to_clean import LogToClean, cleanable_offsets
 from cleaner.manager import CleaningStateKind
 from cleaner.tiered import TieredCleaner, TieredContext
+from log.checkpoint import corrupt_checkpoints_rebuilt
 from log.clock import SYSTEM_CLOCK, Clock
 from log.errors import InvalidRequestError, TiercompactError
 from log.fetch import READ_COMMITTED, check_isolation, read_local
@@ -56,6 +58,7 @@ from service.threads import PeriodicTask
 logger = logging.getLogger(__name__)
 
 REMOTE_CACHE_DIR = "remote-cache"
+ONLINE, OFFLINE = "online", "offline"  # a partition's state in GET .../partitions/{p}
 TIERED_TEMP_DIR = "tiered-tmp"  # the tiered cleaner's downloads and output (emptied at each round)
 COUNTED_BY_RLM = "_tiercompact_counted_by_rlm"
 MAX_EMPTY_PAGES = 1000
@@ -161,7 +164,9 @@ class Node:
         self.threads: list[PeriodicTask] = []
         self.scheduler = Scheduler(clock, name="tiercompact-delete-scheduler")
         self.log_manager = LogManager(self.data_dir, clock=clock, scheduler=self.scheduler)
-        self.object_store = CountingObjectStore(load_object_store(config.remote_url, **self.store_options()))
+        inner_store = load_object_store(config.remote_url, **self.store_options())
+        self._remove_temp_files(inner_store)
+        self.object_store = CountingObjectStore(inner_store)
         self.storage_manager = RemoteStorageManager(self.object_store, clock=clock)
         self.metadata = load_metadata_manager(config.metadata_url)
         self.cleaner = LogCleaner(self._cleaner_config(), self.log_manager, clock=clock, tiered=TieredContext(
@@ -216,6 +221,20 @@ class Node:
         logger.info("node %d started on %s (remote %s, metadata %s)", self.broker_id, self.data_dir,
                     self.config.remote_url, _redact(self.config.metadata_url))
         return self
+
+    def _remove_temp_files(self, store: ObjectStore) -> None:
+        """Temp files a ``kill -9`` left: the tiered cleaner's work dir (emptied at each round
+        anyway) and the file object store's dead uploads. Runs once the data-dir lock is held
+        and before any background thread starts; the read cache empties its own dir."""
+        tmp = self.data_dir / TIERED_TEMP_DIR
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+            logger.info("removed %s left by the previous run", tmp)
+        clear_temp = getattr(store, "clear_temp", None)
+        if callable(clear_temp):
+            removed = clear_temp()
+            if removed:
+                logger.info("removed %d temp files of interrupted uploads from %s", removed, store.url)
 
     def recover(self) -> None:
         """Startup recovery beyond the local logs' own: adopt the registered leadership of
@@ -290,6 +309,8 @@ class Node:
             out[name] = getattr(c, name)
         out["remote_bytes_uploaded_total"] = self.object_store.bytes_uploaded
         out["remote_bytes_downloaded_total"] = self.object_store.bytes_downloaded
+        out["offline_partitions_count"] = len(self.log_manager.offline_partitions())
+        out["corrupt_checkpoints_rebuilt_total"] = corrupt_checkpoints_rebuilt(self.log_manager.cleaner_checkpoint_path)
         return out
 
     # ---- background passes -------------------------------------------------------------
@@ -420,6 +441,15 @@ class Node:
         return self.log(topic, partition).roll().base_offset
 
     def partition_info(self, topic: str, partition: int) -> dict[str, Any]:
+        """The partition's offsets, ratios and segments; an offline one shows only why."""
+        tp = TopicPartition(validate_topic_name(topic), partition)
+        reason = self.log_manager.offline_reason(tp)
+        if reason is not None:
+            return {"topic": tp.topic, "partition": tp.partition, "state": OFFLINE, "error": reason,
+                    "log_start_offset": None, "log_end_offset": None, "last_stable_offset": None,
+                    "high_watermark": None, "leader_epoch": None, "cleaner_checkpoint": None,
+                    "dirty_ratio": None, "must_clean_ratio": None, "local_size_bytes": None,
+                    "remote_size_bytes": None, "segments": []}
         log = self.log(topic, partition)
         tp = log.topic_partition
         segs = log.all_segments()
@@ -436,7 +466,7 @@ class Node:
         checkpoint = self.cleaner_checkpoint(tp)
         dirty, must = self._ratios(log, checkpoint)
         return {
-            "topic": tp.topic, "partition": tp.partition,
+            "topic": tp.topic, "partition": tp.partition, "state": ONLINE, "error": None,
             "log_start_offset": self.remote.log_start_offset(tp) if tiered else log.log_start_offset,
             "log_end_offset": log.log_end_offset,
             "last_stable_offset": log.last_stable_offset,

@@ -108,18 +108,23 @@ class Segment(BaseModel):
 
 
 class Partition(BaseModel):
+    """A partition. An offline one (its files could not be loaded) has ``state`` "offline",
+    the reason and what to do in ``error``, and null offsets, ratios and sizes."""
+
     topic: str
     partition: int
-    log_start_offset: int
-    log_end_offset: int
-    last_stable_offset: int
-    high_watermark: int
-    leader_epoch: int
+    state: Literal["online", "offline"] = "online"
+    error: str | None = None
+    log_start_offset: int | None
+    log_end_offset: int | None
+    last_stable_offset: int | None
+    high_watermark: int | None
+    leader_epoch: int | None
     cleaner_checkpoint: int | None
-    dirty_ratio: float
-    must_clean_ratio: float
-    local_size_bytes: int
-    remote_size_bytes: int
+    dirty_ratio: float | None
+    must_clean_ratio: float | None
+    local_size_bytes: int | None
+    remote_size_bytes: int | None
     segments: list[Segment]
 
 
