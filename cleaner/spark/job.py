@@ -7,7 +7,11 @@ plans the round from metadata alone (:func:`cleaner.tiered.plan_round`). Then, f
 partitions at once:
 
 1. **Transaction indexes** of the segments that may hold transactions (no bloom summary, or
-   one flagging transactional batches) are fetched in parallel: they are small.
+   one flagging transactional batches) are fetched in parallel by the scans: they are small.
+   The driver collects aborted transactions from them forward over both tiers
+   (:class:`cleaner.tiered.RoundTxnIndexes`, the in-process round's own walk), fetching any
+   later remote index the walk still needs and reading the local log above the remote tier,
+   so the map and every rewrite task receive the complete aborted set.
 2. **Scan**: one task per dirty segment maps it (digest -> latest offset, aborted transactions
    skipped exactly as the in-process map skips them); clean-region segments that hold
    transactional batches, or have no bloom filter, are scanned too. Every scan returns the
@@ -68,11 +72,13 @@ from cleaner.spark.tasks import (
     StoreSpec,
     TxnState,
     aborted_batches,
+    aborted_from_plain,
+    aborted_to_plain,
     replay_segment,
     run_rewrite,
     run_scan,
 )
-from cleaner.tiered import TieredCleaner, TieredRoundPlan, group_remote_segments, plan_round
+from cleaner.tiered import RoundTxnIndexes, TieredCleaner, TieredRoundPlan, group_remote_segments, plan_round
 from cleaner.transactions import CleanedTransactionMetadata
 from log.clock import SYSTEM_CLOCK, Clock
 from log.index.bloom import KeyBloomFilter
@@ -82,6 +88,7 @@ from metadata.errors import FencedLeaderEpochError
 from metadata.manager import RemoteLogMetadataManager
 from metadata.types import RemoteLogSegmentMetadata, RemoteLogSegmentState
 from remote.orphans import release_lease, sweep_orphan_objects, write_lease
+from remote.storage_manager import IndexType
 
 logger = logging.getLogger(__name__)
 
@@ -222,6 +229,8 @@ class _Part:
     tasks: list[RewriteTask] = field(default_factory=list)
     #: the round's transaction state, replayed group by group in log order
     txn: CleanedTransactionMetadata = field(default_factory=CleanedTransactionMetadata)
+    #: the partition's transaction indexes over both tiers (as the in-process round reads them)
+    txn_indexes: RoundTxnIndexes | None = None
     leased: bool = False
 
     def is_clean_region(self, md: RemoteLogSegmentMetadata) -> bool:
@@ -400,18 +409,25 @@ class SparkCleanJob:
         broadcasts: list[Any] = []
         try:
             headers: dict[int, tuple[Any, ...]] = {}
-            aborted: dict[int, tuple[AbortedT, ...]] = {}
+            fetched: dict[int, tuple[AbortedT, ...]] = {}
+            with_index = {t.key for t in scan_tasks if t.with_txn_index}
             for i, hdrs, txns, nbytes in scans.map(lambda r: (r.key, r.txn_headers, r.aborted, r.bytes_read)).collect():
-                headers[i], aborted[i] = hdrs, txns
+                headers[i] = hdrs
+                if i in with_index:
+                    fetched[i] = txns
                 owner[i].outcome.bytes_downloaded += nbytes
+            # the aborted transactions, collected forward over both tiers from the indexes the
+            # scans fetched (and any later ones, fetched here), exactly as the in-process round
+            for p in parts:
+                p.txn_indexes = self._txn_indexes(p, fetched)
             # which transactional batches the in-process map would skip as aborted
             skipped: set[tuple[int, int]] = set()
             for p in parts:
                 start, upper = p.plan.first_dirty_offset, p.plan.upper
                 dirty = [(md.start_offset, md.end_offset, headers.get(i, ())) for i, md in p.segs.items()
                          if not p.is_clean_region(md)]
-                round_aborted = [t for i, md in p.segs.items() if not p.is_clean_region(md)
-                                 for t in aborted.get(i, ()) if t[2] >= start and t[1] < upper]
+                assert p.txn_indexes is not None
+                round_aborted = [aborted_to_plain(t) for t in p.txn_indexes.collect(start, upper)]
                 skipped |= {(p.idx, off) for off in aborted_batches(dirty, round_aborted)}
             bs = sc.broadcast(skipped)
             broadcasts.append(bs)
@@ -454,7 +470,7 @@ class SparkCleanJob:
             tasks: list[RewriteTask] = []
             for p in parts:
                 for group in self._groups(p, hit_segments, now):
-                    task = self._rewrite_task(p, len(tasks), group, aborted, headers, now)
+                    task = self._rewrite_task(p, len(tasks), group, headers, now)
                     for i in group:
                         group_of[i] = task.key
                     p.tasks.append(task)
@@ -508,14 +524,26 @@ class SparkCleanJob:
         return [[number[md.id] for md in g] for run in runs if run
                 for g in group_remote_segments(run, size, p.plan.upper)]
 
-    def _rewrite_task(self, p: _Part, key: int, group: list[int], aborted: dict[int, tuple[AbortedT, ...]],
-                      headers: dict[int, tuple[Any, ...]], now: int) -> RewriteTask:
+    def _txn_indexes(self, p: _Part, fetched: dict[int, tuple[AbortedT, ...]]) -> RoundTxnIndexes:
+        """The partition's transaction indexes over both tiers, seeded with what the scans fetched."""
+        rsm = self.store.open()
+
+        def downloaded(n: int) -> None:
+            p.outcome.bytes_downloaded += n
+
+        known = {p.segs[i].id: [aborted_from_plain(t) for t in txns] for i, txns in fetched.items() if i in p.segs}
+        return RoundTxnIndexes(p.log, p.plan.segments, self.rlmm, lambda md: rsm.fetch_index(md, IndexType.TRANSACTION),
+                               on_download=downloaded, known=known)
+
+    def _rewrite_task(self, p: _Part, key: int, group: list[int], headers: dict[int, tuple[Any, ...]],
+                      now: int) -> RewriteTask:
         txn = p.txn
         state = TxnState.capture(txn)
         own: list[tuple[AbortedT, ...]] = []
-        for i in group:
-            md = p.segs[i]
-            mine = tuple(t for t in aborted.get(i, ()) if t[2] >= md.start_offset and t[1] <= md.end_offset)
+        assert p.txn_indexes is not None
+        sources = [p.segs[i] for i in group]
+        for i, txns in zip(group, p.txn_indexes.for_sources(sources), strict=True):
+            mine = tuple(aborted_to_plain(t) for t in txns)
             own.append(mine)
             replay_segment(txn, mine, headers.get(i, ()))
         log = p.log
