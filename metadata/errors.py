@@ -3,10 +3,12 @@
     TiercompactError
     └── MetadataError
         ├── FencedLeaderEpochError        a write by a leader whose epoch has been superseded
-        │   └── CleanerOffsetLineageError a cleaner-offset vector contradicting the stored lineage
+        │   ├── CleanerOffsetLineageError a cleaner-offset vector contradicting the stored lineage
+        │   └── NotLeaderForPartitionError this broker does not hold the partition's registered epoch
         ├── InvalidStateTransitionError   e.g. DELETE_SEGMENT_FINISHED -> COPY_SEGMENT_STARTED
         ├── RemoteSegmentNotFoundError    no metadata for that segment id
         └── MetadataStoreError            the database failed (``retriable`` when it says so)
+            └── MetadataStoreTimeoutError a lock, busy or statement timeout bounded a transaction
 
 SQLAlchemy and driver errors are translated in metadata/sql.py and never leave the package.
 """
@@ -71,6 +73,35 @@ class CleanerOffsetLineageError(FencedLeaderEpochError):
                                 f"{attempted_epoch} rejected: {detail}")
 
 
+class NotLeaderForPartitionError(FencedLeaderEpochError):
+    """This broker does not hold the partition's registered leader epoch.
+
+    Raised before any upload, publish or delete when the metadata store shows the current
+    epoch registered by another broker, or an epoch newer than the one this broker acts
+    under: a restarted old leader never resumes an epoch another broker registered. The
+    broker is a follower (fenced) for the partition until leadership is moved back to it
+    with a higher epoch.
+    """
+
+    def __init__(
+        self,
+        topic_partition: TopicPartition,
+        broker_id: int,
+        current_epoch: int,
+        current_broker: int,
+        action: str,
+    ) -> None:
+        self.broker_id = broker_id
+        super().__init__(
+            topic_partition, current_epoch, current_epoch, current_broker, action,
+            detail=(f"{action} on {topic_partition} rejected: broker {broker_id} is not the leader; broker "
+                    f"{current_broker} holds leader epoch {current_epoch} in the metadata store. This broker "
+                    f"is fenced for {topic_partition} (no uploads, cleaning publishes or deletes of shared "
+                    f"data): send the request to broker {current_broker}, or move leadership here with a "
+                    f"higher epoch (leadership request with leader_epoch={current_epoch + 1}, "
+                    f"broker_id={broker_id})"))
+
+
 class InvalidStateTransitionError(MetadataError):
     """A segment state change Kafka's state machine does not allow."""
 
@@ -100,3 +131,13 @@ class MetadataStoreError(MetadataError):
     def __init__(self, message: str, *, retriable: bool = False) -> None:
         super().__init__(message)
         self.retriable = retriable
+
+
+class MetadataStoreTimeoutError(MetadataStoreError):
+    """A metadata transaction hit its bound: PostgreSQL's lock_timeout or
+    statement_timeout, or SQLite's busy timeout (another writer, e.g. a stalled old leader,
+    held the lock). Always retriable; ``retry_after_s`` is a hint for clients."""
+
+    def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
+        super().__init__(message, retriable=True)
+        self.retry_after_s = retry_after_s

@@ -226,9 +226,34 @@ class RemoteLogMetadataManager(ABC):
         """Every partition with a leader or segment metadata, sorted."""
 
     @abstractmethod
-    def delete_partition(self, tp: TopicPartition) -> None:
+    def begin_partition_deletion(
+        self, tp: TopicPartition, *, leader_epoch: int, broker_id: int, event_timestamp_ms: int
+    ) -> list[RemoteLogSegmentMetadata]:
+        """The fenced first step of deleting a partition's remote data (topic deletion).
+
+        In one transaction: check that ``leader_epoch`` is the registered epoch, then move
+        every segment of ``tp`` that is not DELETE_SEGMENT_FINISHED to
+        DELETE_SEGMENT_STARTED (readers stop seeing them). Returns those segments: the
+        caller deletes their objects, then calls :meth:`delete_partition` with the same
+        epoch. Idempotent for the current leader.
+
+        Raises:
+            FencedLeaderEpochError: ``leader_epoch`` is not the registered epoch; nothing
+                changed (a non-leader or zombie cannot delete shared data).
+        """
+
+    @abstractmethod
+    def delete_partition(self, tp: TopicPartition, *, leader_epoch: int | None = None) -> None:
         """Forget everything about ``tp`` (topic deletion). Idempotent. The caller removes
-        the objects first."""
+        the objects first (see :meth:`begin_partition_deletion`).
+
+        With ``leader_epoch`` the deletion is fenced in the same transaction (a partition
+        with no leader row any more is already deleted: a no-op). ``None`` deletes
+        unconditionally: only for tools that own the whole store, never a broker.
+
+        Raises:
+            FencedLeaderEpochError: ``leader_epoch`` is given and is not the registered epoch.
+        """
 
     @abstractmethod
     def close(self) -> None:

@@ -16,10 +16,18 @@ How "the row changed" is observed depends on the dialect: ``RETURNING`` when sup
 (SQLite >= 3.35, PostgreSQL), else ``rowcount`` when the driver reports it reliably, else a
 re-read of the fresh token ``FOR UPDATE`` inside the transaction (``fence_strategy``
 forces one, for tests). Thread-safe; SQLAlchemy errors are translated to MetadataStoreError.
+
+Every transaction is bounded, so a stalled writer (an old leader frozen while it holds the
+partition's fence row) cannot block the others indefinitely: on PostgreSQL each connection
+runs with ``lock_timeout``, ``statement_timeout`` and ``idle_in_transaction_session_timeout``
+(the last ends the stalled session itself and releases its row locks); on SQLite the busy
+timeout bounds the wait for the write lock. Hitting a bound raises the retriable
+:class:`~metadata.errors.MetadataStoreTimeoutError` (HTTP 503 with Retry-After).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import uuid
@@ -63,6 +71,7 @@ from metadata.errors import (
     InvalidStateTransitionError,
     MetadataError,
     MetadataStoreError,
+    MetadataStoreTimeoutError,
     RemoteSegmentNotFoundError,
 )
 from metadata.lineage import is_segment_within_leader_epochs, resolve_checkpoint, validate_cleaner_offsets
@@ -129,6 +138,13 @@ schema_version = Table(
 )
 
 _FENCE_STRATEGIES = ("returning", "rowcount", "reread")
+#: default bounds of a metadata transaction (ServiceConfig exposes both)
+DEFAULT_LOCK_TIMEOUT_MS = 5_000
+DEFAULT_STATEMENT_TIMEOUT_MS = 30_000
+#: PostgreSQL SQLSTATEs of the bounds above: lock_not_available, query_canceled,
+#: idle_in_transaction_session_timeout
+_PG_TIMEOUT_STATES = {"55P03": "lock_timeout", "57014": "statement_timeout",
+                      "25P03": "idle_in_transaction_session_timeout"}
 
 
 def normalize_url(url: str) -> str:
@@ -184,9 +200,16 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
         clock: Clock = SYSTEM_CLOCK,
         orphan_grace_ms: int = DEFAULT_ORPHAN_GRACE_MS,
         fence_strategy: str | None = None,
-        busy_timeout_s: float = 30.0,
+        lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
+        statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
         echo: bool = False,
     ) -> None:
+        for name, value in (("lock_timeout_ms", lock_timeout_ms), ("statement_timeout_ms", statement_timeout_ms)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1:
+                raise InvalidConfigError(f"metadata store {name}={value!r} is invalid: must be an integer in "
+                                         f"1..{2**31 - 1} (milliseconds)")
+        self.lock_timeout_ms = lock_timeout_ms
+        self.statement_timeout_ms = statement_timeout_ms
         self._url = normalize_url(url)
         self._clock = clock
         self._orphan_grace_ms = orphan_grace_ms
@@ -204,10 +227,18 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
             elif self._sqlite:
                 Path(sa_url.database or "").expanduser().parent.mkdir(parents=True, exist_ok=True)
                 self._engine = create_engine(
-                    self._url, echo=echo, connect_args={"check_same_thread": False, "timeout": busy_timeout_s})
+                    self._url, echo=echo,
+                    connect_args={"check_same_thread": False, "timeout": lock_timeout_ms / 1000})
                 event.listen(self._engine, "connect", _sqlite_on_connect)
             elif backend == "postgresql":
-                self._engine = create_engine(self._url, echo=echo, pool_pre_ping=True)
+                connect_args: dict[str, Any] = {}
+                if "connect_timeout" not in sa_url.query:
+                    connect_args["connect_timeout"] = max(2, -(-statement_timeout_ms // 1000))
+                self._engine = create_engine(self._url, echo=echo, pool_pre_ping=True, connect_args=connect_args,
+                                             pool_timeout=max(1.0, statement_timeout_ms / 1000))
+                event.listen(self._engine, "connect", functools.partial(
+                    _postgres_on_connect, lock_timeout_ms=lock_timeout_ms,
+                    statement_timeout_ms=statement_timeout_ms))
             else:
                 raise InvalidConfigError(f"metadata store URL {url!r}: unsupported database {backend!r}")
             _meta.create_all(self._engine)
@@ -243,12 +274,28 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
         except sa_exc.SQLAlchemyError as e:
             orig = getattr(e, "orig", None)
             code = getattr(orig, "sqlstate", None) or getattr(getattr(orig, "diag", None), "sqlstate", None)
+            timeout = self._timeout_message(what, code, str(orig or e))
+            if timeout is not None:
+                raise MetadataStoreTimeoutError(timeout) from None
             retriable = (isinstance(e, sa_exc.OperationalError | sa_exc.TimeoutError)
                          or bool(getattr(e, "connection_invalidated", False))
                          or code in ("40001", "40P01", "55P03"))
             raise MetadataStoreError(
                 f"metadata store {what} failed: {type(e).__name__}: {str(orig or e).strip()}"
                 + (" (retriable)" if retriable else ""), retriable=retriable) from None
+
+    def _timeout_message(self, what: str, code: str | None, detail: str) -> str | None:
+        """The message of a transaction that hit one of its bounds, or None for other errors."""
+        first = detail.strip().splitlines()[0] if detail.strip() else ""
+        if code in _PG_TIMEOUT_STATES:
+            bound = _PG_TIMEOUT_STATES[code]
+            ms = self.lock_timeout_ms if bound == "lock_timeout" else self.statement_timeout_ms
+            return (f"metadata store {what} timed out ({bound}={ms} ms: {first}); another transaction, e.g. a "
+                    f"stalled old leader, held the partition's rows. Retriable: retry in a second")
+        if self._sqlite and ("database is locked" in detail or "database is busy" in detail):
+            return (f"metadata store {what} timed out: SQLite stayed locked by another writer for the busy "
+                    f"timeout ({self.lock_timeout_ms} ms). Retriable: retry in a second")
+        return None
 
     def _tp_lock(self, tp: TopicPartition) -> threading.RLock:
         with self._guard:
@@ -346,7 +393,8 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
                 raise FencedLeaderEpochError(
                     tp, leader_epoch, row[0], row[1], "become_leader",
                     detail=f"broker {broker_id} cannot become leader of {tp} at epoch {leader_epoch}: broker "
-                           f"{row[1]} already holds epoch {row[0]}; leader epochs must strictly increase")
+                           f"{row[1]} already holds epoch {row[0]}; leader epochs must strictly increase "
+                           f"(use leader_epoch {row[0] + 1} or higher)")
             prev = conn.execute(select(epochs.c.epoch, epochs.c.start_offset).where(_tp_where(epochs, tp))
                                 .order_by(epochs.c.epoch.desc()).limit(1)).first()
             if prev is not None and start_offset < prev[1]:
@@ -618,8 +666,31 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
 
         return self._read("partitions", fn)
 
-    def delete_partition(self, tp: TopicPartition) -> None:
+    def begin_partition_deletion(
+        self, tp: TopicPartition, *, leader_epoch: int, broker_id: int, event_timestamp_ms: int
+    ) -> list[RemoteLogSegmentMetadata]:
+        live = [S.COPY_SEGMENT_STARTED.value, S.COPY_SEGMENT_FINISHED.value]
+
+        def fn(conn: Connection) -> tuple[list[RemoteLogSegmentMetadata], int]:
+            self._fence(conn, tp, leader_epoch, "deletion of the partition's remote data")
+            rows = conn.execute(select(segments).where(_tp_where(segments, tp))
+                                .order_by(segments.c.start_offset, segments.c.segment_id)).all()
+            delta = -sum(r.size_bytes for r in rows if _referenced(r.state, r.superseded_by))
+            conn.execute(update(segments).where(_tp_where(segments, tp), segments.c.state.in_(live)).values(
+                state=S.DELETE_SEGMENT_STARTED.value, event_timestamp_ms=event_timestamp_ms, broker_id=broker_id))
+            out = [_to_md(r).with_state(S.DELETE_SEGMENT_STARTED, event_timestamp_ms=event_timestamp_ms,
+                                        broker_id=broker_id)
+                   for r in rows if r.state != S.DELETE_SEGMENT_FINISHED.value]
+            return out, delta
+
+        return self._write(tp, "begin_partition_deletion", fn)
+
+    def delete_partition(self, tp: TopicPartition, *, leader_epoch: int | None = None) -> None:
         def fn(conn: Connection) -> tuple[None, int]:
+            if leader_epoch is not None:
+                exists = conn.execute(select(leaders.c.leader_epoch).where(_tp_where(leaders, tp))).first()
+                if exists is not None:  # no row: deleted already (a retry) or never registered
+                    self._fence(conn, tp, leader_epoch, "deletion of the partition's metadata")
             for table in (leaders, blooms, segments, cleaner, epochs):
                 conn.execute(delete(table).where(_tp_where(table, tp)))
             return None, 0
@@ -643,6 +714,19 @@ def _replacement(old: Row[Any], new_rows: list[Row[Any]]) -> str:
         if r.start_offset <= old.start_offset <= r.end_offset:
             return str(r.segment_id)
     return best
+
+
+def _postgres_on_connect(dbapi_connection: Any, _record: Any, *, lock_timeout_ms: int,
+                         statement_timeout_ms: int) -> None:
+    # session settings rather than libpq "options", so a URL's own ?options=... (search_path)
+    # keeps working; SET is not transactional here because the connection is in autocommit
+    # until SQLAlchemy begins
+    cur = dbapi_connection.cursor()
+    cur.execute(f"SET lock_timeout = {int(lock_timeout_ms)}")
+    cur.execute(f"SET statement_timeout = {int(statement_timeout_ms)}")
+    cur.execute(f"SET idle_in_transaction_session_timeout = {int(statement_timeout_ms)}")
+    cur.close()
+    dbapi_connection.commit()
 
 
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:

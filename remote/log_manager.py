@@ -33,14 +33,20 @@ COPY_SEGMENT_STARTED segment of the partition as abandoned), and the next copy u
 the segment again under a new id. A local segment is only ever deleted once a
 COPY_SEGMENT_FINISHED remote segment covers it.
 
-Leadership: :meth:`become_leader` registers the epoch in the metadata store and the local
-log's leader-epoch cache. A partition nobody registered yet is registered on first use at
-epoch ``max(local log epoch, 0)`` for this broker. Otherwise the manager adopts the
-registered leader state the first time it touches the partition (a restarted single-node
-service continues as the leader it was, whatever broker id the admin API gave it). The
-epoch a manager learnt stays cached: if another manager registers a higher epoch later,
-every fenced write of the first one is rejected (it is a zombie) until it calls
-become_leader again.
+Leadership: :meth:`become_leader` registers the epoch and its broker id in the metadata
+store; when the broker id is this manager's, it also starts the epoch in the local log's
+leader-epoch cache and acts as leader, otherwise it is a follower of the partition from
+then on. A partition nobody registered yet is registered on first use at epoch
+``max(local log epoch, 0)`` for this broker. Otherwise the manager resumes the registered
+epoch the first time it touches the partition **only if that epoch is registered to this
+broker id** (a restarted leader continues as the leader it was); an epoch registered to
+another broker makes this manager a follower: every upload, cleaning publish and delete
+raises :class:`~metadata.errors.NotLeaderForPartitionError` before touching anything (a
+restarted old leader never adopts the epoch of the leader that replaced it). The epoch a
+manager learnt stays cached: if another manager registers a higher epoch later, every
+fenced write of the first one is rejected (it is a zombie); the rejection drops the cached
+epoch, so the next use resolves the partition again (a follower, unless the new epoch was
+registered to this broker id).
 
 Thread-safety: thread-safe. Mutating operations on one partition (copy, retention,
 deletion, leadership) are serialised by a per-partition lock; different partitions proceed
@@ -68,7 +74,7 @@ from log.local_log import LocalLog, retention_breached
 from log.log_manager import LogManager
 from log.segment import LogSegment
 from log.types import TopicPartition
-from metadata.errors import FencedLeaderEpochError
+from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
 from metadata.manager import RemoteLogMetadataManager
 from metadata.types import LeaderState, RemoteLogSegmentId, RemoteLogSegmentMetadata
 from metadata.types import RemoteLogSegmentState as S
@@ -82,6 +88,9 @@ from remote.tiered_read import ReadResult, TieredReadPath
 logger = logging.getLogger(__name__)
 
 DEFAULT_CACHE_BYTES = 256 * MiB
+#: set on a FencedLeaderEpochError once it was counted in fenced_operations (the service's
+#: error handler counts the ones nobody counted yet)
+COUNTED_BY_RLM = "_tiercompact_counted_by_rlm"
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,26 +195,91 @@ class RemoteLogManager:
         return self.log_manager.get_log(tp)
 
     # ---- leadership --------------------------------------------------------------------------
+    def _count_fenced(self, e: FencedLeaderEpochError, tp: TopicPartition | None = None) -> None:
+        """Count a rejected operation once (the node's error handler sees the same exception)
+        and forget the cached epoch, so the next use resolves the partition's leader again."""
+        if not getattr(e, COUNTED_BY_RLM, False):
+            setattr(e, COUNTED_BY_RLM, True)
+            self._bump("fenced_operations")
+        if tp is not None:
+            self._leaders.pop(tp, None)
+
     def become_leader(self, tp: TopicPartition, leader_epoch: int, broker_id: int) -> LeaderState:
         """Register ``broker_id`` as leader at ``leader_epoch`` (strictly increasing, else
-        FencedLeaderEpochError) and start the epoch at the log end in the local log."""
+        FencedLeaderEpochError). For this broker: start the epoch at the log end in the
+        local log and act as leader. For another broker: this manager is a follower of
+        ``tp`` from now on (its uploads, publishes and deletes are refused)."""
         with self._lock(tp):
             log = self._log(tp)
             if broker_id == self.broker_id:
                 self._restore_if_behind(tp, log)
             start = log.log_end_offset
             state = self.metadata.become_leader(tp, leader_epoch, broker_id, start_offset=start)
+            if broker_id != self.broker_id:
+                self._leaders.pop(tp, None)
+                logger.info("%s: leadership moved to broker %d at epoch %d; broker %d is a follower now",
+                            tp, broker_id, leader_epoch, self.broker_id)
+                return state
             if log.leader_epoch < leader_epoch:
                 log.assign_epoch(leader_epoch, start)
             self._leaders[tp] = state
             return state
 
-    def leader_state(self, tp: TopicPartition) -> LeaderState:
-        """The leader this manager acts as (registered on first use; see the module docstring)."""
+    def leader_state(self, tp: TopicPartition, action: str = "upload, cleaning publish or delete") -> LeaderState:
+        """The leader state this manager acts under (registered on first use; see the module
+        docstring).
+
+        Raises:
+            NotLeaderForPartitionError: the registered epoch belongs to another broker
+                (counted as a fenced operation).
+        """
+        state, leader = self._resolve_leader(tp)
+        if not leader:
+            e = NotLeaderForPartitionError(tp, self.broker_id, state.leader_epoch, state.broker_id, action)
+            self._count_fenced(e)
+            raise e
+        return state
+
+    def is_leader_cached(self, tp: TopicPartition) -> bool:
+        """Whether this manager already acts as the leader of ``tp``, without any lock or
+        metadata read (for the produce path; False means "resolve with is_leader")."""
+        return tp in self._leaders
+
+    def is_leader(self, tp: TopicPartition) -> bool:
+        """Whether this manager acts as the leader of ``tp`` (from its cache, else the
+        metadata store; a first use registers this broker). Counts nothing."""
+        return self._resolve_leader(tp)[1]
+
+    def check_current_leader(self, tp: TopicPartition, action: str) -> LeaderState | None:
+        """The current registered leader state of ``tp`` read from the metadata store now
+        (not the cache), provided it is this broker's; None if nobody ever registered ``tp``.
+
+        For operations that must not trust a cached epoch (topic deletion): a zombie whose
+        cached epoch was superseded is refused here, and an epoch registered to this broker
+        id by another node is adopted.
+
+        Raises:
+            NotLeaderForPartitionError: another broker holds the registered epoch (counted).
+        """
+        with self._lock(tp):
+            current = self.metadata.leader_state(tp)
+            if current is None:
+                return None
+            if current.broker_id != self.broker_id:
+                self._leaders.pop(tp, None)
+                e = NotLeaderForPartitionError(tp, self.broker_id, current.leader_epoch, current.broker_id, action)
+                self._count_fenced(e)
+                raise e
+            if self._leaders.get(tp) != current:
+                self._leaders.pop(tp, None)
+            return self.leader_state(tp, action)
+
+    def _resolve_leader(self, tp: TopicPartition) -> tuple[LeaderState, bool]:
+        """(the partition's leader state as known here, whether this broker is the leader)."""
         with self._lock(tp):
             cached = self._leaders.get(tp)
             if cached is not None:
-                return cached
+                return cached, True
             log = self._log(tp)
             state = self.metadata.leader_state(tp)
             if state is None:
@@ -216,15 +290,17 @@ class RemoteLogManager:
                 except FencedLeaderEpochError:
                     state = self.metadata.leader_state(tp)  # another broker registered first
                     assert state is not None
+            if state.broker_id != self.broker_id:
+                return state, False  # a follower: never adopt another broker's epoch
             self._restore_if_behind(tp, log)
             if log.leader_epoch < state.leader_epoch:
                 lineage = dict(self.metadata.leader_epochs(tp))
                 log.assign_epoch(state.leader_epoch, lineage.get(state.leader_epoch, log.log_end_offset))
             self._leaders[tp] = state
-            return state
+            return state, True
 
-    def leader_epoch(self, tp: TopicPartition) -> int:
-        return self.leader_state(tp).leader_epoch
+    def leader_epoch(self, tp: TopicPartition, action: str = "upload, cleaning publish or delete") -> int:
+        return self.leader_state(tp, action).leader_epoch
 
     def _restore_if_behind(self, tp: TopicPartition, log: LocalLog) -> None:
         """A local log at or below the remote tier's end (lost data dir, new node) restarts after
@@ -309,7 +385,11 @@ class RemoteLogManager:
                 remote_log_segment_id=RemoteLogSegmentId.generate(tp), start_offset=seg.base_offset,
                 end_offset=nxt - 1, max_timestamp_ms=seg.largest_timestamp, broker_id=self.broker_id, event_timestamp_ms=self.clock.milliseconds(),
                 segment_size_in_bytes=size, segment_leader_epochs=log.epochs_for_range(seg.base_offset, nxt))
-            self.metadata.add_remote_log_segment_metadata(md, leader_epoch=epoch)
+            try:
+                self.metadata.add_remote_log_segment_metadata(md, leader_epoch=epoch)
+            except FencedLeaderEpochError as e:
+                self._count_fenced(e, tp)
+                raise
             try:
                 self.rsm.copy_log_segment_data(md, data)
                 self._put_bloom(md, data.log_segment, float(log.config.get("remote.compaction.bloom.fpp")))
@@ -319,7 +399,7 @@ class RemoteLogManager:
             except Exception as e:
                 self._bump("copy_failures")
                 if isinstance(e, FencedLeaderEpochError):
-                    self._bump("fenced_operations")
+                    self._count_fenced(e, tp)
                 logger.warning("%s: copy of segment %d as %s failed (%s); abandoning the upload",
                                tp, seg.base_offset, md.id, e)
                 self._abandon(md, epoch)
@@ -358,8 +438,8 @@ class RemoteLogManager:
         try:
             self.metadata.update_remote_log_segment_state(sid, S.DELETE_SEGMENT_STARTED, leader_epoch=epoch,
                                                           event_timestamp_ms=now, broker_id=self.broker_id)
-        except FencedLeaderEpochError:
-            self._bump("fenced_operations")
+        except FencedLeaderEpochError as e:
+            self._count_fenced(e, md.topic_partition)
             raise
         self.rsm.delete_log_segment_data(md)
         self.cache.invalidate_segment(md.id)
@@ -423,6 +503,44 @@ class RemoteLogManager:
     def recover_orphans(self, tp: TopicPartition) -> list[str]:
         """At startup: delete every unfinished upload of ``tp`` now (no grace period)."""
         return self.delete_unreferenced(tp, _all_unfinished=True)
+
+    def delete_partition_data(self, tp: TopicPartition) -> list[str]:
+        """Delete every remote object and all metadata of ``tp`` (topic deletion), fenced.
+
+        The leader check reads the metadata store now (:meth:`check_current_leader`), then
+        the fenced DELETE_SEGMENT_STARTED tombstone of every segment is written in one
+        transaction, the objects are deleted, and the metadata is dropped in a second fenced
+        transaction. A non-leader or a zombie is refused before anything changes. Returns
+        the ids of the deleted segments; idempotent (a retry after a crash finishes the job).
+
+        Raises:
+            NotLeaderForPartitionError, FencedLeaderEpochError: this broker does not hold
+                the current epoch; nothing was deleted.
+        """
+        action = "deletion of the partition's remote data"
+        with self._lock(tp):
+            state = self.check_current_leader(tp, action)
+            if state is None:
+                return []  # nobody ever registered the partition: it has no remote data
+            epoch = state.leader_epoch
+            try:
+                mds = self.metadata.begin_partition_deletion(tp, leader_epoch=epoch, broker_id=self.broker_id,
+                                                             event_timestamp_ms=self.clock.milliseconds())
+            except FencedLeaderEpochError as e:
+                self._count_fenced(e, tp)
+                raise
+            for md in mds:
+                self.rsm.delete_log_segment_data(md)
+                self.cache.invalidate_segment(md.id)
+            try:
+                self.metadata.delete_partition(tp, leader_epoch=epoch)
+            except FencedLeaderEpochError as e:
+                self._count_fenced(e, tp)
+                raise
+            self._leaders.pop(tp, None)
+            with self._guard:
+                self._abandoned.pop(tp, None)
+            return [md.id for md in mds]
 
     # ---- retention -----------------------------------------------------------------------------
     def apply_local_retention(self, tp: TopicPartition, now: int | None = None) -> list[int]:
@@ -505,10 +623,20 @@ class RemoteLogManager:
     def run_once(self) -> dict[TopicPartition, PartitionRunResult]:
         """One pass over every remote-storage partition: copy, local retention, remote
         retention, deferred deletion. A failing step is logged and recorded; it stops
-        neither the other steps nor the other partitions."""
+        neither the other steps nor the other partitions. Partitions another broker leads
+        are skipped: a follower uploads and deletes nothing."""
         out: dict[TopicPartition, PartitionRunResult] = {}
         for tp, log in sorted(self.log_manager.all_logs().items()):
             if not log.config.remote_storage_enable:
+                continue
+            try:
+                leader = self.is_leader(tp)
+            except Exception as e:  # noqa: BLE001 - e.g. the metadata store is down: try again next pass
+                logger.warning("%s: cannot resolve the partition's leader: %s", tp, e)
+                out[tp] = PartitionRunResult(errors=[f"leadership: {e}"])
+                continue
+            if not leader:
+                logger.debug("%s: broker %d is a follower; no tiering or remote retention", tp, self.broker_id)
                 continue
             res = out[tp] = PartitionRunResult()
             steps: list[tuple[str, Callable[[], None]]] = [

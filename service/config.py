@@ -50,7 +50,18 @@ class ServiceConfig(BaseModel):
     port: int = Field(8080, ge=0, le=65535, description="Port of the HTTP API (0 = any free port).")
     token: str | None = Field(None, description="Bearer token required by mutating endpoints (none = open).")
     auth_reads: bool = Field(False, description="Require the token for read endpoints too.")
-    broker_id: int = Field(0, ge=0, description="This node's broker id (recorded with leadership and uploads).")
+    broker_id: int = Field(0, ge=0, le=2**31 - 1,
+                           description="This node's broker id (Kafka int32, 0..2147483647), recorded with the "
+                                       "leader epochs it registers: a node resumes only epochs registered to its "
+                                       "own id. Nodes sharing a metadata store need distinct ids.")
+    metadata_lock_timeout_ms: int = Field(5_000, ge=1, le=2**31 - 1,
+                                          description="Longest wait for a metadata-store lock (PostgreSQL "
+                                                      "lock_timeout, SQLite busy timeout); past it the request "
+                                                      "answers 503 with Retry-After.")
+    metadata_statement_timeout_ms: int = Field(30_000, ge=1, le=2**31 - 1,
+                                               description="Longest metadata statement or idle transaction on "
+                                                           "PostgreSQL (statement_timeout, "
+                                                           "idle_in_transaction_session_timeout).")
     cleaner_threads: int = Field(1, ge=0, le=64, description="Background cleaner threads (0 = clean on request only).")
     tiered_cleaner_threads: int = Field(1, ge=0, le=64,
                                         description="Background threads cleaning tiered (remote.storage.enable) "

@@ -57,6 +57,8 @@ from metadata.errors import (
     InvalidStateTransitionError,
     MetadataError,
     MetadataStoreError,
+    MetadataStoreTimeoutError,
+    NotLeaderForPartitionError,
     RemoteSegmentNotFoundError,
 )
 from remote.errors import (
@@ -117,6 +119,8 @@ STATUS: dict[type[TiercompactError], int] = {
     InvalidStateTransitionError: 409,
     RemoteSegmentNotFoundError: 404,
     MetadataStoreError: 503,
+    MetadataStoreTimeoutError: 503,  # a bounded metadata transaction timed out: retry (Retry-After)
+    NotLeaderForPartitionError: 409,  # another broker holds the partition's epoch: the message names it
     # remote
     RemoteStorageError: 502,
     RemoteStorageTransientError: 503,
@@ -199,6 +203,8 @@ def install_error_handlers(app: FastAPI, on_error: Callable[[TiercompactError], 
         if status >= 500:
             logger.error("%s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        if status == 503 and getattr(exc, "retriable", False):
+            headers = {"Retry-After": str(max(1, int(getattr(exc, "retry_after_s", 1))))}
         return JSONResponse(error_body(str(exc) or type(exc).__name__), status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)

@@ -45,9 +45,9 @@ from log.record import CompressionType, ControlRecordType
 from log.scheduler import Scheduler
 from log.types import TopicPartition, validate_topic_name
 from metadata import load_metadata_manager
-from metadata.errors import FencedLeaderEpochError
+from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
 from remote import load_object_store
-from remote.log_manager import RemoteLogManager
+from remote.log_manager import COUNTED_BY_RLM, RemoteLogManager
 from remote.object_store import ObjectStore, PutData
 from remote.storage_manager import RemoteStorageManager
 from remote.tiered_read import ReadResult
@@ -60,7 +60,6 @@ logger = logging.getLogger(__name__)
 REMOTE_CACHE_DIR = "remote-cache"
 ONLINE, OFFLINE = "online", "offline"  # a partition's state in GET .../partitions/{p}
 TIERED_TEMP_DIR = "tiered-tmp"  # the tiered cleaner's downloads and output (emptied at each round)
-COUNTED_BY_RLM = "_tiercompact_counted_by_rlm"
 MAX_EMPTY_PAGES = 1000
 CLEAN_BUSY_WAIT_MS = 50
 CLEAN_BUSY_RETRIES = 600
@@ -168,7 +167,9 @@ class Node:
         self._remove_temp_files(inner_store)
         self.object_store = CountingObjectStore(inner_store)
         self.storage_manager = RemoteStorageManager(self.object_store, clock=clock)
-        self.metadata = load_metadata_manager(config.metadata_url)
+        self.metadata = load_metadata_manager(config.metadata_url,
+                                              lock_timeout_ms=config.metadata_lock_timeout_ms,
+                                              statement_timeout_ms=config.metadata_statement_timeout_ms)
         self.cleaner = LogCleaner(self._cleaner_config(), self.log_manager, clock=clock, tiered=TieredContext(
             rlmm=self.metadata, rsm=self.storage_manager, leader_epoch=lambda tp: self.remote.leader_epoch(tp),
             temp_dir=self.data_dir / TIERED_TEMP_DIR, broker_id=config.broker_id,
@@ -237,14 +238,25 @@ class Node:
                 logger.info("removed %d temp files of interrupted uploads from %s", removed, store.url)
 
     def recover(self) -> None:
-        """Startup recovery beyond the local logs' own: adopt the registered leadership of
+        """Startup recovery beyond the local logs' own: resume the registered leadership of
         every tiered partition and delete uploads a crash left unfinished, before any
-        cleaner or tiering pass runs."""
+        cleaner or tiering pass runs.
+
+        A node resumes only an epoch registered to its own broker id. When the metadata
+        store shows another broker's epoch (this node is an old leader restarted after a
+        leadership move), the node is a follower of that partition: it uploads, publishes
+        and deletes nothing there, and the API answers 409 naming the leader."""
         for tp, log in sorted(self.log_manager.all_logs().items()):
             if not log.config.remote_storage_enable:
                 continue
             try:
-                self.remote.leader_state(tp)
+                if not self.remote.is_leader(tp):
+                    current = self.metadata.leader_state(tp)
+                    logger.warning("%s: broker %d is not the leader (broker %s holds leader epoch %s); this node is "
+                                   "a follower of the partition and fenced: no uploads, cleaning publishes or "
+                                   "deletes there", tp, self.broker_id, current.broker_id if current else "?",
+                                   current.leader_epoch if current else "?")
+                    continue
                 removed = self.remote.recover_orphans(tp)
                 if removed:
                     logger.info("%s: removed %d unfinished uploads left by a crash", tp, len(removed))
@@ -347,29 +359,49 @@ class Node:
         validate_topic_name(name)
         return self.log_manager.alter_config(name, changes)
 
-    def delete_topic(self, name: str) -> None:
+    def delete_topic(self, name: str, *, local_only: bool = False) -> dict[str, Any]:
+        """Delete a topic. Returns what was deleted: ``{"topic", "partitions",
+        "local_deleted", "remote_deleted"}``.
+
+        By default the topic is deleted everywhere: its remote objects and metadata (shared
+        with every node on the same stores), then this node's local logs. Deleting shared
+        data is fenced: this node must hold the current leader epoch of every partition that
+        has remote state, checked for all partitions before anything is deleted; otherwise
+        NotLeaderForPartitionError (409) and nothing is deleted, locally or remotely.
+
+        ``local_only`` drops only this node's local logs and leaves the remote data and
+        metadata to the leader (a follower's stale copy); it needs no leadership.
+        """
         topic = self.topic(name)
         tps = [TopicPartition(name, p) for p in range(topic.partitions)]
+        if not local_only:
+            for tp in tps:  # every partition first: a refusal must leave the whole topic untouched
+                try:
+                    self.remote.check_current_leader(tp, f"deletion of topic {name!r}")
+                except FencedLeaderEpochError as e:
+                    raise _not_deleted(e, name) from None
         manager = self.cleaner.manager
         for tp in tps:
             manager.abort_and_pause_cleaning(tp, timeout=60)
         try:
-            for tp in tps:
-                self._delete_remote_data(tp)
+            if not local_only:
+                for tp in tps:
+                    self._delete_remote_data(tp)
             self.log_manager.delete_topic(name)
         finally:
             for tp in tps:
                 manager.forget(tp)
+        if local_only:
+            logger.info("topic %s: deleted this node's local copy only; its remote data and metadata were kept",
+                        name)
+        return {"topic": name, "partitions": len(tps), "local_deleted": True, "remote_deleted": not local_only}
 
     def _delete_remote_data(self, tp: TopicPartition) -> None:
-        """Objects first, then the metadata (a crash in between leaves rows naming missing
-        objects, which a retried delete removes; never objects nobody knows about)."""
-        mds = {m.id: m for m in self.metadata.list_remote_log_segments(tp, include_superseded=True)}
-        mds.update({m.id: m for m in self.metadata.unreferenced_segments(tp, orphan_grace_ms=0)})
-        for md in mds.values():
-            self.storage_manager.delete_log_segment_data(md)
-            self.remote.cache.invalidate_segment(md.id)
-        self.metadata.delete_partition(tp)
+        """Fenced: tombstone every segment (DELETE_SEGMENT_STARTED) in one transaction under
+        this node's current epoch, delete the objects, then the metadata (a crash in between
+        leaves rows naming missing objects, which a retried delete removes; never objects
+        nobody knows about). See RemoteLogManager.delete_partition_data."""
+        self.remote.delete_partition_data(tp)
 
     # ---- partitions ------------------------------------------------------------------
     def log(self, topic: str, partition: int) -> LocalLog:
@@ -384,6 +416,7 @@ class Node:
             raise RequestTooLargeError(f"{len(records)} records in one request; the limit is "
                                        f"max_records_per_request={self.config.max_records_per_request}")
         log = self.log(topic, partition)
+        self.check_leader_for_produce(log)
         return log.append_records(records, compression=CompressionType.from_name(compression),
                                   producer_id=producer_id, producer_epoch=producer_epoch,
                                   base_sequence=base_sequence, transactional=transactional)
@@ -392,7 +425,9 @@ class Node:
         types = {"commit": ControlRecordType.COMMIT, "abort": ControlRecordType.ABORT}
         if kind not in types:
             raise InvalidRequestError(f"marker type {kind!r} is invalid: use commit or abort")
-        return self.log(topic, partition).append_marker(producer_id, producer_epoch, types[kind])
+        log = self.log(topic, partition)
+        self.check_leader_for_produce(log)
+        return log.append_marker(producer_id, producer_epoch, types[kind])
 
     def read(self, topic: str, partition: int, offset: int, *, max_records: int = 500,
              isolation: str = "read_uncommitted") -> ReadResult:
@@ -494,13 +529,32 @@ class Node:
         return {"copied": res.copied, "deleted_local": res.deleted_local}
 
     def become_leader(self, topic: str, partition: int, leader_epoch: int, broker_id: int) -> dict[str, Any]:
-        """Register a new leader epoch (a leadership move); writes under older epochs are fenced."""
+        """Register ``broker_id`` as leader at a new epoch (a leadership move); writes under
+        older epochs are fenced from then on.
+
+        When ``broker_id`` is this node's, it becomes the leader: it adopts the remote
+        cleaner checkpoint (seed 004). For another broker this node records the move and is
+        a follower of the partition from then on (its uploads, cleaning publishes, deletes
+        and produce requests are refused with 409 naming the leader).
+        """
         log = self.log(topic, partition)
         tp = log.topic_partition
         self.remote.become_leader(tp, leader_epoch, broker_id)
-        if log.config.remote_storage_enable:
+        if log.config.remote_storage_enable and broker_id == self.broker_id:
             self._adopt_remote_cleaner_checkpoint(tp, log)
         return self.partition_info(topic, partition)
+
+    def check_leader_for_produce(self, log: LocalLog) -> None:
+        """A tiered partition another broker leads takes no records here: they could never
+        be tiered (this node is fenced), so acknowledging them would lose them."""
+        if not log.config.remote_storage_enable:
+            return
+        tp = log.topic_partition
+        if self.remote.is_leader_cached(tp) or self.remote.is_leader(tp):
+            return
+        current = self.metadata.leader_state(tp)
+        raise NotLeaderForPartitionError(tp, self.broker_id, current.leader_epoch if current else -1,
+                                         current.broker_id if current else -1, "produce")
 
     def _adopt_remote_cleaner_checkpoint(self, tp: TopicPartition, log: LocalLog) -> None:
         """Seed 004: a new leader resolves the cleaner checkpoint from the remote cleaner-offset
@@ -576,6 +630,19 @@ class Node:
 
     def cleaner_status(self) -> dict[str, Any]:
         return self.cleaner.status()
+
+
+def _not_deleted(e: FencedLeaderEpochError, topic: str) -> FencedLeaderEpochError:
+    """The refusal of a topic deletion, saying that nothing was deleted and what to do."""
+    leader = f"broker {e.current_broker}" if e.current_broker is not None else "the leader"
+    out = FencedLeaderEpochError(
+        e.topic_partition, e.attempted_epoch, e.current_epoch, e.current_broker, f"deletion of topic {topic!r}",
+        detail=f"{e} -- topic {topic!r} was NOT deleted: nothing changed, locally or remotely. Send "
+               f"DELETE /v1/topics/{topic} to {leader}, which deletes the remote data and metadata; to drop "
+               f"only this node's local copy (remote data and metadata stay with the leader) send "
+               f"DELETE /v1/topics/{topic}?scope=local")
+    setattr(out, COUNTED_BY_RLM, getattr(e, COUNTED_BY_RLM, False))
+    return out
 
 
 def _redact(url: str) -> str:

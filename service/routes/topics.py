@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Response
+from fastapi.responses import JSONResponse
 
 from service.routes.deps import READ, WRITE, NodeDep, TopicPath
 from service.schemas import Error, Topic, TopicConfigPatch, TopicCreate
@@ -32,7 +35,19 @@ def alter_config(topic: TopicPath, body: TopicConfigPatch, node: NodeDep) -> dic
     return node.alter_config(topic, body.config).as_dict()
 
 
-@router.delete("/{topic}", status_code=204, dependencies=WRITE)
-def delete_topic(topic: TopicPath, node: NodeDep) -> Response:
-    node.delete_topic(topic)
+@router.delete("/{topic}", status_code=204, dependencies=WRITE,
+               responses={200: {"description": "scope=local: what was deleted "
+                                               "(`{topic, partitions, local_deleted, remote_deleted}`)"},
+                          409: {"model": Error, "description": "this node does not lead every partition; "
+                                                               "nothing was deleted"}})
+def delete_topic(topic: TopicPath, node: NodeDep,
+                 scope: Annotated[Literal["all", "local"], Query(
+                     description="all: the remote data and metadata (fenced: this node must be the leader "
+                                 "of every partition) and the local logs; local: only this node's local "
+                                 "logs, the remote data stays with the leader")] = "all") -> Response:
+    """Delete a topic (204). A node that is not the leader of every partition answers 409 and
+    deletes nothing; ``scope=local`` drops only its own local copy (200 with what was deleted)."""
+    result = node.delete_topic(topic, local_only=scope == "local")
+    if scope == "local":
+        return JSONResponse(result, status_code=200)
     return Response(status_code=204)

@@ -162,8 +162,8 @@ def test_orphan_without_recovery_is_deleted_by_run_once_after_the_grace_period(
 def test_become_leader_is_persisted_strictly_increasing_and_sets_the_local_epoch(env: TierEnv) -> None:
     log = env.create(local_retention_ms=-1)
     _fill(log, n=10)
-    state = env.rlm.become_leader(TP, 3, 7)
-    assert (state.leader_epoch, state.broker_id) == (3, 7)
+    state = env.rlm.become_leader(TP, 3, env.broker_id)  # a node resumes only epochs registered to its id
+    assert (state.leader_epoch, state.broker_id) == (3, env.broker_id)
     assert env.rlm.leader_epoch(TP) == 3 and log.leader_epoch == 3
     assert env.md.leader_epochs(TP) == [(3, 10)]
     with pytest.raises(FencedLeaderEpochError):
