@@ -70,6 +70,7 @@ from log.types import EpochEntry, TopicPartition
 from metadata.errors import FencedLeaderEpochError
 from metadata.manager import RemoteLogMetadataManager
 from metadata.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
+from remote.segment_state import rewritten_segment_state
 from remote.storage_manager import IndexType, LogSegmentData, RemoteStorageManager
 
 logger = logging.getLogger(__name__)
@@ -615,9 +616,10 @@ class TieredCleaner:
         txn = dest.txn_index.path if dest.txn_index.entries else None
         entries = [EpochEntry(e, o) for e, o in sorted(epochs.items())]
         try:
+            # KIP-405 LogSegmentData: the replaced segments' producer snapshot and epoch checkpoint
+            checkpoint, snapshot = rewritten_segment_state(self.rsm, group, LeaderEpochCheckpointFile.render(entries))
             self.rsm.copy_log_segment_data(md, LogSegmentData(
-                dest.log_path, dest.offset_index.path, dest.time_index.path, txn,
-                LeaderEpochCheckpointFile.render(entries)))
+                dest.log_path, dest.offset_index.path, dest.time_index.path, txn, checkpoint, snapshot))
             self.rlmm.put_bloom_filter(md.remote_log_segment_id, build_segment_bloom(dest, fpp).to_bytes())
         except SimulatedCrash:
             raise

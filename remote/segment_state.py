@@ -28,7 +28,7 @@ from log.producer_snapshot import decode_snapshot, encode_snapshot, list_snapsho
 from log.producer_state import ProducerStateManager
 from log.types import EpochEntry
 from metadata.types import RemoteLogSegmentMetadata
-from remote.storage_manager import RemoteSegmentState, RemoteStorageManager
+from remote.storage_manager import RemoteStorageManager
 
 logger = logging.getLogger(__name__)
 
@@ -104,17 +104,18 @@ def producer_snapshot_for(log: LocalLog, next_offset: int) -> bytes | None:
 
 
 def rewritten_segment_state(rsm: RemoteStorageManager, replaced: list[RemoteLogSegmentMetadata],
-                            fallback_checkpoint: bytes) -> RemoteSegmentState:
-    """The state objects for a segment that replaces ``replaced`` (same offsets, compacted):
-    those of the last replaced segment; its checkpoint falls back to ``fallback_checkpoint``
-    for a segment copied without one. For the tiered cleaner's upload.
+                            fallback_checkpoint: bytes) -> tuple[bytes, bytes | None]:
+    """(leader-epoch checkpoint, producer snapshot) for a segment that replaces ``replaced``
+    (same offsets, compacted): those of the last replaced segment, whose end is the new
+    segment's; the checkpoint falls back to ``fallback_checkpoint`` and the snapshot to None
+    for a segment copied without them (by an older version). For the tiered cleaner's upload.
 
     Raises:
         RemoteStorageError: a read failed after retries.
     """
     last = max(replaced, key=lambda m: m.end_offset)
     state = rsm.fetch_segment_state(last)
-    return RemoteSegmentState(state.producer_snapshot, state.leader_epoch_checkpoint or fallback_checkpoint)
+    return state.leader_epoch_checkpoint or fallback_checkpoint, state.producer_snapshot
 
 
 def needs_restore(log: LocalLog, remote: list[RemoteLogSegmentMetadata]) -> bool:
