@@ -43,6 +43,7 @@ from cleaner.throttler import Throttler
 from cleaner.tiered import TieredCleaner, TieredContext, tiered_log_to_clean
 from log.clock import SYSTEM_CLOCK, Clock
 from log.errors import InvalidRequestError, TiercompactError
+from log.locks import RANK_LEAF, ordered_lock
 from log.log_manager import LogManager
 from log.types import TopicPartition
 from metadata.errors import FencedLeaderEpochError
@@ -137,7 +138,7 @@ class LogCleaner:
         #: rounds rejected because this node's leader epoch was superseded (a zombie)
         self.fenced_rounds = 0
         self.segments_skipped_by_bloom_total = 0
-        self._lock = threading.Lock()
+        self._lock = ordered_lock("cleaner.log_cleaner", RANK_LEAF)
         self.threads: list[CleanerThread] = []
         self._last_runs: collections.deque[dict[str, Any]] = collections.deque(maxlen=LAST_RUNS_KEPT)
         self._started = False

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from cleaner.stats import PreCleanStats
 from log.checkpoint import OffsetCheckpointFile
 from log.clock import SYSTEM_CLOCK, Clock
 from log.local_log import LocalLog
+from log.locks import RANK_CLEANER_MANAGER, ordered_condition, ordered_rlock
 from log.types import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -68,15 +68,39 @@ def paused(n: int) -> CleaningState:
     return CleaningState(CleaningStateKind.PAUSED, n)
 
 
+class _StateTable(dict[TopicPartition, CleaningState]):
+    """The cleaning states, plus a count of changes per partition (selection plans without
+    the lock and checks afterwards that the partition's state did not change meanwhile)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changes: dict[TopicPartition, int] = {}
+
+    def _touch(self, tp: TopicPartition) -> None:
+        self.changes[tp] = self.changes.get(tp, 0) + 1
+
+    def __setitem__(self, tp: TopicPartition, state: CleaningState) -> None:
+        super().__setitem__(tp, state)
+        self._touch(tp)
+
+    def __delitem__(self, tp: TopicPartition) -> None:
+        super().__delitem__(tp)
+        self._touch(tp)
+
+    def pop(self, tp: TopicPartition, *default: Any) -> Any:  # type: ignore[override]
+        self._touch(tp)
+        return super().pop(tp, *default)
+
+
 class LogCleanerManager:
     def __init__(self, logs: Callable[[], Mapping[TopicPartition, LocalLog]], checkpoint_path: Path, *,
                  clock: Clock = SYSTEM_CLOCK) -> None:
         self._logs = logs
         self._checkpoint = OffsetCheckpointFile(Path(checkpoint_path))
         self._clock = clock
-        self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)
-        self._states: dict[TopicPartition, CleaningState] = {}
+        self._lock = ordered_rlock("cleaner.manager", RANK_CLEANER_MANAGER)
+        self._cond = ordered_condition("cleaner.manager", RANK_CLEANER_MANAGER, self._lock)
+        self._states = _StateTable()
         self._uncleanable: set[TopicPartition] = set()
         self._last_run_ms: int = clock.milliseconds()
         self.max_dirty_percent = 0
@@ -123,6 +147,13 @@ class LogCleanerManager:
         which needs :attr:`tiered_log_to_clean`): a local-only round on them would compact the
         local copies while the remote tier stays dirty, and local retention would then serve
         the dirty remote data.
+
+        Locking (log/locks.py): the candidates are snapshotted under the manager's lock, their
+        cleanable ranges computed without it (the tiered plan takes the RemoteLogManager's
+        partition lock and reads the metadata store, both above this lock in the hierarchy),
+        and the winner is marked IN_PROGRESS under the lock again, provided its state did not
+        change meanwhile (a partition paused, cleaned or deleted in between is left for the
+        next selection).
         """
         if tiered and self.tiered_log_to_clean is None:
             return None
@@ -130,32 +161,43 @@ class LogCleanerManager:
             now = self._clock.milliseconds() if now is None else now
             self._last_run_ms = now
             checkpoints = self._checkpoint.read()
-            pre = PreCleanStats()
-            dirty: list[LogToClean] = []
-            for tp, log in sorted(self._logs().items()):
-                if not log.config.compact or tp in self._states or tp in self._uncleanable:
-                    continue
-                if log.config.remote_storage_enable != tiered:
-                    continue
-                try:
-                    if tiered:
-                        assert self.tiered_log_to_clean is not None
-                        ltc = self.tiered_log_to_clean(tp, log, checkpoints.get(tp), now)
-                        if ltc is None:
-                            continue
-                    else:
-                        ltc = self.log_to_clean(tp, log, checkpoints.get(tp), now, pre)
-                except Exception:
-                    logger.exception("%s: failed to compute its cleanable range; marking it uncleanable", tp)
+            candidates = [(tp, log, self._states.changes.get(tp, 0)) for tp, log in sorted(self._logs().items())
+                          if log.config.compact and tp not in self._states and tp not in self._uncleanable
+                          and log.config.remote_storage_enable == tiered]
+        pre = PreCleanStats()
+        dirty: list[tuple[LogToClean, int]] = []
+        failed: list[tuple[TopicPartition, int]] = []
+        for tp, log, version in candidates:
+            try:
+                if tiered:
+                    assert self.tiered_log_to_clean is not None
+                    ltc = self.tiered_log_to_clean(tp, log, checkpoints.get(tp), now)
+                    if ltc is None:
+                        continue
+                else:
+                    ltc = self.log_to_clean(tp, log, checkpoints.get(tp), now, pre)
+            except Exception:
+                logger.exception("%s: failed to compute its cleanable range; marking it uncleanable", tp)
+                failed.append((tp, version))
+                continue
+            if ltc.total_bytes > 0:
+                dirty.append((ltc, version))
+        with self._lock:
+            live = self._logs()
+
+            def unchanged(tp: TopicPartition, log: LocalLog, version: int) -> bool:
+                return (tp not in self._states and tp not in self._uncleanable and live.get(tp) is log
+                        and self._states.changes.get(tp, 0) == version)
+
+            for tp, version in failed:
+                if live.get(tp) is not None and self._states.changes.get(tp, 0) == version:
                     self._uncleanable.add(tp)
-                    continue
-                if ltc.total_bytes > 0:
-                    dirty.append(ltc)
             self.pre_clean_stats = pre
-            self.max_dirty_percent = int(100 * max((x.cleanable_ratio for x in dirty), default=0.0))
-            cleanable = [x for x in dirty
-                         if (x.need_compaction_now and x.cleanable_bytes > 0)
-                         or x.cleanable_ratio > float(x.log.config.get("min.cleanable.dirty.ratio"))]
+            self.max_dirty_percent = int(100 * max((x.cleanable_ratio for x, _ in dirty), default=0.0))
+            cleanable = [x for x, v in dirty
+                         if ((x.need_compaction_now and x.cleanable_bytes > 0)
+                             or x.cleanable_ratio > float(x.log.config.get("min.cleanable.dirty.ratio")))
+                         and unchanged(x.topic_partition, x.log, v)]
             pre.cleanable_partitions = len(cleanable)
             if not cleanable:
                 return None

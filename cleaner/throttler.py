@@ -13,9 +13,9 @@ thread sharing the throttler is held back together.
 from __future__ import annotations
 
 import math
-import threading
 
 from log.clock import SYSTEM_CLOCK, Clock
+from log.locks import RANK_LEAF, ordered_lock
 
 
 class Throttler:
@@ -26,7 +26,7 @@ class Throttler:
         self.desired_rate_per_sec = desired_rate_per_sec
         self.check_interval_ms = check_interval_ms
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = ordered_lock("cleaner.throttler", RANK_LEAF)
         self._period_start = clock.monotonic_ms()
         self._observed = 0.0
         #: total bytes observed (Kafka's cleaner-io meter) and total ms slept

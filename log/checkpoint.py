@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Generic, TypeVar
 
 from log.errors import CorruptRecordError, InvalidRequestError
+from log.locks import RANK_CHECKPOINT_FILE, ordered_lock
 from log.types import EpochEntry, TopicPartition
 
 T = TypeVar("T")
@@ -77,7 +77,7 @@ class CheckpointFile(Generic[T]):
         self.version = version
         self._format = format_entry
         self._parse = parse_entry
-        self._lock = threading.Lock()
+        self._lock = ordered_lock("log.checkpoint_file", RANK_CHECKPOINT_FILE)
 
     def write(self, entries: Iterable[T]) -> None:
         items = list(entries)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Protocol
+
+from log.locks import RANK_CLOCK, ordered_lock
 
 
 class Clock(Protocol):
@@ -37,7 +38,7 @@ class MockClock:
 
     def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
         self._now = float(now_ms)
-        self._lock = threading.Lock()
+        self._lock = ordered_lock("log.clock", RANK_CLOCK)
 
     def milliseconds(self) -> int:
         with self._lock:

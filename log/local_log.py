@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from log.errors import (
     OffsetOutOfRangeError,
 )
 from log.index.txn_index import AbortedTxn
+from log.locks import RANK_LOCAL_LOG, ordered_rlock
 from log.producer_snapshot import decode_snapshot, list_snapshots, snapshot_path, write_snapshot
 from log.producer_state import ProducerStateEntry, ProducerStateManager
 from log.record import (
@@ -120,6 +120,10 @@ def _segment_advice(path: str | None) -> str:
             f"hold a copy of the segment) or delete the topic, and restart the node")
 
 
+#: a read whose segment is swapped out under it starts over this many times in all
+LOCAL_READ_ATTEMPTS = 5
+
+
 class SimulatedCrash(Exception):  # noqa: N818 - raised only by tests' crash hooks
     """Raised by a crash hook to stop an operation half-way, as a power cut would."""
 
@@ -132,7 +136,7 @@ class LocalLog:
         self.config = config
         self.clock = clock
         self.scheduler = scheduler
-        self.lock = threading.RLock()
+        self.lock = ordered_rlock("log.local", RANK_LOCAL_LOG, label=self.dir.name)
         self.segments = LogSegments()
         self.producer_state = ProducerStateManager()
         self._epoch_file = LeaderEpochCheckpointFile(self.dir / LEADER_EPOCH_CHECKPOINT)
@@ -599,8 +603,33 @@ class LocalLog:
     def read(self, start_offset: int, *, max_bytes: int = 1 << 20, max_offset: int | None = None) -> list[RecordBatch]:
         """Batches holding offsets >= ``start_offset`` (below ``max_offset``), at least one if any.
 
-        Raises OffsetOutOfRangeError outside [log start, log end].
+        The segment list is taken under the lock and the files are read without it, so a
+        segment can be swapped out (cleaner) or deleted (retention) in between: its file is
+        renamed to ``.deleted`` and removed, and opening it raises FileNotFoundError. The read
+        then takes a new segment list and goes on from the next offset it has not returned yet
+        (offsets never change, so a cleaned replacement holds the same offsets, minus the
+        records compaction removed). Batches already read stay valid: an open file outlives
+        its name.
+
+        Raises OffsetOutOfRangeError outside [log start, log end] (also when retention removed
+        ``start_offset`` while reading and nothing was read yet).
         """
+        out: list[RecordBatch] = []
+        for attempt in range(LOCAL_READ_ATTEMPTS):
+            offset = out[-1].next_offset if out else start_offset
+            try:
+                self._read_into(out, offset, max_bytes, max_offset)
+                return out
+            except OffsetOutOfRangeError:
+                if not out:
+                    raise
+                return out  # retention removed what followed the batches already read
+            except FileNotFoundError:
+                if attempt == LOCAL_READ_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _read_into(self, out: list[RecordBatch], start_offset: int, max_bytes: int, max_offset: int | None) -> None:
         with self.lock:
             start, end = self.log_start_offset, self.log_end_offset
             if start_offset < start or start_offset > end:
@@ -608,8 +637,7 @@ class LocalLog:
                     f"offset {start_offset} is outside the local log [{start}, {end}] of {self.topic_partition}")
             segs = self.segments.range(start_offset, end + 1) or self.segments.all()
             sizes = {s.base_offset: s.size for s in segs}
-        out: list[RecordBatch] = []
-        total = 0
+        total = sum(b.size_in_bytes for b in out)
         for seg in segs:
             pos = seg.find_position(start_offset, sizes[seg.base_offset]) if seg is segs[0] else 0
             if pos is None:
@@ -618,15 +646,14 @@ class LocalLog:
                 if batch.last_offset < start_offset:
                     continue
                 if max_offset is not None and batch.base_offset >= max_offset:
-                    return out
+                    return
                 if out and total + batch.size_in_bytes > max_bytes:
-                    return out
+                    return
                 # A read reports damaged bytes (file and position) rather than serving them,
                 # as the remote read path already does.
                 batch.ensure_valid(source=str(seg.log_path), position=p)
                 out.append(batch)
                 total += batch.size_in_bytes
-        return out
 
     def collect_aborted_transactions(self, start_offset: int, upper: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start_offset, upper), from the .txnindex files."""

@@ -24,7 +24,6 @@ import fcntl
 import json
 import logging
 import shutil
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from log.errors import (
     UnknownTopicOrPartitionError,
 )
 from log.local_log import LocalLog
+from log.locks import RANK_LOG_REGISTRY, ordered_rlock
 from log.scheduler import Scheduler
 from log.types import TopicPartition, validate_topic_name
 
@@ -88,7 +88,7 @@ class LogManager:
         self._lock_file: IO[bytes] | None = _lock_data_dir(self.data_dir)
         self.clock = clock
         self.scheduler = scheduler
-        self._lock = threading.RLock()
+        self._lock = ordered_rlock("log.registry", RANK_LOG_REGISTRY)
         self._topics: dict[str, Topic] = {}
         self._logs: dict[TopicPartition, LocalLog] = {}
         #: partitions whose directory failed to load -> why (see the module docstring)

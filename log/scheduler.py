@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 
 from log.clock import SYSTEM_CLOCK, Clock
+from log.locks import RANK_SCHEDULER, ordered_condition
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +23,7 @@ class Scheduler:
         self._clock = clock
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
-        self._cv = threading.Condition()
+        self._cv = ordered_condition("log.scheduler", RANK_SCHEDULER)
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()

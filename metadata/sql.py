@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import json
-import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
@@ -65,6 +64,14 @@ from sqlalchemy.pool import StaticPool
 
 from log.clock import SYSTEM_CLOCK, Clock
 from log.errors import InvalidConfigError, InvalidRequestError
+from log.locks import (
+    RANK_LEAF,
+    RANK_METADATA_CONNECTION,
+    RANK_METADATA_PARTITION,
+    RANK_METADATA_WRITE,
+    ordered_lock,
+    ordered_rlock,
+)
 from log.types import TopicPartition
 from metadata.errors import (
     FencedLeaderEpochError,
@@ -253,10 +260,11 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
             raise InvalidConfigError(f"fence_strategy {fence_strategy!r} must be one of {_FENCE_STRATEGIES}")
         self.fence_strategy = fence_strategy
         # one connection for every thread: every operation must hold the lock
-        self._all_lock: Any = threading.RLock() if memory else nullcontext()
-        self._write_lock: Any = threading.RLock() if self._sqlite else nullcontext()
-        self._guard = threading.Lock()
-        self._tp_locks: dict[TopicPartition, threading.RLock] = {}
+        self._all_lock: Any = (ordered_rlock("metadata.connection", RANK_METADATA_CONNECTION) if memory
+                               else nullcontext())
+        self._write_lock: Any = ordered_rlock("metadata.write", RANK_METADATA_WRITE) if self._sqlite else nullcontext()
+        self._guard = ordered_lock("metadata.partition_locks", RANK_LEAF)
+        self._tp_locks: dict[TopicPartition, Any] = {}
         self._sizes: dict[TopicPartition, int] = {}
         self._closed = False
 
@@ -297,11 +305,12 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
                     f"timeout ({self.lock_timeout_ms} ms). Retriable: retry in a second")
         return None
 
-    def _tp_lock(self, tp: TopicPartition) -> threading.RLock:
+    def _tp_lock(self, tp: TopicPartition) -> Any:
         with self._guard:
             lock = self._tp_locks.get(tp)
             if lock is None:
-                lock = self._tp_locks[tp] = threading.RLock()
+                lock = self._tp_locks[tp] = ordered_rlock("metadata.partition", RANK_METADATA_PARTITION,
+                                                          label=str(tp))
             return lock
 
     def _write(self, tp: TopicPartition, what: str, fn: Callable[[Connection], tuple[T, int]]) -> T:

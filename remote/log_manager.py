@@ -61,16 +61,17 @@ import functools
 import logging
 import os
 import shutil
-import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from log.clock import Clock
 from log.errors import TiercompactError
 from log.index.bloom import build_segment_bloom
 from log.local_log import LocalLog, retention_breached
+from log.locks import RANK_LEAF, RANK_RLM_PARTITION, ordered_lock, ordered_rlock
 from log.log_manager import LogManager
 from log.segment import LogSegment
 from log.types import TopicPartition
@@ -168,8 +169,8 @@ class RemoteLogManager:
         #: objects no metadata row and no live lease names are deleted once older than this
         #: (must exceed a Spark job's upload-to-publish time; see remote.orphans)
         self.orphan_object_grace_ms = orphan_object_grace_ms
-        self._guard = threading.Lock()
-        self._tp_locks: dict[TopicPartition, threading.RLock] = {}
+        self._guard = ordered_lock("remote.log_manager.state", RANK_LEAF)
+        self._tp_locks: dict[TopicPartition, Any] = {}
         self._leaders: dict[TopicPartition, LeaderState] = {}
         self._abandoned: dict[TopicPartition, dict[str, RemoteLogSegmentMetadata]] = {}
         self._counters = {"bytes_uploaded": 0, "segments_copied": 0, "segments_deleted": 0, "copy_failures": 0,
@@ -177,9 +178,12 @@ class RemoteLogManager:
         self._closed = False
 
     # ---- plumbing ----------------------------------------------------------------------------
-    def _lock(self, tp: TopicPartition) -> threading.RLock:
+    def _lock(self, tp: TopicPartition) -> Any:
         with self._guard:
-            return self._tp_locks.setdefault(tp, threading.RLock())
+            lock = self._tp_locks.get(tp)
+            if lock is None:
+                lock = self._tp_locks[tp] = ordered_rlock("remote.partition", RANK_RLM_PARTITION, label=str(tp))
+            return lock
 
     def _bump(self, name: str, n: int = 1) -> None:
         with self._guard:

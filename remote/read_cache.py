@@ -24,13 +24,14 @@ import hashlib
 import os
 import shutil
 import tempfile
-import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from log.errors import InvalidRequestError
+from log.locks import RANK_READ_CACHE, RANK_READ_CACHE_LOAD, ordered_lock
 
 MiB = 1 << 20
 DEFAULT_CHUNK_BYTES = 1 * MiB
@@ -57,10 +58,10 @@ class RemoteReadCache:
         self.chunk_bytes = chunk_bytes
         shutil.rmtree(self.directory, ignore_errors=True)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
+        self._lock = ordered_lock("remote.read_cache", RANK_READ_CACHE)
         self._entries: OrderedDict[str, int] = OrderedDict()  # key -> size, LRU first
         self._used = 0
-        self._loading: dict[str, threading.Lock] = {}
+        self._loading: dict[str, Any] = {}
         self._hits = self._misses = self._fetched = self._evictions = 0
 
     # ---- generic entries ---------------------------------------------------------------------
@@ -87,7 +88,9 @@ class RemoteReadCache:
         if data is not None:
             return data
         with self._lock:
-            key_lock = self._loading.setdefault(key, threading.Lock())
+            key_lock = self._loading.get(key)
+            if key_lock is None:
+                key_lock = self._loading[key] = ordered_lock("remote.read_cache.load", RANK_READ_CACHE_LOAD)
         with key_lock:
             data = self._lookup(key)  # another thread may have loaded it meanwhile
             if data is not None:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import bisect
 import struct
-import threading
 from collections.abc import Iterable
 
 from log.errors import CorruptRecordError
 from log.index.txn_index import AbortedTxn
+from log.locks import RANK_LEAF, ordered_lock
 from log.record import LOG_OVERHEAD, RecordBatch, iter_batches
 from metadata.types import RemoteLogSegmentMetadata
 from remote.errors import RemoteStorageIOError
@@ -35,7 +35,7 @@ class RemoteSegmentReader:
     def __init__(self, rsm: RemoteStorageManager, cache: RemoteReadCache) -> None:
         self.rsm = rsm
         self.cache = cache
-        self._lock = threading.Lock()
+        self._lock = ordered_lock("remote.reader", RANK_LEAF)
         self.bytes_downloaded = 0
 
     def _count(self, n: int) -> None:

@@ -28,7 +28,6 @@ import base64
 import hashlib
 import io
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,6 +35,7 @@ from typing import Any, BinaryIO, TypeVar
 from urllib.parse import urlparse
 
 from log.errors import InvalidConfigError
+from log.locks import RANK_STORE_CLIENT, ordered_lock
 from log.record.crc32c import crc32c
 from remote.errors import (
     ObjectNotFoundError,
@@ -114,7 +114,7 @@ class S3ObjectStore(ObjectStore):
         self.max_total_s = max_total_s
         self.verify_etag = verify_etag
         self._addressing_style = addressing_style
-        self._lock = threading.Lock()
+        self._lock = ordered_lock("remote.store.client", RANK_STORE_CLIENT)
         self._client_obj: Any = None
         self._client_pid: int | None = None
 
@@ -143,7 +143,7 @@ class S3ObjectStore(ObjectStore):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._lock = ordered_lock("remote.store.client", RANK_STORE_CLIENT)
 
     def _client(self) -> Any:
         pid = os.getpid()

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from log.errors import TiercompactError
+from log.locks import RANK_LEAF, ordered_lock
 from service.errors import JobNotFoundError, ServiceUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class JobRegistry:
     def __init__(self, workers: int = 2, max_finished: int = 1000) -> None:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tiercompact-job")
         self._jobs: OrderedDict[str, Job] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = ordered_lock("service.jobs", RANK_LEAF)
         self._max_finished = max_finished
         self._closed = False
 

@@ -24,7 +24,6 @@ import base64
 import logging
 import os
 import shutil
-import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from log.clock import SYSTEM_CLOCK, Clock
 from log.errors import InvalidRequestError, TiercompactError
 from log.fetch import READ_COMMITTED, check_isolation, read_local
 from log.local_log import AppendResult, LocalLog, RecordSpec
+from log.locks import RANK_LEAF, ordered_lock
 from log.log_manager import LogManager, Topic
 from log.record import CompressionType, ControlRecordType
 from log.scheduler import Scheduler
@@ -71,7 +71,7 @@ class CountingObjectStore(ObjectStore):
     def __init__(self, inner: ObjectStore) -> None:
         self.inner = inner
         self.verifies_writes = inner.verifies_writes  # counting changes nothing about verification
-        self._lock = threading.Lock()
+        self._lock = ordered_lock("service.counting_store", RANK_LEAF)
         self.bytes_uploaded = 0
         self.bytes_downloaded = 0
 
@@ -156,7 +156,7 @@ class Node:
         self.clock = clock
         self.broker_id = config.broker_id
         self.data_dir = config.data_dir
-        self._lock = threading.Lock()
+        self._lock = ordered_lock("service.node", RANK_LEAF)
         self._started = False
         self._closed = False
         self.fenced_operations = 0
@@ -310,10 +310,10 @@ class Node:
     def metrics(self) -> dict[str, float]:
         """Current metric values by name (service.metrics pulls these at scrape time)."""
         out: dict[str, float] = {}
-        with self._lock:
-            out["fenced_operations_total"] = (self.fenced_operations + self.remote.stats().fenced_operations
-                                              + self.cleaner.fenced_rounds)
-            out["remote_segments_skipped_by_bloom_total"] = self.cleaner.segments_skipped_by_bloom_total
+        with self._lock:  # a leaf lock: read our own counter only, then ask the others
+            fenced = self.fenced_operations
+        out["fenced_operations_total"] = fenced + self.remote.stats().fenced_operations + self.cleaner.fenced_rounds
+        out["remote_segments_skipped_by_bloom_total"] = self.cleaner.segments_skipped_by_bloom_total
         c = self.cleaner
         for name in ("max_compaction_delay_secs", "max_clean_time_secs", "uncleanable_partitions_count",
                      "uncleanable_bytes", "dead_thread_count", "max_buffer_utilization_percent",

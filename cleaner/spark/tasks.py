@@ -25,7 +25,6 @@ import heapq
 import os
 import shutil
 import tempfile
-import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ from cleaner.transactions import CleanedTransactionMetadata
 from log.checkpoint import LeaderEpochCheckpointFile
 from log.index.bloom import build_segment_bloom, key_digest
 from log.index.txn_index import AbortedTxn, parse_txn_index
+from log.locks import RANK_LEAF, ordered_lock
 from log.record import ControlRecordType
 from log.segment import LogSegment
 from log.types import EpochEntry, TopicPartition
@@ -85,7 +85,7 @@ class StoreSpec:
 
 
 _STORES: dict[tuple[int, StoreSpec], RemoteStorageManager] = {}
-_STORES_LOCK = threading.Lock()
+_STORES_LOCK = ordered_lock("cleaner.spark.stores", RANK_LEAF)
 
 
 @dataclass(frozen=True, slots=True)
