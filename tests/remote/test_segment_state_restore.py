@@ -1,0 +1,197 @@
+"""KIP-405 LogSegmentData: producer snapshot + leader-epoch checkpoint with every remote
+segment, and a node that lost its data dir restoring producer state and epochs from them
+(issue #11: "a node that loses its data dir forgets every producer")."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from log.clock import MockClock
+from log.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from log.fetch import READ_COMMITTED, READ_UNCOMMITTED
+from log.local_log import LocalLog, RecordSpec
+from log.producer_snapshot import decode_snapshot, encode_snapshot
+from log.producer_state import ProducerStateEntry
+from log.record import ControlRecordType
+from log.types import EpochEntry
+from remote.segment_state import parse_epoch_checkpoint, producer_snapshot_for, render_epoch_checkpoint
+from remote.storage_manager import IndexType
+from tests.remote.tiering import TP, TierEnv, read_all
+from tests.tiered.conftest import TP as TTP
+from tests.tiered.conftest import World
+
+PID, PEPOCH = 4242, 3
+
+
+def _rec(i: int) -> RecordSpec:
+    return RecordSpec(f"k{i % 7}".encode(), f"value-{i}".encode() * 8)
+
+
+def _workload(env: TierEnv, log: LocalLog) -> tuple[list[RecordSpec], int]:
+    """Idempotent producer PID over two leader epochs, plus a committed and an aborted
+    transaction; returns (the last idempotent batch, its base sequence)."""
+    env.rlm.become_leader(TP, 1, env.broker_id)
+    seq = 0
+    for i in range(20):
+        log.append_records([_rec(i)], producer_id=PID, producer_epoch=PEPOCH, base_sequence=seq)
+        seq += 1
+    env.rlm.become_leader(TP, 2, env.broker_id)
+    log.append_records([_rec(100)], producer_id=77, producer_epoch=0, base_sequence=0, transactional=True)
+    log.append_marker(77, 0, ControlRecordType.COMMIT)
+    log.append_records([_rec(101)], producer_id=78, producer_epoch=5, base_sequence=0, transactional=True)
+    log.append_marker(78, 5, ControlRecordType.ABORT)
+    for i in range(20, 35):
+        log.append_records([_rec(i)], producer_id=PID, producer_epoch=PEPOCH, base_sequence=seq)
+        seq += 1
+    last = [_rec(900), _rec(901)]
+    log.append_records(last, producer_id=PID, producer_epoch=PEPOCH, base_sequence=seq)
+    log.roll()
+    return last, seq
+
+
+def _fields(e: ProducerStateEntry) -> tuple:
+    return (e.producer_id, e.producer_epoch, e.first_sequence, e.last_sequence, e.first_data_offset,
+            e.last_data_offset, e.last_timestamp, e.current_txn_first_offset)
+
+
+def _lose_data_dir(env: TierEnv) -> None:
+    env.close()
+    for d in ("data", f"cache-{env.broker_id}"):
+        shutil.rmtree(env.root / d, ignore_errors=True)
+    env._open()
+
+
+@pytest.mark.parametrize("how", ["open", "become_leader"])
+def test_a_node_that_lost_its_data_dir_restores_producers_and_epochs_from_the_remote_tier(
+        tmp_path: Path, clock: MockClock, how: str) -> None:
+    env = TierEnv(tmp_path, clock)
+    log = env.create()
+    last, last_seq = _workload(env, log)
+    end = log.log_end_offset
+    producers = {pid: _fields(e) for pid, e in log.producer_state.active_producers().items()}
+    epochs = list(log.epoch_entries)
+    assert {PID, 77, 78} <= set(producers) and [e.epoch for e in epochs] == [1, 2]
+    expected = {iso: read_all(env.rlm, TP, iso) for iso in (READ_COMMITTED, READ_UNCOMMITTED)}
+    clock.advance(1)  # local.retention.ms=0 expires what is strictly older than now
+    res = env.rlm.tier(TP)
+    assert res.copied and res.deleted_local
+    assert log.log_start_offset == end  # every record lives only in the remote tier now
+
+    _lose_data_dir(env)
+    log2 = env.create()  # the new node is given the topic; its local log is empty
+    assert log2.log_end_offset == 0 and not log2.producer_state.active_producers()
+    if how == "open":
+        assert env.rlm.leader_epoch(TP) == 2
+    else:
+        env.rlm.become_leader(TP, 3, env.broker_id)
+
+    assert (log2.log_start_offset, log2.log_end_offset) == (end, end)
+    assert {pid: _fields(e) for pid, e in log2.producer_state.active_producers().items()} == producers
+    assert log2.epoch_entries[:2] == epochs
+    assert log2.epoch_entries[2:] == ([] if how == "open" else [EpochEntry(3, end)])
+    for iso, want in expected.items():
+        assert read_all(env.rlm, TP, iso) == want  # the remote data reads as before
+
+    # the retried last batch is a duplicate, as on the original node: nothing appended
+    dup = log2.append_records(last, producer_id=PID, producer_epoch=PEPOCH, base_sequence=last_seq)
+    assert dup.duplicate and (dup.base_offset, dup.last_offset) == (end - 2, end - 1)
+    assert log2.log_end_offset == end
+    with pytest.raises(OutOfOrderSequenceError):
+        log2.append_records([_rec(1)], producer_id=PID, producer_epoch=PEPOCH, base_sequence=last_seq + 5)
+    with pytest.raises(InvalidProducerEpochError):
+        log2.append_records([_rec(1)], producer_id=78, producer_epoch=4, base_sequence=0)
+    nxt = log2.append_records([_rec(2)], producer_id=PID, producer_epoch=PEPOCH, base_sequence=last_seq + 2)
+    assert not nxt.duplicate and nxt.base_offset == end
+
+    # and it survives a plain restart (the restored snapshot is on disk)
+    env.restart()
+    log3 = env.lm.get_log(TP)
+    assert log3.producer_state.active_producers()[PID].last_sequence == last_seq + 2
+    env.close()
+
+
+def test_every_copied_segment_carries_its_producer_snapshot_and_epoch_checkpoint(
+        tmp_path: Path, clock: MockClock) -> None:
+    env = TierEnv(tmp_path, clock)
+    log = env.create(local_retention_ms=-1)
+    _workload(env, log)
+    with log.lock:
+        want = {s.read_next_offset(): producer_snapshot_for(log, s.read_next_offset()) for s in log.all_segments()}
+    copied = env.rlm.copy_rolled_segments(TP)
+    assert len(copied) > 2
+    for md in copied:
+        snap = env.rsm.fetch_index(md, IndexType.PRODUCER_SNAPSHOT)
+        assert snap == want[md.end_offset + 1]
+        entries = parse_epoch_checkpoint(env.rsm.fetch_index(md, IndexType.LEADER_EPOCH))
+        assert entries == [e for e in log.epoch_entries if e.start_offset <= md.end_offset]
+    # the snapshot of the last segment is the state after it: every producer, newest sequences
+    last = decode_snapshot(env.rsm.fetch_index(copied[-1], IndexType.PRODUCER_SNAPSHOT))
+    assert {pid: _fields(e) for pid, e in last.items()} == {
+        pid: _fields(e) for pid, e in log.producer_state.active_producers().items()}
+    env.close()
+
+
+def test_a_missing_roll_snapshot_is_rebuilt_from_the_log(tmp_path: Path, clock: MockClock) -> None:
+    env = TierEnv(tmp_path, clock)
+    log = env.create(local_retention_ms=-1)
+    _workload(env, log)
+    seg = log.all_segments()[1]
+    nxt = seg.read_next_offset()
+    with log.lock:
+        original = producer_snapshot_for(log, nxt)
+        (log.dir / f"{nxt:020d}.snapshot").unlink()
+        rebuilt = producer_snapshot_for(log, nxt)
+    assert rebuilt is not None and decode_snapshot(rebuilt) == decode_snapshot(original)
+    env.close()
+
+
+def test_epoch_checkpoint_round_trip_and_garbage() -> None:
+    entries = [EpochEntry(0, 0), EpochEntry(4, 120)]
+    assert parse_epoch_checkpoint(render_epoch_checkpoint(entries)) == entries
+    from log.errors import CorruptRecordError
+
+    for bad in (b"", b"1\n0\n", b"0\n2\n0 0\n", b"0\nx\n", b"\xff\xfe"):
+        with pytest.raises(CorruptRecordError):
+            parse_epoch_checkpoint(bad)
+    assert encode_snapshot({})  # an empty producer set is still a valid snapshot
+
+
+def test_a_tiered_rewrite_carries_the_state_and_a_new_node_restores_from_it(tmp_path: Path, clock: MockClock) -> None:
+    world = World(tmp_path, clock, (f"file://{tmp_path / 'objects'}", {}), f"sqlite:///{tmp_path / 'md.db'}")
+    seq = 0
+    for _round in range(4):
+        for i in range(40):
+            world.log.append_records([RecordSpec(f"k{i % 5}".encode(), b"v" * 40,
+                                                 timestamp=clock.milliseconds())],
+                                     producer_id=PID, producer_epoch=PEPOCH, base_sequence=seq)
+            seq += 1
+        world.roll_and_tier()
+    before = {m.id: m for m in world.rlmm.list_remote_log_segments(TTP)}
+    last_before = max(before.values(), key=lambda m: m.end_offset)
+    want = world.rsm.fetch_segment_state(last_before)
+    assert want.producer_snapshot is not None
+    stats = world.clean()
+    assert stats.segments_cleaned
+    after = world.rlmm.list_remote_log_segments(TTP)
+    rewritten = [m for m in after if m.id not in before]
+    assert rewritten
+    newest = max(after, key=lambda m: m.end_offset)
+    assert newest.id not in before  # the newest remote segment is a rewrite
+    got = world.rsm.fetch_segment_state(newest)
+    assert got == want
+    end = world.log.log_end_offset
+    world.close()
+
+    shutil.rmtree(tmp_path / "data-0")
+    shutil.rmtree(tmp_path / "cache-0", ignore_errors=True)
+    node = World(tmp_path, clock, (f"file://{tmp_path / 'objects'}", {}), f"sqlite:///{tmp_path / 'md.db'}")
+    node.rlm.leader_state(TTP)
+    assert node.log.log_end_offset == end
+    assert node.log.producer_state.active_producers()[PID].last_sequence == seq - 1
+    dup = node.log.append_records([RecordSpec(b"k4", b"v" * 40, timestamp=clock.milliseconds())],
+                                  producer_id=PID, producer_epoch=PEPOCH, base_sequence=seq - 1)
+    assert dup.duplicate and node.log.log_end_offset == end
+    node.close()
