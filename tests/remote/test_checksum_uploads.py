@@ -151,3 +151,35 @@ def test_a_copy_damaged_in_transit_is_not_published_and_the_local_segments_stay(
     for iso, want in expected.items():
         assert read_all(env.rlm, TP, iso) == want
     env.close()
+
+
+def test_a_tiered_rewrite_damaged_in_transit_is_not_published_and_the_originals_stay(
+        tmp_path: Path, clock: MockClock) -> None:
+    from tests.tiered.conftest import TP as TTP
+    from tests.tiered.conftest import World
+
+    world = World(tmp_path, clock, (f"file://{tmp_path / 'objects'}", {}), f"sqlite:///{tmp_path / 'md.db'}")
+    corrupting = CorruptingStore(world.rsm.store)
+    world.rsm.store = corrupting
+    for _round in range(4):
+        world.produce([(f"k{i % 5}".encode(), f"v{_round}-{i}".encode() * 10) for i in range(40)])
+        world.roll_and_tier()
+    before = world.rlmm.list_remote_log_segments(TTP)
+    objects_before = world.object_keys()
+    records = world.read_all()
+
+    corrupting.corrupt_next(10_000)
+    with pytest.raises(RemoteStorageChecksumError):
+        world.clean()
+    assert corrupting.corrupted
+    assert world.rlmm.list_remote_log_segments(TTP) == before  # nothing published
+    assert objects_before <= world.object_keys()  # no original deleted
+    assert world.read_all() == records
+
+    corrupting.corrupt_next(0)
+    world.clean()  # the next round succeeds
+    after = world.rlmm.list_remote_log_segments(TTP)
+    assert {m.id for m in after} != {m.id for m in before}
+    compacted = world.read_all()
+    assert {k: v for _o, k, v in compacted} == {k: v for _o, k, v in records}
+    world.close()
