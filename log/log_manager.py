@@ -67,7 +67,7 @@ def _lock_data_dir(data_dir: Path) -> IO[bytes]:
         f.close()
         raise DataDirInUseError(
             f"data dir {data_dir} is in use by another tiercompact process (it holds {data_dir / LOCK_FILE}); "
-            f"stop that process first, or use another --data-dir") from None
+            f"stop that process first, or send the request to it (tiercompact clean ... --server URL)") from None
     return f
 
 

@@ -1,10 +1,16 @@
 """The ``tiercompact`` console script: serve, demo, clean, spark-clean, dump-log, config-docs.
 
-Every ServiceConfig option is a flag of ``serve`` and ``clean`` (``--data-dir``,
-``--remote``, ...); flags override ``TIERCOMPACT_*`` environment variables, which
-override the config file, which overrides the defaults (see service/config.py).
-Exit codes: 0 success, 1 the operation failed (a corrupt segment, a failed clean),
-2 bad usage or configuration.
+Every ServiceConfig option is a flag of ``serve`` (``--data-dir``, ``--remote``, ...);
+``clean`` and ``spark-clean`` take only the options they use (:data:`DATA_DIR_OPTIONS`).
+Flags override ``TIERCOMPACT_*`` environment variables, which override the config file,
+which overrides the defaults (see service/config.py).
+
+``clean`` and ``spark-clean`` open the data dir themselves, which a running ``serve``
+owns (it holds the data dir's lock); beside a running service, ``clean --server URL``
+(with ``--token``) sends the clean to it through the HTTP API instead.
+
+Exit codes: 0 success, 1 the operation failed (a corrupt segment, a failed clean, the
+server answered an error), 2 bad usage or configuration.
 """
 
 from __future__ import annotations
@@ -12,18 +18,36 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
-from collections.abc import Sequence
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from log.errors import TiercompactError
+from log.errors import DataDirInUseError, TiercompactError
 from service.config import ServiceConfig, ServiceConfigError, load_config, options_reference_markdown
 
+#: the ServiceConfig options a one-off ``clean`` / ``spark-clean`` on a data dir uses: where the
+#: data and the stores are, this node's identity, the cleaner's sizing; the rest only matter to
+#: a running ``serve`` (HTTP, background threads, request limits)
+DATA_DIR_OPTIONS = (
+    "data_dir", "remote", "metadata", "s3_endpoint", "s3_region", "remote_retry_attempts", "remote_timeout_ms",
+    "remote_connect_timeout_ms", "remote_read_timeout_ms", "broker_id", "metadata_lock_timeout_ms",
+    "metadata_statement_timeout_ms", "dedupe_buffer_size", "io_max_bytes_per_second", "log_level",
+)
+SERVER_TIMEOUT_S = 3600.0
+EXIT_SIGPIPE = 128 + 13  # what a shell reports for a process killed by SIGPIPE
 
-def _add_option_flags(p: argparse.ArgumentParser) -> None:
+
+def _add_option_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup,
+                      only: Collection[str] | None = None) -> None:
     p.add_argument("--config", metavar="FILE", help="TOML (or .json) config file")
     for name, f in ServiceConfig.model_fields.items():
+        if only is not None and name not in only:
+            continue
         flag = "--" + name.replace("_", "-")
         if f.annotation in (bool, "bool"):
             p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None,
@@ -40,6 +64,17 @@ def _load(args: argparse.Namespace) -> ServiceConfig:
     return load_config(_flags(args), config_file=args.config)
 
 
+def _add_server_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("beside a running service")
+    g.add_argument("--server", metavar="URL", default=os.environ.get("TIERCOMPACT_SERVER"),
+                   help="send the request to the tiercompact service at URL (e.g. http://127.0.0.1:8080) instead "
+                        "of opening a data dir (env TIERCOMPACT_SERVER)")
+    g.add_argument("--token", metavar="TOKEN", default=None,
+                   help="bearer token of the service, with --server (env TIERCOMPACT_TOKEN)")
+    g.add_argument("--timeout", metavar="SECONDS", type=float, default=SERVER_TIMEOUT_S,
+                   help=f"how long to wait for the service's answer, with --server (default {SERVER_TIMEOUT_S:g})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tiercompact", allow_abbrev=False,
                                      description="Kafka-style log compaction for tiered logs.")
@@ -48,17 +83,30 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", allow_abbrev=False, help="run the HTTP admin API and background cleaning/tiering")
     _add_option_flags(serve)
 
-    clean = sub.add_parser("clean", allow_abbrev=False, help="run one cleaning pass on a partition and print its stats (JSON)")
+    clean = sub.add_parser(
+        "clean", allow_abbrev=False, help="run one cleaning pass on a partition and print its stats (JSON)",
+        description="Run one cleaning pass on a partition and print its stats (JSON). Beside a running "
+                    "`tiercompact serve`, which owns the data dir, use --server URL to send the clean to it; "
+                    "without --server the command opens the data dir itself (the service must be stopped).")
     clean.add_argument("topic")
     clean.add_argument("partition", type=int)
-    _add_option_flags(clean)
+    _add_server_flags(clean)
+    _add_option_flags(clean.add_argument_group("without --server: the data dir and stores to open"),
+                      DATA_DIR_OPTIONS)
 
-    spark = sub.add_parser("spark-clean", help="clean the remote tier of partitions with one Spark job (JSON)")
+    spark = sub.add_parser(
+        "spark-clean", allow_abbrev=False, help="clean the remote tier of partitions with one Spark job (JSON)",
+        description="Clean the remote tier of a topic's partitions with one Spark job and print the outcomes "
+                    "(JSON). It opens the data dir itself, so stop a `tiercompact serve` running on it first "
+                    "(the service has no Spark endpoint; `tiercompact clean --server URL` cleans one partition "
+                    "through a running service).")
     spark.add_argument("topic")
     spark.add_argument("partitions", type=int, nargs="*", metavar="PARTITION",
                        help="partitions to clean (default: every partition of the topic)")
     spark.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
-    _add_option_flags(spark)
+    spark.add_argument("--server", metavar="URL", default=os.environ.get("TIERCOMPACT_SERVER"),
+                       help="not supported: the service has no Spark endpoint (the command says what to do instead)")
+    _add_option_flags(spark.add_argument_group("the data dir and stores to open"), DATA_DIR_OPTIONS)
 
     demo = sub.add_parser("demo", allow_abbrev=False, help="a self-contained tour: produce, tier, compact, read back")
     demo.add_argument("--records", type=int, default=20_000, help="records to produce (default 20000)")
@@ -68,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     dump = sub.add_parser("dump-log", allow_abbrev=False, help="print the batches of segment files (like kafka-dump-log)")
     dump.add_argument("paths", nargs="+", type=Path, metavar="PATH",
-                      help=".log, .index, .timeindex or .txnindex file")
+                      help=".log, .index, .timeindex, .txnindex, .snapshot or leader-epoch-checkpoint file, local "
+                           "or a remote segment's object (<offset>-<segment id>.<type>)")
     dump.add_argument("--print-records", action="store_true", help="print every record too")
 
     docs = sub.add_parser("config-docs", allow_abbrev=False, help="print the topic configuration reference (Markdown)")
@@ -91,27 +140,114 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+class ServerError(Exception):
+    """The service answered an error, or could not be reached (the message says which)."""
+
+
+def _server_request(args: argparse.Namespace, method: str, path: str) -> Any:
+    """One JSON request to the service at ``--server``; its ``{"error": ...}`` becomes ServerError."""
+    base = args.server.rstrip("/")
+    if urllib.parse.urlparse(base).scheme not in ("http", "https"):
+        raise ServiceConfigError(f"--server {args.server!r} is not an http:// or https:// URL")
+    token = args.token if args.token is not None else os.environ.get("TIERCOMPACT_TOKEN")
+    headers = {"Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token.strip()}"
+    req = urllib.request.Request(base + path, method=method, headers=headers,
+                                 data=b"" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(req, timeout=args.timeout) as resp:  # noqa: S310 - URL checked above
+            return json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as e:
+        body = e.read()
+        try:
+            message = json.loads(body)["error"]
+        except (ValueError, KeyError, TypeError):
+            message = body.decode("utf-8", "replace").strip() or e.reason
+        raise ServerError(f"{base} answered {e.code}: {message}") from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise ServerError(f"cannot reach the tiercompact service at {base} ({reason}); check --server, or run "
+                          f"without it to open the data dir directly (with the service stopped)") from None
+
+
+def _check_server_flags(args: argparse.Namespace) -> None:
+    if args.server is None:
+        return
+    local = [f"--{n.replace('_', '-')}" for n in DATA_DIR_OPTIONS if getattr(args, n, None) is not None]
+    if args.config is not None:
+        local.insert(0, "--config")
+    if local:
+        raise ServiceConfigError(f"{', '.join(local)} configure a data dir opened locally; with --server the "
+                                 f"service uses its own: drop them, or drop --server")
+
+
+def _data_dir_in_use(e: DataDirInUseError, args: argparse.Namespace, command: str) -> int:
+    partition = f" {args.partition}" if command == "clean" else ""
+    print(f"error: {e}", file=sys.stderr)
+    if command == "clean":
+        print(f"hint: a running tiercompact service owns this data dir; send the clean to it with\n"
+              f"  tiercompact clean {args.topic}{partition} --server http://HOST:PORT [--token TOKEN]",
+              file=sys.stderr)
+    else:
+        print("hint: a running tiercompact service owns this data dir and has no Spark endpoint: stop it and run "
+              "spark-clean again, or clean one partition through it with\n"
+              f"  tiercompact clean {args.topic} PARTITION --server http://HOST:PORT [--token TOKEN]",
+              file=sys.stderr)
+    return 1
+
+
+def _check_data_dir(config: ServiceConfig) -> None:
+    d = config.data_dir
+    if d.exists() and not d.is_dir():
+        raise ServiceConfigError(f"--data-dir {d} is not a directory; point it at the service's data dir "
+                                 f"(it holds topics.json and the <topic>-<partition> directories)")
+
+
 def cmd_clean(args: argparse.Namespace) -> int:
-    """A pass on the data dir without starting the service's threads (stop `serve` first:
-    two processes must not own one data dir)."""
+    """One cleaning pass: through the service with ``--server``, else on the data dir directly
+    (without the service's threads; the service must be stopped, as two processes must not own
+    one data dir)."""
+    _check_server_flags(args)
+    if args.server is not None:
+        topic = urllib.parse.quote(args.topic, safe="")
+        _print_json(_server_request(args, "POST", f"/v1/topics/{topic}/partitions/{args.partition}/clean?wait=true"))
+        return 0
     from service.node import Node
 
     config = _load(args)
+    _check_data_dir(config)
     logging.basicConfig(level=config.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    with Node(config) as node:
+    try:
+        node = Node(config)
+    except DataDirInUseError as e:
+        return _data_dir_in_use(e, args, "clean")
+    with node:
         _print_json(node.clean(args.topic, args.partition))
     return 0
 
 
 def cmd_spark_clean(args: argparse.Namespace) -> int:
-    """Offload a clean of the topic's tiered partitions to Spark (stop `serve` first, as for `clean`)."""
+    """Offload a clean of the topic's tiered partitions to Spark (the service must be stopped, as
+    for a local ``clean``: the service has no Spark endpoint to send it to)."""
+    _check_server_flags(args)
+    if args.server is not None:
+        raise ServiceConfigError(
+            "spark-clean cannot go through --server: the service has no Spark endpoint. Stop the service and run "
+            "spark-clean on its data dir, or clean partitions through the service one at a time with "
+            f"'tiercompact clean {args.topic} PARTITION --server {args.server}'")
     from cleaner.spark.job import SparkCleanConfig, SparkCleanJob, spark_session
     from log.types import TopicPartition
     from service.node import Node
 
     config = _load(args)
+    _check_data_dir(config)
     logging.basicConfig(level=config.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    with Node(config) as node:
+    try:
+        node = Node(config)
+    except DataDirInUseError as e:
+        return _data_dir_in_use(e, args, "spark-clean")
+    with node:
         topic = node.topic(args.topic)
         tps = [TopicPartition(topic.name, p) for p in (args.partitions or range(topic.partitions))]
         for tp in tps:
@@ -175,11 +311,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ServiceConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except TiercompactError as e:
+    except (TiercompactError, ServerError) as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # the reader went away (`tiercompact dump-log ... | head`): stop quietly, as a tool
+        # killed by SIGPIPE would, and keep the interpreter's final flush from complaining
+        _silence_stdout()
+        return EXIT_SIGPIPE
     except KeyboardInterrupt:
         return 130
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout without a file descriptor (captured in tests)
+        pass
 
 
 def _print_json(doc: Any) -> None:

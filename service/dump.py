@@ -20,9 +20,10 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
+from log.checkpoint import LeaderEpochCheckpointFile
 from log.errors import CorruptRecordError
+from log.producer_snapshot import decode_snapshot
 from log.record import ControlRecordType, RecordBatch, decode_end_txn_marker_value, iter_file_batches
-from log.segment import offset_from_filename
 from log.types import TimestampType
 
 Out = Callable[[str], None]
@@ -78,10 +79,9 @@ def record_lines(b: RecordBatch) -> list[str]:
 def dump_log(path: Path, out: Out, *, print_records: bool = False) -> bool:
     """Print every batch of a ``.log`` file; False if a batch is corrupt."""
     out(f"Dumping {path}")
-    try:
-        out(f"Log starting offset: {offset_from_filename(path.name)}")
-    except ValueError:
-        pass
+    base = base_offset_of(path.name)
+    if base is not None:
+        out(f"Log starting offset: {base}")
     ok = True
     try:
         for pos, batch in iter_file_batches(path):
@@ -111,10 +111,33 @@ def _entries(path: Path, fmt: struct.Struct) -> tuple[list[tuple[int, ...]], int
     return [fmt.unpack_from(data, i) for i in range(0, whole, fmt.size)], len(data) - whole
 
 
+def base_offset_of(name: str) -> int | None:
+    """The base offset a segment file or remote object is named by, or None.
+
+    Local files are ``<20-digit base offset>.<type>[.suffix]``; remote objects carry the
+    segment id after the offset, ``<20-digit base offset>-<segment id>.<type>``
+    (remote/storage_manager.py's key layout).
+    """
+    head = name.split(".", 1)[0]
+    digits = head[:20]
+    if len(digits) == 20 and digits.isdigit() and (len(head) == 20 or head[20] == "-"):
+        return int(digits)
+    return None
+
+
+def _kind(name: str) -> str:
+    """The file type (``log``, ``index``, ...) after the name's first dot."""
+    return name.split(".", 1)[1].split(".")[0] if "." in name else ""
+
+
 def dump_index(path: Path, out: Out) -> bool:
     out(f"Dumping {path}")
-    base = offset_from_filename(path.name)
-    suffix = path.name.split(".", 1)[1].split(".")[0]
+    base = base_offset_of(path.name)
+    if base is None:
+        raise ValueError(f"{path.name}: an index file is named by its segment's base offset "
+                         f"(<20 digits>.index, or <20 digits>-<segment id>.index for a remote one); "
+                         f"without it the relative offsets cannot be resolved")
+    suffix = _kind(path.name)
     ok = True
     if suffix == "index":
         entries, extra = _entries(path, struct.Struct(">ii"))
@@ -137,9 +160,44 @@ def dump_index(path: Path, out: Out) -> bool:
 
 def dump_file(path: Path, out: Out, *, print_records: bool = False) -> bool:
     """Dump a .log/.index/.timeindex/.txnindex file (suffixes like ``.deleted`` allowed)."""
-    kind = path.name.split(".", 1)[1].split(".")[0] if "." in path.name else ""
+    kind = _kind(path.name)
     if kind == "log":
         return dump_log(path, out, print_records=print_records)
     if kind in ("index", "timeindex", "txnindex"):
         return dump_index(path, out)
-    raise ValueError(f"{path.name}: not a segment file (.log, .index, .timeindex, .txnindex)")
+    if kind == "snapshot":
+        return dump_producer_snapshot(path, out)
+    if kind == "leader_epoch_checkpoint" or path.name.startswith("leader-epoch-checkpoint"):
+        return dump_epoch_checkpoint(path, out)
+    raise ValueError(f"{path.name}: not a segment file (.log, .index, .timeindex, .txnindex, .snapshot, "
+                     f"leader-epoch-checkpoint)")
+
+
+def dump_producer_snapshot(path: Path, out: Out) -> bool:
+    """A ``.snapshot`` file (local, or a remote segment's) as Kafka's dumpProducerIdSnapshot lists it."""
+    out(f"Dumping {path}")
+    try:
+        producers = decode_snapshot(path.read_bytes(), source=str(path))
+    except CorruptRecordError as e:
+        out(f"Corrupt producer snapshot: {e}")
+        return False
+    for pid, e in sorted(producers.items()):
+        txn = "None" if e.current_txn_first_offset is None else e.current_txn_first_offset
+        out(f"producerId: {pid} producerEpoch: {e.producer_epoch} coordinatorEpoch: {e.coordinator_epoch} "
+            f"currentTxnFirstOffset: {txn} lastTimestamp: {e.last_timestamp} firstSequence: {e.first_sequence} "
+            f"lastSequence: {e.last_sequence} lastOffset: {e.last_data_offset} "
+            f"offsetDelta: {e.last_data_offset - e.first_data_offset if e.last_data_offset >= 0 else 0}")
+    return True
+
+
+def dump_epoch_checkpoint(path: Path, out: Out) -> bool:
+    """A leader-epoch checkpoint (a partition's file or a remote segment's copy)."""
+    out(f"Dumping {path}")
+    try:
+        entries = LeaderEpochCheckpointFile(path).read()
+    except CorruptRecordError as e:
+        out(f"Corrupt leader-epoch checkpoint: {e}")
+        return False
+    for e in entries:
+        out(f"epoch: {e.epoch} startOffset: {e.start_offset}")
+    return True
