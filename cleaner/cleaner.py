@@ -57,6 +57,7 @@ from cleaner.stats import CleanerStats
 from cleaner.throttler import Throttler
 from cleaner.transactions import CleanedTransactionMetadata
 from log.clock import SYSTEM_CLOCK, Clock
+from log.errors import CorruptRecordError
 from log.local_log import LocalLog, SimulatedCrash
 from log.record import RecordBatch, RecordBatchBuilder, build_empty_header
 from log.segment import CLEANED_SUFFIX, LogSegment
@@ -117,10 +118,18 @@ class CleanContext:
 
 
 def _chunks(segment: LogSegment, start_position: int, chunk_bytes: int) -> Iterator[tuple[list[RecordBatch], int]]:
-    """Batches of ``segment`` from ``start_position``, grouped into chunks of about ``chunk_bytes``."""
+    """Batches of ``segment`` from ``start_position``, grouped into chunks of about ``chunk_bytes``.
+
+    Every batch's CRC (and header) is verified before the cleaner looks at it: a rebuilt batch
+    gets a fresh, valid CRC, so filtering a corrupt batch would turn corruption into valid
+    data. A mismatch raises CorruptRecordError naming the file and the batch's byte position;
+    the round stops there and the partition is marked uncleanable with that reason.
+    """
     chunk: list[RecordBatch] = []
     size = 0
-    for _pos, batch in segment.batches(start_position, segment.size):
+    source = str(segment.log_path)
+    for pos, batch in segment.batches(start_position, segment.size):
+        batch.ensure_valid(source=source, position=pos)
         chunk.append(batch)
         size += batch.size_in_bytes
         if size >= chunk_bytes:
@@ -131,6 +140,20 @@ def _chunks(segment: LogSegment, start_position: int, chunk_bytes: int) -> Itera
 
 
 # ---- 1. mapping ---------------------------------------------------------------------------
+
+def renamed_corruption(e: CorruptRecordError, source: str) -> CorruptRecordError:
+    """``e`` naming ``source`` (e.g. a remote segment's object key) instead of the temporary
+    file the bytes were read from; the byte position is kept."""
+    message = str(e)
+    where = f" in {e.source}" if e.source is not None else ""
+    if e.position is not None:
+        where += f" at byte {e.position}"
+    if where and message.endswith(where):
+        message = message[: -len(where)]
+    out = CorruptRecordError(message, source=source, position=e.position)
+    out.__cause__ = e
+    return out
+
 
 def build_offset_map_from_segments(
     segments: Iterable[LogSegment],

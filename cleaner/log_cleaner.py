@@ -42,7 +42,7 @@ from cleaner.stats import CleanerStats
 from cleaner.throttler import Throttler
 from cleaner.tiered import TieredCleaner, TieredContext, tiered_log_to_clean
 from log.clock import SYSTEM_CLOCK, Clock
-from log.errors import InvalidRequestError, TiercompactError
+from log.errors import CorruptRecordError, InvalidRequestError, TiercompactError
 from log.locks import RANK_LEAF, ordered_lock
 from log.log_manager import LogManager
 from log.types import TopicPartition
@@ -218,14 +218,14 @@ class LogCleaner:
         except TiercompactError as e:
             if not e.retriable:
                 logger.exception("%s: cleaning failed; marking the partition uncleanable", tp)
-                self.manager.mark_uncleanable(tp)
+                self.manager.mark_uncleanable(tp, f"{type(e).__name__}: {e}")
             else:
                 logger.warning("%s: cleaning failed, will retry after the backoff: %s", tp, e)
             self._record({"topic": tp.topic, "partition": tp.partition, "error": f"{type(e).__name__}: {e}",
                           "end_ms": self.clock.milliseconds()})
         except Exception as e:
             logger.exception("%s: cleaning failed; marking the partition uncleanable", tp)
-            self.manager.mark_uncleanable(tp)
+            self.manager.mark_uncleanable(tp, f"{type(e).__name__}: {e}")
             self._record({"topic": tp.topic, "partition": tp.partition, "error": f"{type(e).__name__}: {e}",
                           "end_ms": self.clock.milliseconds()})
         finally:
@@ -273,6 +273,16 @@ class LogCleaner:
                 end_offset, stats = cleaner.do_clean(ltc, now)
         except (LogCleaningError, FencedLeaderEpochError):
             raise
+        except CorruptRecordError as e:
+            # corrupt bytes will not heal by retrying: the round stopped before rewriting them
+            # (a rebuilt batch would carry a fresh, valid CRC) and the partition is uncleanable
+            # until an operator deals with the named file (as a background round marks it)
+            reason = f"{type(e).__name__}: {e}"
+            logger.error("%s: %s; marking the partition uncleanable", tp, reason)
+            self.manager.mark_uncleanable(tp, reason)
+            self._record({"topic": tp.topic, "partition": tp.partition, "error": reason,
+                          "end_ms": self.clock.milliseconds()})
+            raise LogCleaningError(f"cleaning failed: {reason}", tp) from e
         except TiercompactError as e:
             if e.retriable:
                 raise  # e.g. the object store is unavailable: the caller may simply retry
@@ -348,6 +358,7 @@ class LogCleaner:
             "threads": self.config.threads,
             "dead_threads": self.dead_thread_count,
             "uncleanable_partitions": [str(tp) for tp in sorted(self.manager.uncleanable_partitions())],
+            "uncleanable_reasons": {str(tp): r for tp, r in sorted(self.manager.uncleanable_reasons().items())},
             "last_runs": self.last_runs,
         }
 

@@ -102,6 +102,7 @@ class LogCleanerManager:
         self._cond = ordered_condition("cleaner.manager", RANK_CLEANER_MANAGER, self._lock)
         self._states = _StateTable()
         self._uncleanable: set[TopicPartition] = set()
+        self._uncleanable_reasons: dict[TopicPartition, str] = {}  # why, when known (e.g. the corrupt batch)
         self._last_run_ms: int = clock.milliseconds()
         self.max_dirty_percent = 0
         self.pre_clean_stats = PreCleanStats()
@@ -267,13 +268,24 @@ class LogCleanerManager:
             else:
                 raise CleanerStateError(f"done cleaning in state {state}", tp)
 
-    def mark_uncleanable(self, tp: TopicPartition) -> None:
+    def mark_uncleanable(self, tp: TopicPartition, reason: str | None = None) -> None:
         with self._lock:
             self._uncleanable.add(tp)
+            if reason:
+                self._uncleanable_reasons[tp] = reason
+            else:
+                self._uncleanable_reasons.pop(tp, None)
 
     def clear_uncleanable(self, tp: TopicPartition) -> None:
         with self._lock:
             self._uncleanable.discard(tp)
+            self._uncleanable_reasons.pop(tp, None)
+
+    def uncleanable_reasons(self) -> dict[TopicPartition, str]:
+        """Why each uncleanable partition was marked, where a reason was given."""
+        with self._lock:
+            marked = self.uncleanable_partitions()
+            return {tp: r for tp, r in self._uncleanable_reasons.items() if tp in marked}
 
     def uncleanable_partitions(self) -> set[TopicPartition]:
         with self._lock:

@@ -48,11 +48,18 @@ import logging
 import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cleaner.cleaner import CleanContext, build_offset_map_from_segments, clean_into, finish_cleaned_segment
+from cleaner.cleaner import (
+    CleanContext,
+    build_offset_map_from_segments,
+    clean_into,
+    finish_cleaned_segment,
+    renamed_corruption,
+)
 from cleaner.config import CleanerConfig
 from cleaner.errors import InsufficientDiskError
 from cleaner.log_to_clean import CleanRatios
@@ -62,6 +69,7 @@ from cleaner.throttler import Throttler
 from cleaner.transactions import CleanedTransactionMetadata
 from log.checkpoint import LeaderEpochCheckpointFile
 from log.clock import SYSTEM_CLOCK, Clock
+from log.errors import CorruptRecordError
 from log.index.bloom import KeyBloomFilter, build_segment_bloom
 from log.index.txn_index import AbortedTxn, TxnIndexLink, collect_aborted_transactions, parse_txn_index
 from log.local_log import LocalLog, SimulatedCrash
@@ -301,6 +309,21 @@ class _Source:
     md: RemoteLogSegmentMetadata
     segment: LogSegment
     temp_files: tuple[Path, ...] = ()
+    #: what a corruption error names: the object key, or the local copy's file
+    name: str = ""
+
+
+@contextmanager
+def _naming(sources: Sequence[_Source]) -> Iterator[None]:
+    """Corruption found in a temporary copy is reported against the object (or local file) it
+    came from, with the byte position."""
+    try:
+        yield
+    except CorruptRecordError as e:
+        for src in sources:
+            if src.name and e.source == str(src.segment.log_path):
+                raise renamed_corruption(e, src.name) from e
+        raise
 
 
 class TieredCleaner:
@@ -419,10 +442,11 @@ class TieredCleaner:
         for chunk in self._chunks(plan.dirty, bound):
             sources = [self._open_source(log, md, space, stats, bound) for md in chunk]
             try:
-                full = build_offset_map_from_segments(
-                    [s.segment for s in sources], start, upper, self.offset_map, txn, max_entries=self.max_entries,
-                    stats=stats, throttler=self.throttler, check_done=self._check(tp),
-                    io_buffer_size=self.config.io_buffer_per_thread)
+                with _naming(sources):
+                    full = build_offset_map_from_segments(
+                        [s.segment for s in sources], start, upper, self.offset_map, txn,
+                        max_entries=self.max_entries, stats=stats, throttler=self.throttler,
+                        check_done=self._check(tp), io_buffer_size=self.config.io_buffer_per_thread)
             finally:
                 for s in sources:
                     self._close_source(s, space)
@@ -488,7 +512,8 @@ class TieredCleaner:
         if self.throttler is not None:
             self.throttler.maybe_throttle(n)
         seg = LogSegment(space.dir, base, index_interval_bytes=int(log.config.get("index.interval.bytes")))
-        return _Source(md, seg, tuple(files + [seg.offset_index.path, seg.time_index.path]))
+        return _Source(md, seg, tuple(files + [seg.offset_index.path, seg.time_index.path]),
+                       name=f"remote segment {self.rsm.object_key(md)}")
 
     @staticmethod
     def _link_local_copy(log: LocalLog, md: RemoteLogSegmentMetadata, space: TempSpace) -> _Source | None:
@@ -514,7 +539,8 @@ class TieredCleaner:
                 return None
         space.track(*links, counted=False)
         linked = LogSegment(link_dir, seg.base_offset, index_interval_bytes=seg.index_interval_bytes)
-        return _Source(md, linked, tuple(links + [linked.offset_index.path, linked.time_index.path]))
+        return _Source(md, linked, tuple(links + [linked.offset_index.path, linked.time_index.path]),
+                       name=str(seg.log_path))
 
     @staticmethod
     def _close_source(src: _Source, space: TempSpace) -> None:
@@ -580,7 +606,8 @@ class TieredCleaner:
                     src = self._open_source(log, md, space, stats, bound)
                     try:
                         ctx.txn_metadata.add_aborted(txns)
-                        clean_into(src.segment, dest, self.offset_map, ctx, stats)
+                        with _naming([src]):
+                            clean_into(src.segment, dest, self.offset_map, ctx, stats)
                         space.track(dest.log_path)
                     finally:
                         self._close_source(src, space)

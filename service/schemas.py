@@ -159,6 +159,9 @@ class CleanerStatus(BaseModel):
     threads: int
     dead_threads: int
     uncleanable_partitions: list[str]
+    uncleanable_reasons: dict[str, str] = Field(
+        default_factory=dict, description="Why a partition was marked uncleanable, where known (for a corrupt "
+                                          "batch: the file or object and the byte position).")
     last_runs: list[dict[str, Any]]
 
 

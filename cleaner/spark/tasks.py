@@ -359,8 +359,10 @@ class _Producer:
 class RewriteTask:
     """Clean one group into one new segment uploaded under ``new_segment_id``.
 
-    ``aborted[i]`` are the aborted transactions of ``sources[i]``'s own transaction index (as
-    the in-process round adds them source by source); ``txn_state`` is the round's transaction
+    ``aborted[i]`` are the aborted transactions the in-process round adds before ``sources[i]``:
+    collected forward over both tiers from the source's base to the next source's base (or its
+    end), not only from its own index (:meth:`cleaner.tiered.RoundTxnIndexes.for_sources`);
+    ``txn_state`` is the round's transaction
     state at the group's first offset; ``latest_offset`` is the mapped end - 1.
     """
 
