@@ -32,11 +32,16 @@ so the retention rules are exactly the local ones. A round over one partition:
    new checkpoint (stale, uncompacted caches of remote data) are removed, so local and
    remote reads agree.
 
-Deliberate differences from Kafka (which cannot compact tiered topics at all): the producer
-state used for "keep each producer's last batch" is the local log's, so a producer seen only
-in remote segments is not protected; and segments of the clean region that the bloom filter
-rules out are not recopied, so their tombstones are revisited only once their recorded delete
-horizon has passed (see :mod:`log.index.bloom` for the summary stored with each filter).
+Transactions and producers as in Kafka: aborted transactions are collected forward over both
+tiers (:class:`RoundTxnIndexes`), and "keep each producer's last batch" reads the log's producer
+state (``log.producer_state``), which covers the remote tier too: it is carried by the producer
+snapshot uploaded with every remote segment and restored from it by a node whose local log is
+behind the remote tier (:mod:`remote.segment_state`), never derived from the batches a round reads.
+
+Deliberate difference from Kafka (which cannot compact tiered topics at all): segments of the
+clean region that the bloom filter rules out are not recopied, so their tombstones are revisited
+only once their recorded delete horizon has passed (see :mod:`log.index.bloom` for the summary
+stored with each filter). A segment holding transactional or control batches is never skipped.
 
 Thread-safety: a TieredCleaner (and its offset map) belongs to one cleaner thread; rounds on
 different partitions may run in different TieredCleaners at once.
