@@ -36,7 +36,7 @@ from cleaner.manager import CleaningStateKind
 from cleaner.tiered import TieredCleaner, TieredContext
 from log.checkpoint import corrupt_checkpoints_rebuilt
 from log.clock import SYSTEM_CLOCK, Clock
-from log.errors import InvalidRequestError, TiercompactError
+from log.errors import InvalidRequestError, PartitionOfflineError, TiercompactError
 from log.fetch import READ_COMMITTED, check_isolation, read_local
 from log.local_log import AppendResult, LocalLog, RecordSpec
 from log.locks import RANK_LEAF, ordered_lock
@@ -380,6 +380,11 @@ class Node:
                     self.remote.check_current_leader(tp, f"deletion of topic {name!r}")
                 except FencedLeaderEpochError as e:
                     raise _not_deleted(e, name) from None
+                except PartitionOfflineError as e:
+                    raise PartitionOfflineError(
+                        f"topic {name!r} was not deleted: this node cannot check its leadership of the shared "
+                        f"remote data while {e}. To drop only this node's copy, DELETE /v1/topics/{name}"
+                        f"?scope=local (the leader keeps the remote data)") from None
         manager = self.cleaner.manager
         for tp in tps:
             manager.abort_and_pause_cleaning(tp, timeout=60)

@@ -147,3 +147,27 @@ def test_temp_files_left_by_kill_9_are_removed_at_start(tmp_path: Path, clock: M
         assert c.get(P0).json()["state"] == "online"
         page = c.get(f"{P0}/records", params={"offset": 0, "max_records": 100}).json()
         assert [r["offset"] for r in page["records"]] == list(range(30))
+
+
+def test_offline_tiered_partition_keeps_shared_remote_data_on_delete(tmp_path: Path, clock: MockClock) -> None:
+    """A node that cannot open a tiered partition cannot check its leadership, so it must not
+    delete the shared remote data; it says how to drop only its own copy."""
+    with _client(tmp_path, clock) as c:
+        r = c.post("/v1/topics", json={"name": "r", "config": {"remote.storage.enable": True, "segment.bytes": 400}})
+        assert r.status_code == 201, r.text
+        for i in range(20):
+            clock.advance(10)
+            c.post("/v1/topics/r/partitions/0/records", json={"records": [{"key": f"k{i}", "value": "v"}]})
+        c.post("/v1/topics/r/partitions/0/roll")
+        assert c.post("/v1/topics/r/partitions/0/tier").json()["copied"]
+    objects = sorted(p for p in (tmp_path / "data" / "remote" / "r-0").iterdir())
+    (tmp_path / "data" / "r-0" / "leader-epoch-checkpoint").write_text("junk\n")
+    with _client(tmp_path, clock) as c:
+        assert c.get("/v1/topics/r/partitions/0").json()["state"] == "offline"
+        r = c.delete("/v1/topics/r")
+        assert r.status_code == 503, r.text
+        assert "scope=local" in r.json()["error"] and "leader-epoch-checkpoint" in r.json()["error"]
+        assert sorted((tmp_path / "data" / "remote" / "r-0").iterdir()) == objects
+        assert c.delete("/v1/topics/r", params={"scope": "local"}).status_code in (200, 204)
+        assert c.get("/v1/topics/r").status_code == 404
+    assert sorted((tmp_path / "data" / "remote" / "r-0").iterdir()) == objects
