@@ -497,12 +497,12 @@ class Client:
     def op_describe(self, http: httpx.Client, rng: random.Random, *_: Any) -> None:
         tp = self._pick_tp(rng)
         assert tp is not None
+        with self.lock:  # acknowledged before the request: the answer must cover them
+            acked = [r.offset for r in self.model.partition_records(*tp) if r.status == "acked" and r.offset]
         o = self.call(http, "describe", "GET", self._path(tp), store=self.topics[tp[0]].tiered)
         if not o.ok:
             return
         b = o.body
-        with self.lock:
-            acked = [r.offset for r in self.model.partition_records(*tp) if r.status == "acked" and r.offset]
         if acked and b["high_watermark"] <= max(acked):
             self.fail("describe", f"{tp}: high_watermark {b['high_watermark']} <= acknowledged offset {max(acked)}")
         if b["last_stable_offset"] > b["high_watermark"]:
