@@ -25,16 +25,18 @@ import heapq
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cleaner.cleaner import CleanContext, clean_into, finish_cleaned_segment
+from cleaner.cleaner import CleanContext, clean_into, finish_cleaned_segment, renamed_corruption
 from cleaner.offset_map import OffsetMap
 from cleaner.stats import CleanerStats
 from cleaner.transactions import CleanedTransactionMetadata
 from log.checkpoint import LeaderEpochCheckpointFile
+from log.errors import CorruptRecordError
 from log.index.bloom import build_segment_bloom, key_digest
 from log.index.txn_index import AbortedTxn, parse_txn_index
 from log.locks import RANK_LEAF, ordered_lock
@@ -289,20 +291,38 @@ def run_scan(task: ScanTask, temp_dir: str | os.PathLike[str] | None = None) -> 
         n += rsm.fetch_log_segment_to_file(md, path)
         seg = LogSegment(tmp, ref.start_offset)
         try:
-            return scan_segment(task.key, seg, task.map_start, aborted, n)
+            with _named(path, f"remote segment {rsm.object_key(md)}"):
+                return scan_segment(task.key, seg, task.map_start, aborted, n)
         finally:
             seg.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@contextmanager
+def _named(path: Path, name: str) -> Iterator[None]:
+    """Corruption found in the downloaded copy at ``path`` names the object it came from."""
+    try:
+        yield
+    except CorruptRecordError as e:
+        if e.source == str(path):
+            raise renamed_corruption(e, name) from e
+        raise
+
+
 def scan_segment(key: int, seg: LogSegment, map_start: int | None, aborted: tuple[AbortedT, ...] = (),
                  bytes_read: int = 0) -> ScanResult:
-    """The walk of :func:`run_scan` over a segment already on disk."""
+    """The walk of :func:`run_scan` over a segment already on disk.
+
+    Every batch's CRC is verified first (CorruptRecordError naming the file and byte position):
+    keys read from a corrupt batch must not reach the map, as in the in-process map pass.
+    """
     keys: dict[bytes, int] = {}
     txn_keys: list[tuple[bytes, int, int]] = []
     headers: list[TxnBatchHeader] = []
-    for _pos, b in seg.batches():
+    source = str(seg.log_path)
+    for pos, b in seg.batches():
+        b.ensure_valid(source=source, position=pos)
         if b.is_transactional or b.is_control:
             code = int(b.control_type()) if b.is_control and b.records_count else -1
             headers.append(TxnBatchHeader(b.producer_id, b.last_offset, b.is_transactional, b.is_control,
@@ -455,7 +475,8 @@ def run_rewrite(task: RewriteTask, entries: Iterable[tuple[bytes, int]],
                 src = LogSegment(src_dir, ref.start_offset, index_interval_bytes=task.index_interval_bytes)
                 try:
                     txn.add_aborted(aborted_from_plain(t) for t in aborted)
-                    clean_into(src, dest, omap, ctx, stats)
+                    with _named(path, f"remote segment {rsm.object_key(ref.metadata())}"):
+                        clean_into(src, dest, omap, ctx, stats)
                 finally:
                     src.close()
                     for f in src.files():
