@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -160,14 +161,27 @@ class LogCleaner:
                 t.start()
             self._started = True
 
-    def shutdown(self, timeout: float = 30.0) -> None:
+    def initiate_shutdown(self) -> None:
+        """Tell every thread to stop: a running round aborts at its next check (ThreadShutdownError)."""
+        for t in list(self.threads):
+            t.initiate_shutdown()
+
+    def shutdown(self, timeout: float = 30.0) -> bool:
+        """Stop the threads, waiting at most ``timeout`` seconds in all. A round that does not
+        reach a check in time is abandoned (the threads are daemons; what it leaves behind,
+        ``.cleaned`` files, is removed by recovery). Returns whether every thread stopped."""
         with self._lock:
             threads = list(self.threads)
             self._started = False
         for t in threads:
             t.initiate_shutdown()
+        deadline = time.monotonic() + timeout
         for t in threads:
-            t.join(timeout)
+            t.join(max(deadline - time.monotonic(), 0.0))
+        alive = [t.name for t in threads if t.is_alive()]
+        if alive:
+            logger.warning("cleaner threads still running after %.1f s, abandoned: %s", timeout, alive)
+        return not alive
 
     def wakeup(self) -> None:
         for t in list(self.threads):

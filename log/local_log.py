@@ -766,15 +766,25 @@ class LocalLog:
             for seg in self.segments:
                 seg.flush()
 
-    def close(self) -> None:
-        with self.lock:
+    def close(self, *, clean: bool = True, timeout: float | None = None) -> bool:
+        """Flush and close the segments; with ``clean``, mark a clean shutdown (the next open
+        skips full recovery). ``timeout`` bounds the wait for the log's lock (shutdown: a thread
+        abandoned mid-operation may hold it); on timeout nothing is marked and False is returned."""
+        if not self.lock.acquire(timeout=-1 if timeout is None else timeout):
+            logger.warning("%s: busy at shutdown; left unclosed (recovered at the next start)", self.topic_partition)
+            return False
+        try:
             if self._closed:
-                return
+                return True
             for seg in self.segments:
                 seg.flush()
                 seg.close()
-            (self.dir / CLEAN_SHUTDOWN_FILE).touch()
+            if clean:
+                (self.dir / CLEAN_SHUTDOWN_FILE).touch()
             self._closed = True
+            return True
+        finally:
+            self.lock.release()
 
     def __repr__(self) -> str:
         return f"LocalLog({self.topic_partition}, segments={len(self.segments)})"

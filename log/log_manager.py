@@ -24,6 +24,7 @@ import fcntl
 import json
 import logging
 import shutil
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -255,10 +256,21 @@ class LogManager:
         with self._lock:
             return self._offline.get(tp)
 
-    def close(self) -> None:
-        with self._lock:
+    def close(self, *, clean: bool = True, timeout: float | None = None) -> bool:
+        """Close every log (see LocalLog.close; ``timeout`` bounds the whole close) and release
+        the data dir. Returns whether every log was closed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            logger.warning("the topic registry is busy at shutdown; logs left unclosed (recovered at the next start)")
+            return False
+        try:
+            closed = True
             for log in self._logs.values():
-                log.close()
+                left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                closed = log.close(clean=clean, timeout=left) and closed
             if self._lock_file is not None:
                 self._lock_file.close()  # releases the flock
                 self._lock_file = None
+            return closed
+        finally:
+            self._lock.release()

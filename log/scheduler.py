@@ -68,9 +68,9 @@ class Scheduler:
                 _, _, task = heapq.heappop(self._heap)
             self._safe(task)
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout: float = 5.0) -> None:
         with self._cv:
             self._stopped = True
             self._heap.clear()
             self._cv.notify_all()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=timeout)

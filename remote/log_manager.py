@@ -624,13 +624,16 @@ class RemoteLogManager:
         res.deleted_remote.extend(sweep_orphan_objects(self.rsm.store, self.metadata, tp,
                                                        grace_ms=self.orphan_object_grace_ms, clock=self.clock))
 
-    def run_once(self) -> dict[TopicPartition, PartitionRunResult]:
+    def run_once(self, stop: Callable[[], bool] = lambda: False) -> dict[TopicPartition, PartitionRunResult]:
         """One pass over every remote-storage partition: copy, local retention, remote
         retention, deferred deletion. A failing step is logged and recorded; it stops
         neither the other steps nor the other partitions. Partitions another broker leads
-        are skipped: a follower uploads and deletes nothing."""
+        are skipped: a follower uploads and deletes nothing. The pass ends early, between
+        steps, once ``stop()`` is true (shutdown); every step is safe to abandon there."""
         out: dict[TopicPartition, PartitionRunResult] = {}
         for tp, log in sorted(self.log_manager.all_logs().items()):
+            if stop():
+                break
             if not log.config.remote_storage_enable:
                 continue
             try:
@@ -651,6 +654,8 @@ class RemoteLogManager:
                 ("orphan sweep", functools.partial(self._run_orphan_sweep, tp, res)),
             ]
             for name, step in steps:
+                if stop():
+                    break
                 try:
                     step()
                 except Exception as e:  # noqa: BLE001 - one partition's failure must not stop the loop

@@ -126,18 +126,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from service.app import create_app
     from service.node import Node
+    from service.server import serve_in_foreground
 
     config = _load(args)
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     node = Node(config)
     app = create_app(node, manage_lifecycle=True)
-    # uvicorn turns SIGTERM/SIGINT into a graceful stop; the app's lifespan then shuts the node down.
-    uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level, access_log=False)
-    return 0
+    # SIGTERM/SIGINT: a graceful stop within 10 s (the app's lifespan shuts the node down), exit 0
+    return serve_in_foreground(app, host=config.host, port=config.port, log_level=config.log_level)
 
 
 class ServerError(Exception):

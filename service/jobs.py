@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -84,13 +85,23 @@ class JobRegistry:
             raise JobNotFoundError(f"no clean job {job_id!r}; jobs are kept in memory and lost on restart")
         return job
 
-    def shutdown(self) -> None:
-        """Stop accepting jobs, drop queued ones and wait for running ones (they abort themselves)."""
+    def shutdown(self, timeout: float | None = None) -> bool:
+        """Stop accepting jobs, drop queued ones and wait up to ``timeout`` seconds for running
+        ones (the node aborts their rounds first). Returns whether every job finished."""
         with self._lock:
             self._closed = True
-        self._pool.shutdown(wait=True, cancel_futures=True)
+            running = [j for j in self._jobs.values() if j.state in (PENDING, RUNNING)]
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        finished = True
+        for job in running:
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            if job.state == RUNNING and not job.done.wait(wait):
+                logger.warning("clean job %s still running at shutdown; abandoning it", job.job_id)
+                finished = False
         with self._lock:
             for job in self._jobs.values():
                 if job.state == PENDING:
                     job.state, job.error = FAILED, "cancelled: the node shut down before the job started"
                     job.done.set()
+        return finished

@@ -24,6 +24,7 @@ import base64
 import logging
 import os
 import shutil
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,8 @@ TIERED_TEMP_DIR = "tiered-tmp"  # the tiered cleaner's downloads and output (emp
 MAX_EMPTY_PAGES = 1000
 CLEAN_BUSY_WAIT_MS = 50
 CLEAN_BUSY_RETRIES = 600
+#: how long Node.shutdown may take (SIGTERM must end `tiercompact serve` within 10 s)
+SHUTDOWN_TIMEOUT_S = 6.0
 
 
 class CountingObjectStore(ObjectStore):
@@ -264,34 +267,55 @@ class Node:
                 self.note_error(e)
                 logger.warning("%s: recovery of remote state failed: %s", tp, e)
 
-    def shutdown(self) -> None:
+    def _stopping(self) -> bool:
+        return self._closed
+
+    def shutdown(self, timeout: float = SHUTDOWN_TIMEOUT_S) -> bool:
+        """Stop everything within ``timeout`` seconds, whatever the threads are doing.
+
+        Every thread is told to stop first (cleaner rounds abort at their next check, leaving
+        only ``.cleaned`` files that recovery removes and no moved checkpoint; the tiering
+        pass stops between steps); then each wait gets what is left of one deadline. A thread
+        still running at the deadline is abandoned (all are daemons): the logs are then closed
+        without the clean-shutdown marker, so the next start recovers them fully. Returns
+        whether the stop was clean.
+        """
         with self._lock:
             if self._closed:
-                return
+                return True
             self._closed = True
+        deadline = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(deadline - time.monotonic(), 0.0)
+
         for t in self.threads:
             t.initiate_shutdown()
-        # in-flight cleans stop at their next check; they leave only .cleaned files, which
-        # recovery removes, and no checkpoint moves
+        self.cleaner.initiate_shutdown()
         with self._lock:
             running = list(self._running_cleans)
-        for tp in running:
+        for tp in running:  # API cleans: abort the round, bounded by the deadline
             try:
-                self.cleaner.manager.abort_and_pause_cleaning(tp, timeout=30)
+                self.cleaner.manager.abort_and_pause_cleaning(tp, timeout=left())
             except TiercompactError as e:
                 logger.warning("%s: could not abort the running clean: %s", tp, e)
-        self.jobs.shutdown()
-        self.cleaner.shutdown()
+        clean = self.jobs.shutdown(timeout=left())
+        clean = self.cleaner.shutdown(timeout=left()) and clean
         for t in self.threads:
-            t.shutdown()
-        self.scheduler.shutdown()
-        self.log_manager.close()
+            t.shutdown(timeout=left())
+            clean = clean and not t.is_alive()
+        self.scheduler.shutdown(timeout=left())
+        if not clean:
+            logger.warning("node %d: background work did not stop within %.0f s; abandoning it (the logs "
+                           "are recovered at the next start)", self.broker_id, timeout)
+        clean = self.log_manager.close(clean=clean, timeout=left()) and clean
         for closer in (self.remote.close, self.metadata.close, self.object_store.close):
             try:
                 closer()
             except Exception:  # closing must not stop the rest of the shutdown
                 logger.exception("error while closing")
-        logger.info("node %d stopped", self.broker_id)
+        logger.info("node %d stopped%s", self.broker_id, "" if clean else " (not cleanly)")
+        return clean
 
     def __enter__(self) -> Node:
         return self
@@ -330,7 +354,7 @@ class Node:
         """Local retention of non-tiered delete-policy logs (coordinated with cleaning by the
         cleaner's manager, so a round and a retention pass never touch a log at once)."""
         self.cleaner.run_retention()
-        for tp, res in self.remote.run_once().items():
+        for tp, res in self.remote.run_once(stop=self._stopping).items():
             if res.copied or res.deleted_local or res.deleted_remote:
                 logger.info("%s: tiered %s, deleted local %s, deleted remote %s", tp, res.copied,
                             res.deleted_local, res.deleted_remote)
