@@ -191,7 +191,11 @@ class LocalLog:
             elif not is_last:
                 self._check_rolled_segment(seg, bases[i + 1])
             elif seg.size and (seg.offset_index.entries == 0 or not self._index_sane(seg)):
-                seg.rebuild_indexes()
+                try:
+                    seg.rebuild_indexes()
+                except CorruptRecordError as e:
+                    raise CorruptRecordError(f"{seg.log_path}: active segment is corrupt ({e}). "
+                                             f"{_segment_advice(str(seg.log_path))}", source=None) from None
         if not len(self.segments):
             self.segments.add(LogSegment(self.dir, 0, index_interval_bytes=interval, create=True))
         try:
@@ -240,7 +244,8 @@ class LocalLog:
                 raise CorruptRecordError(
                     f"{path}: rolled segment is truncated: it has {seg.size} bytes but its offset index "
                     f"{seg.offset_index.path.name} places offset {idx_off} at byte {idx_pos}. "
-                    f"{_segment_advice(str(path))}", source=None)
+                    f"{_segment_advice(str(path))} (if only the index is damaged, delete "
+                    f"{seg.offset_index.path} and restart to rebuild it)", source=None)
         # Walk the tail (from the last index entry if the index is sane, else the whole file)
         # before touching the indexes: rebuilding them first would erase the evidence.
         index_ok = seg.offset_index.entries > 0 and self._index_sane(seg)
@@ -256,7 +261,8 @@ class LocalLog:
             raise CorruptRecordError(
                 f"{path}: rolled segment {what} but its time index {seg.time_index.path.name} records offset "
                 f"{claimed}: the file was truncated and offsets {nxt}..{claimed} (at least) are missing. "
-                f"{_segment_advice(str(path))}", source=None)
+                f"{_segment_advice(str(path))} (if only the index is damaged, delete {seg.time_index.path} "
+                f"and restart to rebuild it)", source=None)
         if nxt > next_base:
             raise CorruptRecordError(
                 f"{path}: rolled segment holds offsets up to {nxt - 1} but the next segment starts at {next_base}. "

@@ -199,3 +199,32 @@ def test_temp_files_of_interrupted_writes_are_removed_at_open(data: Path, clock:
     for name, content in real.items():
         if name.endswith(".log") or name == "leader-epoch-checkpoint":
             assert after[name] == content
+
+
+def test_corrupt_active_segment_goes_offline_without_truncating(data: Path, clock: MockClock) -> None:
+    """Mid-file corruption of the active segment after a crash is reported, never cut away
+    (valid batches follow it), and now takes only its partition offline."""
+    segs = _fill(data, clock)
+    active = segs[-1]
+    (data / "t-0" / ".clean-shutdown").unlink()  # as after kill -9
+    raw = bytearray(active.read_bytes())
+    raw[70] ^= 0xFF  # inside the second batch; valid batches follow
+    active.write_bytes(bytes(raw))
+    lm = LogManager(data, clock=clock)
+    _expect_offline(lm, str(active), "valid batches follow", "dump-log")
+    lm.close()
+    assert active.read_bytes() == bytes(raw)
+
+
+def test_structurally_broken_active_segment_after_clean_shutdown_goes_offline(data: Path, clock: MockClock) -> None:
+    segs = _fill(data, clock)
+    active = segs[-1]
+    raw = bytearray(active.read_bytes())
+    raw[8:12] = (10**6).to_bytes(4, "big")  # the first batch claims a length the file does not have
+    active.write_bytes(bytes(raw))
+    for suffix in (".index", ".timeindex"):  # indexes to rebuild: the load walks the whole file
+        active.with_suffix(suffix).unlink(missing_ok=True)
+    lm = LogManager(data, clock=clock)
+    _expect_offline(lm, str(active), "corrupt", "restore")
+    lm.close()
+    assert active.read_bytes() == bytes(raw)
