@@ -79,6 +79,7 @@ from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
 from metadata.manager import RemoteLogMetadataManager
 from metadata.types import LeaderState, RemoteLogSegmentId, RemoteLogSegmentMetadata
 from metadata.types import RemoteLogSegmentState as S
+from remote.errors import StoreUnavailableError
 from remote.orphans import sweep_orphan_objects
 from remote.read_cache import MiB, RemoteReadCache
 from remote.remote_reader import RemoteSegmentReader
@@ -658,6 +659,12 @@ class RemoteLogManager:
                     break
                 try:
                     step()
+                except StoreUnavailableError as e:
+                    # the store is known to be down (remote.breaker): every further step of this
+                    # pass would fail fast too; back off until the next pass
+                    logger.warning("%s: %s skipped and the pass ended: %s", tp, name, e)
+                    res.errors.append(f"{name}: {e}")
+                    return out
                 except Exception as e:  # noqa: BLE001 - one partition's failure must not stop the loop
                     logger.warning("%s: %s failed: %s", tp, name, e)
                     res.errors.append(f"{name}: {e}")

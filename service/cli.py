@@ -317,6 +317,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # killed by SIGPIPE would, and keep the interpreter's final flush from complaining
         _silence_stdout()
         return EXIT_SIGPIPE
+    except OSError as e:  # a path that is not what it should be (a file as --data-dir's parent, ...)
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -48,6 +48,7 @@ from log.types import TopicPartition, validate_topic_name
 from metadata import load_metadata_manager
 from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
 from remote import load_object_store
+from remote.breaker import BreakerObjectStore, CircuitBreaker
 from remote.log_manager import COUNTED_BY_RLM, RemoteLogManager
 from remote.object_store import ObjectStore, PutData
 from remote.storage_manager import RemoteStorageManager
@@ -168,8 +169,13 @@ class Node:
         self.log_manager = LogManager(self.data_dir, clock=clock, scheduler=self.scheduler)
         inner_store = load_object_store(config.remote_url, **self.store_options())
         self._remove_temp_files(inner_store)
-        self.object_store = CountingObjectStore(inner_store)
-        self.storage_manager = RemoteStorageManager(self.object_store, clock=clock)
+        # the breaker fails calls fast once the store is known to be down (503 + Retry-After)
+        self.store_breaker = CircuitBreaker(failure_threshold=config.remote_breaker_failures,
+                                            cooldown_s=config.remote_breaker_cooldown_ms / 1000)
+        self.object_store = CountingObjectStore(BreakerObjectStore(inner_store, self.store_breaker))
+        self.storage_manager = RemoteStorageManager(self.object_store, clock=clock,
+                                                    max_attempts=config.remote_retry_attempts,
+                                                    max_total_ms=config.remote_timeout_ms)
         self.metadata = load_metadata_manager(config.metadata_url,
                                               lock_timeout_ms=config.metadata_lock_timeout_ms,
                                               statement_timeout_ms=config.metadata_statement_timeout_ms)
@@ -196,7 +202,12 @@ class Node:
     def store_options(self) -> dict[str, Any]:
         if not self.config.remote_url.startswith("s3://"):
             return {}
-        opts: dict[str, Any] = {}
+        c = self.config
+        # one retry layer: the RemoteStorageManager's (bounded by remote_retry_attempts and
+        # remote_timeout_ms); the S3 client makes one attempt per call, each bounded by timeouts
+        opts: dict[str, Any] = {"max_attempts": 1, "max_total_s": c.remote_timeout_ms / 1000,
+                                "connect_timeout_s": c.remote_connect_timeout_ms / 1000,
+                                "read_timeout_s": c.remote_read_timeout_ms / 1000}
         if self.config.s3_endpoint:
             opts["endpoint_url"] = self.config.s3_endpoint
         if self.config.s3_region:

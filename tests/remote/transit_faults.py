@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 
@@ -202,3 +203,88 @@ class CorruptingProxy:
                     return
                 if b"\r\nconnection: close" in bytes(response.split(b"\r\n\r\n", 1)[0]).lower():
                     return
+
+
+class SwitchableForwarder:
+    """A loopback TCP forwarder to ``target`` that can be taken down: while ``down``, every
+    connection (new or open) is reset at once, as a dead endpoint refuses them.
+
+        fwd = SwitchableForwarder(("127.0.0.1", moto_port)).start()
+        fwd.set_down(True)     # the store is unreachable
+        fwd.set_down(False)    # and back
+    """
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self._lock = threading.Lock()
+        self._down = False
+        self._open: set[socket.socket] = set()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._stopped = False
+        self.refused = 0
+
+    @property
+    def url(self) -> str:
+        host, port = self._listener.getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    def set_down(self, down: bool) -> None:
+        with self._lock:
+            self._down = down
+            doomed = list(self._open) if down else []
+        for s in doomed:
+            _reset(s)
+
+    def start(self) -> SwitchableForwarder:
+        threading.Thread(target=self._accept, name="switchable-forwarder", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped = True
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        self.set_down(True)
+
+    def _accept(self) -> None:
+        while not self._stopped:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                down = self._down
+                if down:
+                    self.refused += 1
+            if down:
+                _reset(conn)
+                continue
+            try:
+                up = socket.create_connection(self.target)
+            except OSError:
+                _reset(conn)
+                continue
+            with self._lock:
+                self._open.update((conn, up))
+            for a, b in ((conn, up), (up, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            with self._lock:
+                self._open.discard(src)
+                self._open.discard(dst)
+            for s in (src, dst):  # either side ending ends the connection
+                with contextlib.suppress(OSError):
+                    s.close()
+
+
+def _reset(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.close()

@@ -127,6 +127,9 @@ def test_clean_with_a_file_as_data_dir_is_a_clear_error(tmp_path: Path) -> None:
     r = _cli("clean", "t", "0", "--data-dir", str(f))
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and "is not a directory" in r.stderr
+    r = _cli("clean", "t", "0", "--data-dir", str(f / "below-a-file"))
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr and "Not a directory" in r.stderr
 
 
 def _options(command: str) -> set[str]:
