@@ -275,6 +275,10 @@ class FileObjectStore(ObjectStore):
                 pass
             except OSError:
                 continue
+        try:
+            self._tmp.rmdir()  # only if empty: a live writer's file keeps it
+        except OSError:
+            pass
         return removed
 
     def __repr__(self) -> str:
