@@ -1,32 +1,41 @@
 """Load test of the HTTP service on loopback -> bench/results/service.json.
 
-A real uvicorn server (127.0.0.1, a free port) on a fresh data dir; for ~20 s (5 s with
-BENCH_QUICK=1) several producer threads append keyed records with updates and tombstones,
-reader threads page through partitions, and an admin thread rolls, tiers and cleans while
-the background cleaner and tiering loop run too. Afterwards every partition is cleaned
-once more and read from offset 0: the newest record of every key must be the one the
-producers' acknowledged appends say it is (no record lost), and no request may have failed.
+A real ``tiercompact serve`` process (127.0.0.1, a free port, a fresh data dir, the
+embedded defaults, 2 cleaner threads plus the tiered one, intervals shortened by flags)
+and, in this separate process, the load generator: for ~20 s (5 s with BENCH_QUICK=1)
+several producer threads append keyed records with updates and tombstones, reader threads
+page through partitions, and an admin thread rolls, tiers and cleans while the background
+cleaner and tiering loop run too. Afterwards every partition is cleaned once more and read
+from offset 0: the newest record of every key must be the one the producers' acknowledged
+appends say it is (no record lost), and no request may have failed or hung (every request
+has a 60 s timeout, counted as a failure). Finally the server gets SIGTERM: the time it
+takes to exit and its exit status are reported too.
 Reports requests/s and latency percentiles per kind of request.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import resource
 import shutil
+import signal
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from bench.common import peak_rss_mb, quick, write_result
-from service.config import load_config
-from service.node import Node
-from service.server import ServerThread
 
 TOPIC = "load"
 PARTITIONS = 4
@@ -65,19 +74,67 @@ def _pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
+class ServeProcess:
+    """``tiercompact serve`` in its own process; stopped with SIGTERM (stop_s, exit_code)."""
+
+    def __init__(self, root: Path) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = root / "serve.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TIERCOMPACT_")}  # production locks
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "service.cli", "serve", "--data-dir", str(root / "data"), "--port",
+                 str(self.port), "--cleaner-threads", "2", "--tiering-interval-ms", "500",
+                 "--roll-check-interval-ms", "200", "--cleaner-backoff-ms", "200", "--log-level", "warning"],
+                stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=Path(__file__).resolve().parents[1])
+        self.stop_s: float | None = None
+        self.exit_code: int | None = None
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"tiercompact serve did not start:\n{self.log_path.read_text()[-3000:]}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        t0 = time.perf_counter()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.exit_code = self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.exit_code = self.proc.wait()
+        self.stop_s = round(time.perf_counter() - t0, 2)
+
+
+@contextlib.contextmanager
+def serve(root: Path) -> Iterator[ServeProcess]:
+    srv = ServeProcess(root)
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        if srv.exit_code is None:
+            srv.stop()
+
+
 def main() -> None:
     duration = 5.0 if quick() else 20.0
     root = Path(tempfile.mkdtemp(prefix="tiercompact-bench-service-"))
-    node = Node(load_config({"data_dir": root, "cleaner_threads": 2, "tiering_interval_ms": 500,
-                             "roll_check_interval_ms": 200, "cleaner_backoff_ms": 200,
-                             "log_level": "warning"}, env={}))
     stats = Stats()
     model: dict[int, dict[str, tuple[int, str | None]]] = {p: {} for p in range(PARTITIONS)}
     model_lock = threading.Lock()
     stop = threading.Event()
     produced = [0]
 
-    with ServerThread(node) as srv:
+    with serve(root) as srv:
         base = srv.url
 
         def producer(pid: int) -> None:
@@ -180,6 +237,8 @@ def main() -> None:
                 lost += sum(1 for k, v in model[p].items() if seen.get(k) != v)
             metrics = c.get("/metrics").text
             cleaner = c.get("/v1/cleaner").json()
+        srv.stop()
+    server_log = srv.log_path.read_text(errors="replace")
     shutil.rmtree(root, ignore_errors=True)
 
     total = sum(len(v) for v in stats.latency.values())
@@ -197,12 +256,17 @@ def main() -> None:
         "failed_requests": len(stats.failures), "failures_sample": stats.failures[:5],
         "cleaner_rounds_seen": len(cleaner["last_runs"]), "dead_cleaner_threads": cleaner["dead_threads"],
         "metrics_exposed": all(n in metrics for n in ("max_clean_time_secs", "remote_bytes_uploaded_total")),
-        "by_kind": per_kind, "peak_rss_mb": round(peak_rss_mb(), 1),
-        "ok": lost == 0 and not stats.failures,
+        "by_kind": per_kind, "client_peak_rss_mb": round(peak_rss_mb(), 1),
+        "server_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0, 1),
+        "load_generator": "separate process (this one) against a `tiercompact serve` subprocess",
+        "sigterm_stop_s": srv.stop_s, "sigterm_exit_code": srv.exit_code,
+        "server_errors_logged": server_log.count(" ERROR "),
+        "ok": lost == 0 and not stats.failures and srv.exit_code == 0,
     }
     write_result("service", result)
     if not result["ok"]:
-        raise AssertionError(f"service load test failed: {lost} keys lost/wrong, failures {stats.failures[:3]}")
+        raise AssertionError(f"service load test failed: {lost} keys lost/wrong, failures {stats.failures[:3]}, "
+                             f"exit code after SIGTERM {srv.exit_code}")
 
 
 if __name__ == "__main__":

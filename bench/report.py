@@ -134,8 +134,10 @@ def _service() -> list[str]:
     return [f"**Service under load** (`bench service`): {d['producer_threads']} producers + {d['reader_threads']} "
             f"readers on loopback for {d['duration_s']} s with cleaning and tiering in the background: "
             f"{d['requests']:,} requests, {d['requests_per_sec']} requests/s, p99 {d['p99_ms']} ms, "
-            f"{d['failed_requests']} failed, {d['keys_lost_or_wrong']} keys lost or wrong "
-            f"(load generator and server share one Python process)."]
+            f"{d['failed_requests']} failed, {d['keys_lost_or_wrong']} keys lost or wrong"
+            + (f"; the load generator runs in its own process against a `tiercompact serve` process, which "
+               f"SIGTERM then stopped in {d['sigterm_stop_s']} s (exit status {d['sigterm_exit_code']})."
+               if "sigterm_stop_s" in d else " (load generator and server share one Python process).")]
 
 
 def report() -> str:
