@@ -20,7 +20,13 @@ The cleaner checkpoint (``cleaner-offset-checkpoint`` in the data dir) maps each
 its first dirty offset; it is only written by :meth:`done_cleaning` (after a successful swap) and
 when the selection finds a checkpoint out of range.
 
-Thread-safety: every method is thread-safe (one lock plus a condition for state waits).
+Thread-safety: every method is thread-safe (one lock plus a condition for state waits). The
+lock is ``cleaner.manager`` in the node's hierarchy (log/locks.py): taken under a
+RemoteLogManager partition lock (local retention reads the checkpoint), and above the log
+registry, the local logs and the checkpoint file. Nothing above it in the hierarchy is ever
+called while it is held: tiered selection plans without it (see
+:meth:`LogCleanerManager.grab_filthiest_compacted_log`), and the condition is only waited on
+with no other lock held.
 """
 
 from __future__ import annotations

@@ -20,12 +20,12 @@ damaged on the way, and a retry may well succeed). Those reset the failure count
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from log.errors import InvalidConfigError
+from log.locks import RANK_LEAF, ordered_lock
 from remote.errors import RemoteStorageChecksumError, RemoteStorageTransientError, StoreUnavailableError
 from remote.object_store import ObjectStore, PutData
 
@@ -44,7 +44,7 @@ class CircuitBreaker:
         self.cooldown_s = cooldown_s
         self.name = name
         self._now = now
-        self._lock = threading.Lock()
+        self._lock = ordered_lock("remote.breaker", RANK_LEAF)
         self._failures = 0
         self._open_until: float | None = None
         self._last_error = ""
@@ -59,7 +59,7 @@ class CircuitBreaker:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._lock = ordered_lock("remote.breaker", RANK_LEAF)
 
     @property
     def is_open(self) -> bool:

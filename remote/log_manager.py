@@ -50,7 +50,12 @@ registered to this broker id).
 
 Thread-safety: thread-safe. Mutating operations on one partition (copy, retention,
 deletion, leadership) are serialised by a per-partition lock; different partitions proceed
-in parallel. Reads take no partition lock: they rely on the LocalLog's lock, the metadata
+in parallel. That lock (``remote.partition``) is the outermost of the node's hierarchy
+(log/locks.py): under it the manager calls the cleaner manager (local retention reads the
+cleaner checkpoint), the log registry, the local log and the metadata store, so none of
+those may call back into the manager while holding its own lock (the tiered cleaner's
+selection asks for the leader epoch only after releasing the cleaner manager's lock).
+Reads take no partition lock: they rely on the LocalLog's lock, the metadata
 store's consistency and segment ids never being reused, and retry once if a segment
 vanished under them (retention or compaction).
 """
