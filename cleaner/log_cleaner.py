@@ -142,6 +142,8 @@ class LogCleaner:
         self._lock = ordered_lock("cleaner.log_cleaner", RANK_LEAF)
         self.threads: list[CleanerThread] = []
         self._last_runs: collections.deque[dict[str, Any]] = collections.deque(maxlen=LAST_RUNS_KEPT)
+        #: the last round run by clean_now (the admin API's clean), for the metrics
+        self._last_request_stats: CleanerStats | None = None
         self._started = False
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -308,6 +310,8 @@ class LogCleaner:
         d = stats.as_dict()
         d["end_ms"] = self.clock.milliseconds()
         self._record(d)
+        with self._lock:
+            self._last_request_stats = stats  # the metrics count it like one more thread's last round
         return stats
 
     def _record(self, run: dict[str, Any]) -> None:
@@ -316,7 +320,12 @@ class LogCleaner:
 
     # ---- metrics (pulled) --------------------------------------------------------------
     def _last_stats(self) -> list[CleanerStats]:
-        return [t.last_stats for t in list(self.threads) if t.last_stats is not None]
+        """The last round of each thread, and of the requests (clean_now) as if one more thread."""
+        stats = [t.last_stats for t in list(self.threads) if t.last_stats is not None]
+        with self._lock:
+            if self._last_request_stats is not None:
+                stats.append(self._last_request_stats)
+        return stats
 
     @property
     def max_buffer_utilization_percent(self) -> int:

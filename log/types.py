@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 from log.errors import InvalidRequestError
 
-#: Kafka's legal topic name: [a-zA-Z0-9._-]{1,249}, and not "." or "..".
-_TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+#: Kafka's legal topic name: [a-zA-Z0-9._-]{1,249}, and not "." or "..". Matched with
+#: fullmatch: ``$`` would also match before a trailing newline and accept "abc\n".
+_TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 
 def validate_topic_name(name: str) -> str:
@@ -17,7 +18,7 @@ def validate_topic_name(name: str) -> str:
 
     This is what keeps every partition directory inside the data dir.
     """
-    if not isinstance(name, str) or not _TOPIC_RE.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not _TOPIC_RE.fullmatch(name) or name in (".", ".."):
         raise InvalidRequestError(
             f"invalid topic name {name!r}: use 1-249 characters from [a-zA-Z0-9._-], not '.' or '..'"
         )

@@ -2,7 +2,9 @@
 
 Handlers are plain ``def`` functions: FastAPI runs them in its threadpool, so the core
 stays synchronous and thread-based (Kafka's model) and only this package touches asyncio.
-Request bodies are bounded by :class:`BodyLimitMiddleware` before anything parses them.
+Request bodies are bounded by :class:`BodyLimitMiddleware` before anything parses them;
+an unexpected exception is answered by :class:`UnexpectedErrorMiddleware` as a JSON 500
+on a connection that stays usable.
 With ``manage_lifecycle`` the app's lifespan starts the node and shuts it down, which is
 how ``tiercompact serve`` turns uvicorn's SIGTERM/SIGINT handling into a graceful stop.
 """
@@ -10,23 +12,30 @@ how ``tiercompact serve`` turns uvicorn's SIGTERM/SIGINT handling into a gracefu
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Response
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.errors import error_body, install_error_handlers
 from service.metrics import make_registry, render
 from service.node import Node
 from service.routes import cleaner, partitions, topics
+from service.routes.deps import READ
 from service.schemas import Health
+
+logger = logging.getLogger(__name__)
 
 API_DESCRIPTION = """Kafka-style log compaction for partitions whose segments live on local disk and in S3.
 
 Errors are `{"error": "..."}` with a 4xx/5xx status. Mutating endpoints need
-`Authorization: Bearer <token>` when the node has a token."""
+`Authorization: Bearer <token>` when the node has a token; with `auth_reads`, so do reads,
+`/metrics`, `/docs` and `/openapi.json` (only `/healthz` stays open)."""
 
 
 class BodyLimitMiddleware:
@@ -93,6 +102,50 @@ class BodyLimitMiddleware:
         await send({"type": "http.response.body", "body": body})
 
 
+class UnexpectedErrorMiddleware:
+    """Answer an unexpected exception with a JSON 500 and keep the connection open.
+
+    Starlette's outermost ``ServerErrorMiddleware`` runs an ``Exception`` handler but then
+    re-raises, and uvicorn closes a connection whose app raised: a producer on a keep-alive
+    connection could not tell whether its write landed. This middleware sits inside it,
+    logs the traceback, and sends the ``{"error": ...}`` answer as a normal response (when
+    none has started yet), so the client reads a complete response and may go on using the
+    connection.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            if started:
+                raise  # half a response went out: only closing the connection can signal the failure
+            logger.exception("%s %s failed unexpectedly", scope.get("method"), scope.get("path"))
+            body = json.dumps(error_body(f"internal error ({type(exc).__name__}); the server log has the "
+                                         f"details")).encode()
+            await send({"type": "http.response.start", "status": 500,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+
+
+#: served by FastAPI itself; with auth_reads they need the token like every read endpoint
+DOCS_URL, REDOC_URL, OPENAPI_URL = "/docs", "/redoc", "/openapi.json"
+
+
 def create_app(node: Node, *, manage_lifecycle: bool = False) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -104,19 +157,40 @@ def create_app(node: Node, *, manage_lifecycle: bool = False) -> FastAPI:
             if manage_lifecycle:
                 node.shutdown()
 
-    app = FastAPI(title="tiercompact", version="0.1.0", description=API_DESCRIPTION, lifespan=lifespan)
+    # With auth_reads the schema and the docs are reads like any other: FastAPI's own routes
+    # for them take no dependencies, so they are replaced by ones that check the token.
+    guarded_docs = node.config.auth_reads
+    app = FastAPI(title="tiercompact", version="0.1.0", description=API_DESCRIPTION, lifespan=lifespan,
+                  docs_url=None if guarded_docs else DOCS_URL, redoc_url=None if guarded_docs else REDOC_URL,
+                  openapi_url=None if guarded_docs else OPENAPI_URL)
     app.state.node = node
     install_error_handlers(app, on_error=node.note_error)
+    app.add_middleware(UnexpectedErrorMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=node.config.max_request_bytes)
     registry = make_registry(node)
 
     @app.get("/healthz", response_model=Health, tags=["ops"])
     def healthz() -> dict[str, Any]:
+        """Liveness; always open, also with auth_reads (load balancers and orchestrators probe it)."""
         return {"status": "ok"}
 
-    @app.get("/metrics", tags=["ops"], response_class=Response)
+    @app.get("/metrics", tags=["ops"], response_class=Response, dependencies=READ)
     def metrics() -> Response:
+        """Prometheus text format; needs the token when auth_reads is on."""
         return Response(render(registry), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    if guarded_docs:
+        @app.get(OPENAPI_URL, include_in_schema=False, dependencies=READ)
+        def openapi() -> JSONResponse:
+            return JSONResponse(app.openapi())
+
+        @app.get(DOCS_URL, include_in_schema=False, dependencies=READ)
+        def docs() -> HTMLResponse:
+            return get_swagger_ui_html(openapi_url=OPENAPI_URL, title=f"{app.title} - Swagger UI")
+
+        @app.get(REDOC_URL, include_in_schema=False, dependencies=READ)
+        def redoc() -> HTMLResponse:
+            return get_redoc_html(openapi_url=OPENAPI_URL, title=f"{app.title} - ReDoc")
 
     app.include_router(topics.router)
     app.include_router(partitions.router)

@@ -46,26 +46,12 @@ class ServiceConfig(BaseModel):
                                                    "(default sqlite:///<data dir>/metadata.db).")
     s3_endpoint: str | None = Field(None, description="S3 endpoint URL (MinIO); default: AWS environment.")
     s3_region: str | None = Field(None, description="S3 region name.")
-    remote_retry_attempts: int = Field(3, ge=1, le=20,
-                                       description="Attempts per object-store call before it fails (retries of "
-                                                   "throttling, 5xx, connection errors, timeouts).")
-    remote_timeout_ms: int = Field(20_000, ge=100, le=3_600_000,
-                                   description="Longest time one object-store operation may spend retrying.")
-    remote_connect_timeout_ms: int = Field(3_000, ge=100, le=600_000,
-                                           description="S3 connect timeout of one attempt.")
-    remote_read_timeout_ms: int = Field(30_000, ge=100, le=3_600_000,
-                                        description="S3 read timeout of one attempt.")
-    remote_breaker_failures: int = Field(3, ge=1, le=1000,
-                                         description="Consecutive failures after which the object store is "
-                                                     "treated as down: calls fail at once (503 with Retry-After) "
-                                                     "for remote_breaker_cooldown_ms.")
-    remote_breaker_cooldown_ms: int = Field(10_000, ge=100, le=3_600_000,
-                                            description="How long calls fail fast once the object store is "
-                                                        "treated as down.")
     host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
     port: int = Field(8080, ge=0, le=65535, description="Port of the HTTP API (0 = any free port).")
-    token: str | None = Field(None, description="Bearer token required by mutating endpoints (none = open).")
-    auth_reads: bool = Field(False, description="Require the token for read endpoints too.")
+    token: str | None = Field(None, description="Bearer token required by mutating endpoints (none = open); "
+                                                "at least 8 characters, not blank.")
+    auth_reads: bool = Field(False, description="Require the token for reads too, and for /metrics, /docs and "
+                                                "/openapi.json (/healthz stays open); needs a token.")
     broker_id: int = Field(0, ge=0, le=2**31 - 1,
                            description="This node's broker id (Kafka int32, 0..2147483647), recorded with the "
                                        "leader epochs it registers: a node resumes only epochs registered to its "
@@ -111,11 +97,24 @@ class ServiceConfig(BaseModel):
     @field_validator("token")
     @classmethod
     def _token(cls, v: str | None) -> str | None:
+        # Fail closed: a blank token (an empty --token, TIERCOMPACT_TOKEN=' ') used to mean
+        # "no token", so a typo started a fully open node. Only leaving the option out does.
         if v is not None and not v.strip():
-            return None
+            raise ValueError("the token is blank; give a token of at least 8 characters, or leave the option "
+                             "out entirely to run without authentication")
+        if v is not None and v != v.strip():
+            raise ValueError("the token has leading or trailing whitespace, which no Authorization header "
+                             "can carry; remove it")
         if v is not None and len(v) < 8:
             raise ValueError("a token must have at least 8 characters")
         return v
+
+    @model_validator(mode="after")
+    def _auth_reads_needs_token(self) -> ServiceConfig:
+        if self.auth_reads and self.token is None:
+            raise ValueError("auth_reads is set but no token is: every endpoint would be open. Set token "
+                             "(--token or TIERCOMPACT_TOKEN), or drop auth_reads")
+        return self
 
     @model_validator(mode="after")
     def _derived_defaults(self) -> ServiceConfig:
@@ -204,10 +203,17 @@ def load_config(flags: Mapping[str, Any] | None = None, *, env: Mapping[str, str
     except ValidationError as e:
         problems = []
         for err in e.errors():
-            name = str(err["loc"][0]) if err["loc"] else ""
+            msg = err["msg"].removeprefix("Value error, ")
+            if not err["loc"]:  # a rule across options: say where each option it names came from
+                named = [n for n in OPTIONS if n in msg and n in sources]
+                where = ", ".join(f"{n} from {sources[n]}" for n in named)
+                problems.append(f"{msg}{f' ({where})' if where else ''}")
+                continue
+            name = str(err["loc"][0])
             src = sources.get(name, "defaults")
             given = values.get(name, "<default>")
-            msg = err["msg"].removeprefix("Value error, ")
+            if name == "token" and isinstance(given, str) and given.strip():
+                given = "<hidden>"  # never print a secret, even a rejected one
             problems.append(f"option {name}={given!r} (from {src}) is invalid: {msg}")
         raise ServiceConfigError("; ".join(problems)) from None
 

@@ -15,6 +15,7 @@ Service-only errors (authentication, request size, jobs) are defined here:
         ├── ForbiddenError         a wrong bearer token (403)
         ├── RequestTooLargeError   body or record count above the configured limit (413)
         ├── JobNotFoundError       no such clean job (404)
+        ├── PartitionUnwritableError the partition's stored state cannot be written under (409)
         └── ServiceUnavailableError the node is starting or shutting down (503)
 """
 
@@ -92,6 +93,11 @@ class JobNotFoundError(ServiceError):
     """No clean job with that id (jobs are kept in memory and lost on restart)."""
 
 
+class PartitionUnwritableError(ServiceError):
+    """The partition's stored state rules out appends until an operator repairs it (for
+    example a leader epoch above Kafka's int32 range, accepted by an older version)."""
+
+
 class ServiceUnavailableError(ServiceError):
     """The node cannot serve this now (shutting down, or a feature not configured)."""
 
@@ -140,6 +146,7 @@ STATUS: dict[type[TiercompactError], int] = {
     ForbiddenError: 403,
     RequestTooLargeError: 413,
     JobNotFoundError: 404,
+    PartitionUnwritableError: 409,
     ServiceUnavailableError: 503,
 }
 
@@ -171,11 +178,30 @@ def error_body(message: str) -> dict[str, str]:
     return {"error": message}
 
 
+#: pydantic error types meaning "a well-formed value outside the field's range"
+_RANGE_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal"})
+#: what service.schemas' range validators say (pydantic reports them as value_error)
+OUT_OF_RANGE = "is out of range"
+
+
+def _is_range_error(err: dict[str, Any]) -> bool:
+    return err.get("type") in _RANGE_ERRORS or (
+        err.get("type") == "value_error" and OUT_OF_RANGE in str(err.get("msg", "")))
+
+
 def _validation_message(errors: list[dict[str, Any]]) -> tuple[int, str]:
-    """One readable line per pydantic error; malformed JSON is a 400, a wrong shape a 422."""
+    """One readable line per pydantic error.
+
+    Malformed JSON and values outside a field's range (a Kafka int32 epoch of 2^31) are a
+    400, as the core's own range checks are; a wrong shape (missing or unknown field, wrong
+    type) is a 422.
+    """
     parts = []
-    status = 422
+    status = 400 if errors and all(_is_range_error(e) for e in errors) else 422
     for err in errors:
+        if err.get("type") == "missing" and tuple(err.get("loc", ())) == ("body",):
+            parts.append("request body is missing; send a JSON object with Content-Type: application/json")
+            continue
         if err.get("type") == "json_invalid":
             status = 400
             ctx = err.get("ctx") or {}
@@ -188,8 +214,14 @@ def _validation_message(errors: list[dict[str, Any]]) -> tuple[int, str]:
             where = f"query parameter {'.'.join(loc[1:])}"
         elif loc and err.get("loc", ("",))[0] == "path":
             where = f"path parameter {'.'.join(loc[1:])}"
-        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+        parts.append(f"{where}: {str(err.get('msg', 'invalid')).removeprefix('Value error, ')}")
     return status, "; ".join(parts) or "invalid request"
+
+
+def _is_json(media_type: str) -> bool:
+    """application/json or a structured ``+json`` type, the media types FastAPI parses as JSON."""
+    return media_type == "application/json" or (media_type.startswith("application/") and
+                                                media_type.endswith("+json"))
 
 
 def install_error_handlers(app: FastAPI, on_error: Callable[[TiercompactError], None] | None = None) -> None:
@@ -209,7 +241,15 @@ def install_error_handlers(app: FastAPI, on_error: Callable[[TiercompactError], 
 
     @app.exception_handler(RequestValidationError)
     def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        status, message = _validation_message(list(exc.errors()))
+        errors = list(exc.errors())
+        media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if any(e.get("loc", ("",))[0] == "body" for e in errors) and not _is_json(media_type):
+            # without a JSON content type FastAPI does not parse the body at all, and
+            # pydantic's complaint about the unparsed bytes says nothing useful
+            given = f"Content-Type {media_type!r}" if media_type else "no Content-Type"
+            return JSONResponse(error_body(f"the request body must be JSON: send it with Content-Type: "
+                                           f"application/json (the request had {given})"), status_code=415)
+        status, message = _validation_message(errors)
         return JSONResponse(error_body(message), status_code=status)
 
     @app.exception_handler(StarletteHTTPException)

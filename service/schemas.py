@@ -4,15 +4,65 @@ Requests forbid unknown fields, so a typo (``"partition"`` for ``"partitions"``)
 naming the field instead of a silently ignored setting. Keys, values and header values
 are strings in the request's ``encoding`` (``utf-8`` or ``base64``); decoding them is the
 route's job, so a bad base64 string is reported with the record it belongs to.
+
+Every integer a request carries is bounded by the Kafka type it ends up in on disk or in
+the metadata store (leader epoch and broker id int32, producer id int64, producer epoch
+int16, base sequence int32, timestamps int64): an out-of-range value is a 422 that names
+the field and its range, never an overflow deep in the write path (``struct.error``) or a
+value that makes the partition unwritable for good. The bounds are also in the OpenAPI
+schema (``minimum``/``maximum``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from log.log_manager import MAX_PARTITIONS
 
 Encoding = Literal["utf-8", "base64"]
+
+INT16_MAX = 2**15 - 1
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+#: Kafka's RecordBatch.NO_TIMESTAMP
+NO_TIMESTAMP = -1
+
+
+def in_range(lo: int, hi: int, kafka_type: str) -> AfterValidator:
+    """Bound an int to ``lo..hi`` with an error naming the range and the Kafka type.
+
+    pydantic's own ``ge``/``le`` would say only "less than or equal to 2147483647"; this
+    says ``must be 0..2147483647 (Kafka int32)``. :func:`_doc` puts the same bounds in the
+    OpenAPI schema.
+    """
+
+    def check(v: int) -> int:
+        if not lo <= v <= hi:
+            raise ValueError(f"{v} is out of range: must be {lo}..{hi} ({kafka_type})")
+        return v
+
+    return AfterValidator(check)
+
+
+def _doc(lo: int, hi: int, kafka_type: str, description: str) -> Any:
+    return Field(description=f"{description} ({lo}..{hi}, {kafka_type}).",
+                 json_schema_extra={"minimum": lo, "maximum": hi})
+
+
+LeaderEpoch = Annotated[int, in_range(0, INT32_MAX, "Kafka int32"),
+                        _doc(0, INT32_MAX, "Kafka int32", "Leader epoch")]
+BrokerId = Annotated[int, in_range(0, INT32_MAX, "Kafka int32"), _doc(0, INT32_MAX, "Kafka int32", "Broker id")]
+ProducerId = Annotated[int, in_range(0, INT64_MAX, "Kafka int64"), _doc(0, INT64_MAX, "Kafka int64", "Producer id")]
+ProducerEpoch = Annotated[int, in_range(0, INT16_MAX, "Kafka int16"),
+                          _doc(0, INT16_MAX, "Kafka int16", "Producer epoch")]
+BaseSequence = Annotated[int, in_range(0, INT32_MAX, "Kafka int32"),
+                         _doc(0, INT32_MAX, "Kafka int32", "Sequence number of the first record")]
+Timestamp = Annotated[int, in_range(NO_TIMESTAMP, INT64_MAX, "Kafka int64, -1 = no timestamp"),
+                      _doc(NO_TIMESTAMP, INT64_MAX, "Kafka int64", "Epoch ms; default: the append time")]
+PartitionCount = Annotated[int, in_range(1, MAX_PARTITIONS, "partitions per topic"),
+                           _doc(1, MAX_PARTITIONS, "partitions per topic", "Number of partitions")]
 
 
 class _Request(BaseModel):
@@ -21,7 +71,7 @@ class _Request(BaseModel):
 
 class TopicCreate(_Request):
     name: str = Field(description="Topic name: 1-249 characters from [a-zA-Z0-9._-], not '.' or '..'.")
-    partitions: int = Field(1, description="Number of partitions.")
+    partitions: PartitionCount = 1
     config: dict[str, Any] = Field(default_factory=dict, description="Topic config overrides (Kafka names).")
 
 
@@ -43,14 +93,14 @@ class Header(_Request):
 class RecordIn(_Request):
     key: str | None = None
     value: str | None = None
-    timestamp: int | None = Field(None, description="Epoch ms; default: the append time.")
+    timestamp: Timestamp | None = None
     headers: list[Header] = Field(default_factory=list)
 
 
 class Producer(_Request):
-    id: int = Field(ge=0)
-    epoch: int = Field(ge=0, le=32767)
-    base_sequence: int = Field(ge=0, le=2**31 - 1)
+    id: ProducerId
+    epoch: ProducerEpoch
+    base_sequence: BaseSequence
     transactional: bool = False
 
 
@@ -60,6 +110,17 @@ class ProduceRequest(_Request):
     compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "none"
     producer: Producer | None = None
 
+    @model_validator(mode="after")
+    def _timestamp_deltas_fit(self) -> ProduceRequest:
+        # a batch stores each record's timestamp as a delta from the first one (varlong): the
+        # spread of one request's timestamps must fit in an int64 too
+        given = [r.timestamp for r in self.records if r.timestamp is not None]
+        if given and max(given) - min(given) > INT64_MAX:
+            raise ValueError(f"records' timestamps span {min(given)}..{max(given)}: their difference is out "
+                             f"of range for one batch (must be at most {INT64_MAX}, Kafka int64); send them "
+                             f"in separate requests")
+        return self
+
 
 class ProduceResponse(BaseModel):
     base_offset: int
@@ -68,8 +129,8 @@ class ProduceResponse(BaseModel):
 
 
 class MarkerRequest(_Request):
-    producer_id: int = Field(ge=0)
-    producer_epoch: int = Field(ge=0, le=32767)
+    producer_id: ProducerId
+    producer_epoch: ProducerEpoch
     type: Literal["commit", "abort"]
 
 
@@ -138,8 +199,8 @@ class TierResponse(BaseModel):
 
 
 class LeadershipRequest(_Request):
-    leader_epoch: int = Field(ge=0)
-    broker_id: int = Field(ge=0)
+    leader_epoch: LeaderEpoch
+    broker_id: BrokerId
 
 
 class JobAccepted(BaseModel):
@@ -155,8 +216,20 @@ class Job(BaseModel):
     error: str | None = None
 
 
+class CleanerPool(BaseModel):
+    configured: int = Field(description="Threads the options ask for (cleaner_threads / tiered_cleaner_threads).")
+    live: int = Field(description="Threads running now.")
+    dead: int = Field(description="Threads that died (Kafka's dead-thread-count).")
+
+
 class CleanerStatus(BaseModel):
-    threads: int
+    threads: int = Field(description="Configured threads of the local pool (cleaner_threads; 0 = clean on "
+                                     "request only).")
+    tiered_threads: int = Field(description="Configured threads of the tiered pool (tiered_cleaner_threads).")
+    live_threads: int = Field(description="Cleaner threads running now, both pools.")
+    background_cleaning: bool = Field(description="Whether background threads run at all (cleaner_threads > 0); "
+                                                  "without them partitions are cleaned only on request.")
+    pools: dict[Literal["local", "tiered"], CleanerPool]
     dead_threads: int
     uncleanable_partitions: list[str]
     uncleanable_reasons: dict[str, str] = Field(

@@ -14,7 +14,20 @@ router = APIRouter(prefix="/v1", tags=["cleaner"], responses={401: {"model": Err
 
 @router.get("/cleaner", response_model=CleanerStatus, dependencies=READ)
 def cleaner_status(node: NodeDep) -> dict[str, Any]:
-    return node.cleaner_status()
+    """Both cleaner pools as configured and as running: the local pool (cleaner_threads) and
+    the tiered pool (tiered_cleaner_threads), plus uncleanable partitions and recent runs."""
+    status = node.cleaner_status()
+    cfg = node.config
+    threads = list(node.cleaner.threads)
+    pools = {}
+    for name, configured, tiered in (("local", cfg.cleaner_threads, False),
+                                     ("tiered", cfg.tiered_cleaner_threads if node.tiered_cleaning else 0, True)):
+        mine = [t for t in threads if t.tiered is tiered]
+        pools[name] = {"configured": configured, "live": sum(1 for t in mine if t.is_alive()),
+                       "dead": sum(1 for t in mine if t.dead)}
+    return {**status, "threads": pools["local"]["configured"], "tiered_threads": pools["tiered"]["configured"],
+            "live_threads": pools["local"]["live"] + pools["tiered"]["live"],
+            "background_cleaning": cfg.cleaner_threads > 0, "pools": pools}
 
 
 @router.get("/jobs/{job_id}", response_model=Job, dependencies=READ)

@@ -8,9 +8,12 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
 from log.local_log import RecordSpec
-from service.node import decode_field, encode_field
+from service.errors import PartitionUnwritableError
+from service.node import Node, decode_field, encode_field
 from service.routes.deps import READ, WRITE, NodeDep, PartitionPath, TopicPath
 from service.schemas import (
+    INT32_MAX,
+    INT64_MAX,
     Error,
     FetchResponse,
     JobAccepted,
@@ -22,6 +25,7 @@ from service.schemas import (
     ProduceResponse,
     RollResponse,
     TierResponse,
+    in_range,
 )
 
 router = APIRouter(prefix="/v1/topics/{topic}/partitions/{partition}", tags=["partitions"],
@@ -29,8 +33,28 @@ router = APIRouter(prefix="/v1/topics/{topic}/partitions/{partition}", tags=["pa
                               404: {"model": Error}, 409: {"model": Error}, 413: {"model": Error}})
 
 
+def check_writable(node: Node, topic: str, partition: int) -> None:
+    """Refuse appends, with the repair, to a partition whose stored leader epoch no batch can carry.
+
+    Versions before the int32 bound on POST .../leadership stored any epoch; a batch's
+    partitionLeaderEpoch is an int32, so every append then failed deep in the write path
+    (``struct.error``, a bare 500) on every request and after every restart.
+    """
+    log = node.log(topic, partition)
+    epoch = log.leader_epoch
+    if epoch > INT32_MAX:
+        raise PartitionUnwritableError(
+            f"partition {log.topic_partition} is at leader epoch {epoch}, above Kafka's int32 maximum {INT32_MAX} "
+            f"(an older tiercompact accepted it); no record batch can carry it, so the partition takes no writes. "
+            f"Reads still work. To repair: copy the records out with GET .../records, then DELETE the topic and "
+            f"create it again; or stop the node, remove the lines with epochs above {INT32_MAX} from "
+            f"{log.dir / 'leader-epoch-checkpoint'} and the partition's leader-epoch rows above it from the "
+            f"metadata store, and restart")
+
+
 @router.post("/records", response_model=ProduceResponse, dependencies=WRITE)
 def produce(topic: TopicPath, partition: PartitionPath, body: ProduceRequest, node: NodeDep) -> dict:
+    check_writable(node, topic, partition)
     enc = body.encoding
     specs = []
     for i, r in enumerate(body.records):
@@ -47,13 +71,18 @@ def produce(topic: TopicPath, partition: PartitionPath, body: ProduceRequest, no
 
 @router.post("/markers", response_model=MarkerResponse, dependencies=WRITE)
 def append_marker(topic: TopicPath, partition: PartitionPath, body: MarkerRequest, node: NodeDep) -> dict:
+    check_writable(node, topic, partition)
     return {"offset": node.append_marker(topic, partition, body.producer_id, body.producer_epoch, body.type)}
 
 
 @router.get("/records", response_model=FetchResponse, dependencies=READ)
 def read_records(topic: TopicPath, partition: PartitionPath, node: NodeDep,
-                 offset: Annotated[int, Query(ge=0)] = 0,
-                 max_records: Annotated[int, Query(ge=1)] = 500,
+                 offset: Annotated[int, in_range(0, INT64_MAX, "Kafka int64"),
+                                   Query(ge=0, le=INT64_MAX, description="First offset to read.")] = 0,
+                 max_records: Annotated[int, in_range(1, INT32_MAX, "Kafka int32"),
+                                        Query(ge=1, le=INT32_MAX, description="Most records to return "
+                                                                             "(the node's max_fetch_records "
+                                                                             "bounds it further).")] = 500,
                  isolation: Literal["read_uncommitted", "read_committed"] = "read_uncommitted",
                  encoding: Literal["utf-8", "base64"] = "utf-8") -> dict:
     res = node.read(topic, partition, offset, max_records=max_records, isolation=isolation)
