@@ -247,3 +247,32 @@ def test_tiered_cleaner_selection_and_tiering_on_the_same_partitions_do_not_dead
         stop.set()
         if not any(t.is_alive() for t in threads):
             node.shutdown()
+
+
+def test_a_violation_swallowed_by_a_thread_fails_the_test_session(tmp_path) -> None:
+    """tests/conftest.py's session-end check: the test itself passes, the run does not."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "test_swallowed.py").write_text(
+        "import threading\n"
+        "from log.locks import ordered_lock\n"
+        "def test_passes_but_a_thread_violates():\n"
+        "    a, b = ordered_lock('demo.a', 1), ordered_lock('demo.b', 2)\n"
+        "    def bad():\n"
+        "        try:\n"
+        "            with b, a:\n"
+        "                pass\n"
+        "        except Exception:\n"
+        "            pass  # swallowed, as a background loop would\n"
+        "    t = threading.Thread(target=bad)\n"
+        "    t.start()\n"
+        "    t.join()\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider",
+                           str(tmp_path / "test_swallowed.py")], cwd=root, capture_output=True, text=True,
+                          timeout=120)
+    assert "1 passed" in proc.stdout
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "lock-order violation" in proc.stdout and "demo.a" in proc.stdout
