@@ -1,0 +1,184 @@
+"""One partition driven in lock-step on a real engine and on the reference model.
+
+Every operation is applied to both and the engine's answer compared with the model's
+(offsets assigned, duplicates, rejections); :meth:`Driver.check` reads both isolation levels
+and returns every difference from the guarantees. The state machine (machine.py), the
+differential test and the regression tests all go through this one class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from log.errors import InvalidProducerEpochError
+from tests.model.engines import Engine
+from tests.model.partition_model import PartitionModel
+
+KEYS = (b"a", b"b", b"c", b"d")
+IDEMPOTENT_PIDS = (1, 2)
+TXN_PIDS = (11, 12)
+
+#: a record to produce before its value is assigned: (key, kind); kind 0 makes a keyed record a tombstone
+Draft = tuple[bytes | None, int]
+
+
+class ModelViolation(AssertionError):
+    """The engine broke a guarantee the model states."""
+
+
+class Driver:
+    def __init__(self, engine: Engine, model: PartitionModel, *, page: int = 10_000) -> None:
+        self.e = engine
+        self.model = model
+        self.page = page
+        self.values = 0
+        #: called once per operation with its name (the state machine counts them)
+        self.on_op: Callable[[str], None] = lambda name: None
+
+    @property
+    def now(self) -> int:
+        return self.e.clock.milliseconds()
+
+    def records(self, drafts: list[Draft]) -> list[tuple[bytes | None, bytes | None]]:
+        out = []
+        for key, kind in drafts:
+            self.values += 1
+            out.append((key, None if key is not None and kind == 0 else b"v%d" % self.values))
+        return out
+
+    def _append(self, recs: list[tuple[bytes | None, bytes | None]], **kw: Any) -> None:
+        want = self.model.append(recs, now=self.now, **kw)
+        got = self.e.produce(recs, **kw)
+        if (got.base_offset, got.last_offset, got.duplicate) != (want.base_offset, want.last_offset, want.duplicate):
+            raise ModelViolation(f"append {recs} {kw}: engine {got}, model {want}")
+
+    # ---- produce ---------------------------------------------------------------------------------
+    def produce_plain(self, drafts: list[Draft]) -> None:
+        self.on_op("produce_plain")
+        self._append(self.records(drafts))
+
+    def _next(self, pid: int) -> tuple[int, int]:
+        p = self.model.producers.get(pid)
+        return (p.epoch, p.next_sequence) if p else (0, 0)
+
+    def produce_idempotent(self, pid: int, drafts: list[Draft]) -> None:
+        self.on_op("produce_idempotent")
+        epoch, seq = self._next(pid)
+        self._append(self.records(drafts), producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+    def produce_transactional(self, pid: int, drafts: list[Draft]) -> None:
+        self.on_op("produce_transactional")
+        epoch, seq = self._next(pid)
+        self._append(self.records(drafts), producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                     transactional=True)
+
+    def can_retry(self) -> bool:
+        return any(p.last_batch is not None for p in self.model.producers.values())
+
+    def retry_last_batch(self, choice: int) -> None:
+        """A producer resends its last batch (a lost ack): a duplicate, nothing is appended."""
+        self.on_op("retry_last_batch")
+        ps = sorted((p for p in self.model.producers.values() if p.last_batch is not None),
+                    key=lambda p: p.producer_id)
+        p = ps[choice % len(ps)]
+        assert p.last_batch is not None
+        seq, _n, _first, _last, recs = p.last_batch
+        self._append(list(recs), producer_id=p.producer_id, producer_epoch=p.epoch, base_sequence=seq,
+                     transactional=p.producer_id in TXN_PIDS)
+
+    def can_zombie(self) -> bool:
+        return any(p.epoch > 0 for p in self.model.producers.values())
+
+    def zombie_produce(self, drafts: list[Draft]) -> None:
+        """A producer with a superseded epoch is fenced: the engine must reject its batch."""
+        self.on_op("zombie_produce")
+        p = min((p for p in self.model.producers.values() if p.epoch > 0), key=lambda p: p.producer_id)
+        try:
+            r = self.e.produce(self.records(drafts), producer_id=p.producer_id, producer_epoch=p.epoch - 1,
+                               base_sequence=0, transactional=p.producer_id in TXN_PIDS)
+        except InvalidProducerEpochError:
+            return
+        raise ModelViolation(f"a batch of producer {p.producer_id} at fenced epoch {p.epoch - 1} was appended: {r}")
+
+    def end_transaction(self, pid: int, commit: bool, bump: bool = False) -> None:
+        """The coordinator's COMMIT/ABORT marker (at a bumped epoch, fencing the producer's old one)."""
+        self.on_op("commit" if commit else "abort")
+        p = self.model.producers.get(pid)
+        epoch = (p.epoch if p else 0) + (1 if bump else 0)
+        want = self.model.end_transaction(pid, epoch, commit=commit)
+        got = self.e.marker(pid, epoch, commit)
+        if got != want:
+            raise ModelViolation(f"marker offset: engine {got}, model {want}")
+
+    # ---- log maintenance ---------------------------------------------------------------------------
+    def roll(self) -> None:
+        self.on_op("roll")
+        self.e.roll()
+
+    def force_roll(self) -> None:
+        """KIP-354: an active segment older than max.compaction.lag.ms must be rolled."""
+        self.on_op("force_roll")
+        _base, first = self.e.active_segment()
+        due = self.model.roll_due(first, self.now)
+        rolled = self.e.force_roll()
+        if due and not rolled:
+            raise ModelViolation(f"the active segment starting at {first} is older than max.compaction.lag.ms="
+                                 f"{self.model.max_compaction_lag_ms} but was not rolled")
+
+    def tier(self) -> None:
+        self.on_op("tier")
+        self.e.tier()
+
+    def retention(self) -> None:
+        self.on_op("retention")
+        self.e.retention()
+
+    def clean(self, run: Callable[[], Any] | None = None) -> None:
+        """One round now (``run``: another way to run it, e.g. a Spark job); afterwards no key
+        may appear twice in read_committed below the new cleaner checkpoint."""
+        self.on_op("clean")
+        base, _first = self.e.active_segment()
+        self.model.clean(self.now, active_segment_base=base)
+        (run or self.e.clean)()
+        checkpoint = self.e.checkpoint()
+        if checkpoint is not None:
+            dups = self.model.duplicate_keys_below(self.e.read_all("read_committed"), checkpoint)
+            if dups:
+                raise ModelViolation(f"after a clean, keys appear more than once below the cleaner checkpoint "
+                                     f"{checkpoint}: {dups}")
+
+    def leader_change(self) -> None:
+        self.on_op("leader_change")
+        self.e.leader_change()
+
+    def restart(self) -> None:
+        self.on_op("restart")
+        self.e.restart()
+
+    def advance_clock(self, ms: int) -> None:
+        self.on_op("advance_clock")
+        self.e.clock.advance(ms)
+
+    # ---- checking ------------------------------------------------------------------------------------
+    def observe(self) -> tuple[list[Any], list[Any]]:
+        return self.e.read_all("read_uncommitted", self.page), self.e.read_all("read_committed", self.page)
+
+    def check(self) -> list[str]:
+        """Offsets (log end, LSO, HW), both isolation levels, and their consistency."""
+        m = self.model
+        errors = []
+        leo, lso, hw = self.e.offsets()
+        if (leo, lso, hw) != (m.log_end_offset, m.last_stable_offset, m.high_watermark):
+            errors.append(f"(log end, LSO, HW): engine {(leo, lso, hw)}, model "
+                          f"{(m.log_end_offset, m.last_stable_offset, m.high_watermark)}")
+        uncommitted, committed = self.observe()
+        errors += m.check(uncommitted, "read_uncommitted")
+        errors += m.check(committed, "read_committed")
+        errors += m.check_isolation_consistency(uncommitted, committed)
+        return errors
+
+    def assert_ok(self) -> None:
+        errors = self.check()
+        if errors:
+            raise ModelViolation("\n".join(errors[:20]))
