@@ -17,7 +17,7 @@ import struct
 from collections.abc import Iterable
 
 from log.errors import CorruptRecordError
-from log.index.txn_index import AbortedTxn
+from log.index.txn_index import AbortedTxn, collect_aborted_txns
 from log.locks import RANK_LEAF, ordered_lock
 from log.record import LOG_OVERHEAD, RecordBatch, iter_batches
 from metadata.types import RemoteLogSegmentMetadata
@@ -151,11 +151,6 @@ class RemoteSegmentReader:
 
 def collect_aborted(txns: Iterable[AbortedTxn], start: int, upper: int) -> tuple[list[AbortedTxn], bool]:
     """Kafka's TransactionIndex.collectAbortedTxns over entries: those overlapping
-    ``[start, upper)``, and whether the search is complete (an entry's LSO >= upper)."""
-    out: list[AbortedTxn] = []
-    for t in txns:
-        if t.last_offset >= start and t.first_offset < upper:
-            out.append(t)
-            if t.last_stable_offset >= upper:
-                return out, True
-    return out, False
+    ``[start, upper)``, and whether the search is complete (any entry's LSO >= upper, matching
+    or not). The one rule every engine uses: :func:`log.index.txn_index.collect_aborted_txns`."""
+    return collect_aborted_txns(txns, start, upper)

@@ -23,6 +23,7 @@ from log.index.txn_index import (
     collect_aborted_txns,
 )
 from log.local_log import LocalLog, RecordSpec
+from remote.remote_reader import collect_aborted
 from tests.cleaner.model import Producers, all_batches
 
 
@@ -34,6 +35,7 @@ def test_collect_is_complete_on_a_non_matching_entry(tmp_path: Path) -> None:
     idx.append(AbortedTxn(2, 12, 30, 31))  # after the completing entry: Kafka stops before it
     assert idx.collect(10, 20) == ([], True)
     assert collect_aborted_txns(idx.all(), 10, 20) == ([], True)
+    assert collect_aborted(idx.all(), 10, 20) == ([], True)  # the remote read path's search, the same rule
     # a matching entry below the upper bound is returned and does not complete the search
     assert idx.collect(0, 200) == ([AbortedTxn(1, 0, 5, 100), AbortedTxn(2, 12, 30, 31)], False)
 
