@@ -250,6 +250,12 @@ class RemoteLogManager:
             raise e
         return state
 
+    def forget_leader(self, tp: TopicPartition) -> None:
+        """Drop the cached epoch of ``tp`` (a write under it was fenced elsewhere, e.g. by the
+        tiered cleaner): the next use resolves the leader from the metadata store again."""
+        with self._lock(tp):
+            self._leaders.pop(tp, None)
+
     def is_leader_cached(self, tp: TopicPartition) -> bool:
         """Whether this manager already acts as the leader of ``tp``, without any lock or
         metadata read (for the produce path; False means "resolve with is_leader")."""

@@ -631,9 +631,16 @@ class Node:
 
     # ---- cleaning --------------------------------------------------------------------
     def clean(self, topic: str, partition: int) -> dict[str, Any]:
-        """One cleaning round on the partition now, ignoring the dirty-ratio threshold."""
+        """One cleaning round on the partition now, ignoring the dirty-ratio threshold.
+
+        A tiered partition's round publishes shared state, so this node's leadership is
+        checked against the metadata store first: a follower, or a zombie whose cached
+        epoch was superseded, is refused with 409 naming the leader (instead of running a
+        round that is fenced half way, or that finds nothing and looks like success)."""
         log = self.log(topic, partition)
         tp = log.topic_partition
+        if log.config.remote_storage_enable and self.tiered_cleaning:
+            self.remote.check_current_leader(tp, "cleaning round")
         with self._lock:
             if self._closed:
                 from service.errors import ServiceUnavailableError
@@ -642,6 +649,9 @@ class Node:
             self._running_cleans[tp] = self._running_cleans.get(tp, 0) + 1
         try:
             stats = self._clean_when_free(tp)
+        except FencedLeaderEpochError:
+            self.remote.forget_leader(tp)  # superseded: resolve the leader again before the next write
+            raise
         finally:
             with self._lock:
                 n = self._running_cleans.pop(tp) - 1
