@@ -62,7 +62,7 @@ class SoakConfig:
     seconds: float = 150.0
     seed: int = 12
     workers: int = 3
-    kill_every_s: tuple[float, float] = (20.0, 35.0)
+    kill_every_s: tuple[float, float] = (15.0, 25.0)
     faults: bool = True
     fault_window_s: tuple[float, float] = (3.0, 9.0)
     server_flags: dict[str, Any] = field(default_factory=lambda: {
@@ -157,7 +157,14 @@ class FaultScheduler(threading.Thread):
         self.enabled = threading.Event()
         self.stopped = threading.Event()
         self.windows: dict[str, int] = {}
+        self._deck: list[str] = []
         self._lock = threading.Lock()
+
+    def force(self, mode: str) -> None:
+        """Put the store in ``mode`` now (the scheduler must be disabled)."""
+        with self._lock:
+            self.enabled.clear()
+            self._set(mode)
 
     def heal(self) -> None:
         with self._lock:
@@ -184,7 +191,10 @@ class FaultScheduler(threading.Thread):
                 if self.proxy.mode != "pass" or self.rng.random() < 0.4:
                     self._set("pass")
                     continue
-                mode = self.rng.choice(["refuse", "503", "delay", "truncate"])
+                if not self._deck:  # every fault kind comes up, in a seeded order
+                    self._deck = ["refuse", "503", "delay", "truncate"]
+                    self.rng.shuffle(self._deck)
+                mode = self._deck.pop()
                 p = self.rng.choice([0.3, 0.6, 1.0])
                 self._set(mode, p=p, delay_s=self.rng.uniform(0.5, 4.0))
 
@@ -321,9 +331,10 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
     shared = {"generation": ctx.Value("i", 0), "up_generation": ctx.Value("i", 0),
               "fault_active": ctx.Value("i", 0), "fault_clear_since": ctx.Value("d", time.time())}
     cmd_q, res_q = ctx.Queue(), ctx.Queue()
-    sched = FaultScheduler(proxy, shared, rng, cfg.fault_window_s)
+    sched = FaultScheduler(proxy, shared, random.Random(cfg.seed + 1), cfg.fault_window_s)
     client: Any = None
     restarts, startup_times, hung_probes = 0, [], 0
+    graceful_stops: list[float] = []
     client_summary: dict[str, Any] = {}
     t_start = time.monotonic()
     log(f"run dir {cfg.run_dir}; moto {moto_url}; proxy {proxy.url}; seed {cfg.seed}; {cfg.seconds:.0f}s")
@@ -358,14 +369,31 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
             # ---- kill -9 and restart, then check with the store healthy
             hung = _probe(server.url)
             shared["generation"].value += 1
+            how = "SIGKILL" if rng.random() < 0.75 else "SIGTERM"
             if hung:
                 hung_probes += 1
                 fail("hung", f"generation {server.generation}: {hung[0]} got no answer within "
                              f"{REQUEST_TIMEOUT_S:.0f}s; SIGABRT dumped the threads into {server.logs[-1]}")
                 server.kill(signal.SIGABRT)
-            else:
+            elif how == "SIGKILL":
                 server.kill(signal.SIGKILL)
+            else:  # a graceful stop under load must be bounded, exit 0 and leave no temporary files
+                rc, took = server.stop(SHUTDOWN_BOUND_S)
+                graceful_stops.append(round(took, 2))
+                if rc is None:
+                    fail("shutdown", f"SIGTERM under load did not stop the server within {SHUTDOWN_BOUND_S}s; "
+                                     f"stacks in {server.logs[-1]}")
+                elif rc != 0:
+                    fail("shutdown", f"after SIGTERM under load the server exited with {rc} (want 0); "
+                                     f"see {server.logs[-1]}")
+                else:
+                    temps = _temp_files(server.data_dir)
+                    if temps:
+                        fail("temp-files", f"{len(temps)} temporary files left after a graceful stop: {temps[:20]}")
             sched.heal()
+            store_down = cfg.faults and rng.random() < 0.3
+            if store_down:  # the node must start, and answer, while the store is down
+                sched.force(rng.choice(["refuse", "503"]))
             scan = _scan_log(server.logs[-1])
             if scan.get("lock_order_violations"):
                 fail("lock-order", f"{scan['lock_order_violations']} lock-order violations in {server.logs[-1]}")
@@ -378,7 +406,9 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
                 server.kill(signal.SIGABRT)
                 break
             shared["up_generation"].value = shared["generation"].value
-            log(f"restart {restarts} (generation {server.generation}) up in {startup_times[-1]:.1f}s; checking")
+            sched.heal()
+            log(f"restart {restarts} after {how} (generation {server.generation}{', store down' if store_down else ''})"
+                f" up in {startup_times[-1]:.1f}s; checking")
             cmd_q.put(("check", server.generation))
             try:
                 while True:
@@ -451,6 +481,7 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
     summary = {
         "seed": cfg.seed, "seconds": round(time.monotonic() - t_start, 1), "run_dir": str(cfg.run_dir),
         "restarts": restarts, "startup_max_s": round(max(startup_times, default=0), 2),
+        "graceful_stops_s": graceful_stops,
         "hung_probes": hung_probes,
         "faults_injected": {"windows": dict(sched.windows), **proxy.stats()},
         **{k: v for k, v in client_summary.items() if k != "failures"},
@@ -472,7 +503,8 @@ def _kinds(failures: list[dict[str, Any]]) -> dict[str, int]:
 def format_summary(s: dict[str, Any]) -> str:
     lines = [
         f"soak: {s['seconds']}s seed={s['seed']} run dir {s['run_dir']}",
-        f"  requests: {s.get('requests', 0)}  restarts: {s['restarts']}  checks: {s.get('checks', 0)}  "
+        f"  requests: {s.get('requests', 0)}  restarts: {s['restarts']} (graceful stops {s['graceful_stops_s']}, "
+        f"slowest start {s['startup_max_s']}s)  checks: {s.get('checks', 0)}  "
         f"max latency: {s.get('max_latency_s')}s ({s.get('max_latency_request', '')})  "
         f"p99: {s.get('p99_latency_s')}s",
         f"  per kind: {s.get('requests_by_kind', {})}",
@@ -480,6 +512,7 @@ def format_summary(s: dict[str, Any]) -> str:
         f"  records: sent {s.get('records_sent', 0)} fates {s.get('record_fates', {})}  "
         f"transactions {s.get('transactions', {})}",
         f"  faults injected: {s['faults_injected']}",
+        f"  cleaner at the end: {s.get('cleaner')}",
         f"  notes: {json.dumps(s.get('notes', {}), default=str)[:1500]}",
         f"  failures: {len(s['failures'])} {s['failure_kinds']}",
     ]

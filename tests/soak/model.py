@@ -70,6 +70,8 @@ class Violation:
 class Model:
     records: dict[str, Rec] = field(default_factory=dict)
     txns: dict[str, Txn] = field(default_factory=dict)
+    by_tp: dict[tuple[str, int], list[Rec]] = field(default_factory=dict)
+    tombstones: dict[tuple[str, int, str | None], list[Rec]] = field(default_factory=dict)
     _seq: int = 0
 
     def add(self, rid: str, topic: str, partition: int, key: str | None, value: str | None,
@@ -77,10 +79,13 @@ class Model:
         self._seq += 1
         rec = Rec(rid, topic, partition, key, value, "pending", txn=txn, seq=self._seq)
         self.records[rid] = rec
+        self.by_tp.setdefault((topic, partition), []).append(rec)
+        if value is None:
+            self.tombstones.setdefault((topic, partition, key), []).append(rec)
         return rec
 
     def partition_records(self, topic: str, partition: int) -> list[Rec]:
-        return [r for r in self.records.values() if r.topic == topic and r.partition == partition]
+        return self.by_tp.get((topic, partition), [])
 
 
 def _definite(rec: Rec, committed_only: bool) -> bool:
@@ -191,8 +196,8 @@ def check_read(model: Model, topic: str, partition: int, records: list[dict[str,
 
 def _later_possible_tombstone(model: Model, must: Rec) -> bool:
     """A tombstone for ``must``'s key whose fate or offset is unknown and that may be newer."""
-    for rec in model.partition_records(must.topic, must.partition):
-        if rec.key != must.key or rec.value is not None or not _may_supersede(rec):
+    for rec in model.tombstones.get((must.topic, must.partition, must.key), []):
+        if not _may_supersede(rec):
             continue
         if rec.offset is None and rec.seq > 0:
             return True

@@ -19,7 +19,7 @@ def test_bounded_soak(tmp_path: Path) -> None:
     summary = run_soak(SoakConfig(run_dir=tmp_path / "soak", seconds=BOUNDED_SECONDS, seed=SEED))
     report = format_summary(summary)
     print(report)
-    assert summary["restarts"] >= 3, report
+    assert summary["restarts"] >= 2, report
     assert summary["checks"] >= summary["restarts"], report
     assert summary["requests"] > 500, report
     assert not summary["failures"], report
