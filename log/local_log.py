@@ -190,7 +190,7 @@ class LocalLog:
                                    self.topic_partition, truncated, seg.log_path)
             elif not is_last:
                 self._check_rolled_segment(seg, bases[i + 1])
-            elif seg.size and (seg.offset_index.entries == 0 or not self._index_sane(seg)):
+            elif seg.size and (seg.index_needs_rebuild() or not self._index_sane(seg)):
                 try:
                     seg.rebuild_indexes()
                 except CorruptRecordError as e:
@@ -355,6 +355,9 @@ class LocalLog:
                     self.producer_state.on_control_batch(batch)
                 else:
                     self.producer_state.on_data_batch(batch)
+        # Kafka filters expired producers when it loads producer state, too
+        self.producer_state.remove_expired_producers(self.clock.milliseconds(),
+                                                     int(self.config.get("producer.id.expiration.ms")))
 
     def _delete_snapshots_below(self, offset: int) -> None:
         for off, path in list_snapshots(self.dir):
@@ -686,6 +689,46 @@ class LocalLog:
         return LogSegment(self.dir, base_offset, index_interval_bytes=int(self.config.get("index.interval.bytes")),
                           suffix=CLEANED_SUFFIX, create=True)
 
+    def split_overflowed_segment(self, seg: LogSegment) -> list[LogSegment]:
+        """Kafka's splitOverflowedSegment (LogLoader; KAFKA-20036 for the cleaner): rewrite a
+        segment whose offsets overflow its base's 32-bit range into as many segments as needed,
+        copying batches byte for byte, with the swap protocol so a crash recovers.
+
+        Each transaction-index entry goes to the new segment holding its marker. Returns the
+        new segments (``[seg]`` when it does not overflow). Raises CorruptRecordError on a
+        damaged batch (nothing is replaced).
+        """
+        with self.lock:
+            if seg not in self.segments or seg is self.active_segment or not seg.has_overflow():
+                return [seg]
+            news: list[LogSegment] = []
+            try:
+                for pos, batch in seg.batches(0):
+                    batch.ensure_valid(source=str(seg.log_path), position=pos)
+                    if not news or not news[-1].can_hold(batch.last_offset):
+                        base = seg.base_offset if not news and seg.can_hold(batch.last_offset) else batch.base_offset
+                        news.append(self.create_cleaned_segment(base))
+                    news[-1].append(batch.raw, largest_offset=batch.last_offset,
+                                    largest_timestamp=batch.max_timestamp,
+                                    offset_of_largest_timestamp=batch.last_offset)
+                for txn in seg.txn_index.all():
+                    holder = [n for n in news if n.base_offset <= txn.last_offset] or news[:1]
+                    holder[-1].append_aborted_txn(txn)
+                for new in news:
+                    new.on_become_inactive()
+                    new.set_last_modified(seg.last_modified)
+                logger.info("%s: split overflowed segment %d into %s", self.topic_partition, seg.base_offset,
+                            [n.base_offset for n in news])
+                self.replace_segments(news, [seg])
+            except SimulatedCrash:
+                raise
+            except BaseException:
+                for new in news:
+                    if new.suffix == CLEANED_SUFFIX:
+                        new.delete_files()
+                raise
+            return news
+
     def replace_segments(self, new_segments: Sequence[LogSegment], old_segments: Iterable[LogSegment]) -> None:
         """Kafka's replaceSegments: .cleaned -> .swap, old -> .deleted, .swap -> final."""
         with self.lock:
@@ -738,6 +781,13 @@ class LocalLog:
             fsync_dir(self.dir)
             return [s.base_offset for s in segs]
 
+    def remove_expired_producers(self, now: int | None = None) -> list[int]:
+        """Kafka's periodic removeExpiredProducers (see log/producer_state.py)."""
+        with self.lock:
+            now = self.clock.milliseconds() if now is None else now
+            return self.producer_state.remove_expired_producers(
+                now, int(self.config.get("producer.id.expiration.ms")))
+
     def delete_old_segments(self, now: int | None = None) -> list[int]:
         """Retention for cleanup.policy containing 'delete': retention.ms, then retention.bytes."""
         if not self.config.delete:
@@ -782,6 +832,9 @@ class LocalLog:
         try:
             if self._closed:
                 return True
+            active = self.active_segment
+            # Kafka's LogSegment.close: the active segment's time index gets its final entry
+            active.time_index.maybe_append(active.max_timestamp_so_far, active.offset_of_max_timestamp_so_far)
             for seg in self.segments:
                 seg.flush()
                 seg.close()

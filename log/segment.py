@@ -53,6 +53,8 @@ class LogSegment:
             self.dir.mkdir(parents=True, exist_ok=True)
             with open(self.log_path, "xb"):
                 pass
+            for index_suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):  # Kafka creates both with the segment
+                self._path(index_suffix).touch()
         elif not self.log_path.exists():
             raise FileNotFoundError(self.log_path)
         self.size = self.log_path.stat().st_size
@@ -240,6 +242,13 @@ class LogSegment:
         self._next_offset = nxt
         self.offset_index.flush()
         self.time_index.flush()
+        for idx in (self.offset_index, self.time_index):  # Kafka keeps an index file even when empty
+            idx.path.touch()
+
+    def index_needs_rebuild(self) -> bool:
+        """An index file is missing (Kafka's LogLoader rebuilds then). An empty index is valid:
+        a segment under index.interval.bytes has no entry, and a lookup then scans from 0."""
+        return self.size > 0 and not (self.offset_index.path.exists() and self.time_index.path.exists())
 
     def recover(self) -> int:
         """Validate every batch; truncate a torn tail; rebuild the indexes. Returns bytes truncated.

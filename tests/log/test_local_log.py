@@ -230,3 +230,22 @@ def test_offset_index_entries_follow_the_interval_and_survive_a_rebuild(tmp_path
     seg.rebuild_indexes()  # recovery derives exactly the same entries
     assert list(seg.offset_index._entries) == appended
     assert [r.offset for r in _read_all(log)] == list(range(20))
+
+
+def test_index_files_exist_even_when_empty_and_a_missing_one_is_rebuilt(tmp_path):
+    """Kafka creates .index/.timeindex with the segment; an empty index is valid (no entry under
+    index.interval.bytes), a missing one is rebuilt on open."""
+    log = LocalLog(tmp_path / "t-0", LogConfig.from_dict({"index.interval.bytes": 100}))
+    seg = log.segments.first()
+    assert seg.offset_index.path.exists() and seg.time_index.path.exists()
+    for i in range(20):
+        log.append_records([_kv(i)])
+    log.roll()
+    log.close()
+    first = tmp_path / "t-0" / "00000000000000000000.index"
+    entries = first.read_bytes()
+    assert entries  # past 100 bytes: entries were written
+    first.unlink()
+    reopened = LocalLog(tmp_path / "t-0", LogConfig.from_dict({"index.interval.bytes": 100}))
+    assert first.read_bytes() == entries
+    assert [r.offset for r in _read_all(reopened)] == list(range(20))

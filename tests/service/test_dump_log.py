@@ -63,8 +63,10 @@ def test_indexes(segment: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, lines = _run(capsys, f"{base}.index", f"{base}.timeindex", f"{base}.txnindex")
     assert rc == 0
     assert lines == [
-        f"Dumping {base}.index", "offset: 1 position: 0",
-        f"Dumping {base}.timeindex", "timestamp: 1700000000001 offset: 1",
+        # Kafka: no offset-index entry below index.interval.bytes; the time index gets the
+        # segment's max timestamp when the log closes
+        f"Dumping {base}.index",
+        f"Dumping {base}.timeindex", "timestamp: 1700000000002 offset: 2",
         f"Dumping {base}.txnindex",
         "version: 0 producerId: 5 firstOffset: 2 lastOffset: 3 lastStableOffset: 4",
     ]
