@@ -365,6 +365,9 @@ class Node:
         """Local retention of non-tiered delete-policy logs (coordinated with cleaning by the
         cleaner's manager, so a round and a retention pass never touch a log at once)."""
         self.cleaner.run_retention()
+        for tp, log in self.log_manager.all_logs().items():
+            if expired := log.remove_expired_producers():
+                logger.info("%s: expired idle producers %s (producer.id.expiration.ms)", tp, expired)
         for tp, res in self.remote.run_once(stop=self._stopping).items():
             if res.copied or res.deleted_local or res.deleted_remote:
                 logger.info("%s: tiered %s, deleted local %s, deleted remote %s", tp, res.copied,
