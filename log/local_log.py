@@ -55,6 +55,7 @@ from log.segment import (
     DELETED_SUFFIX,
     LOG_SUFFIX,
     SWAP_SUFFIX,
+    TXN_INDEX_SUFFIX,
     LogSegment,
     offset_from_filename,
 )
@@ -176,6 +177,11 @@ class LocalLog:
             try:
                 seg = LogSegment(self.dir, base, index_interval_bytes=interval)
             except CorruptIndexError as e:
+                if e.source is not None and e.source.endswith(TXN_INDEX_SUFFIX):
+                    raise CorruptRecordError(
+                        f"{e}. The transaction index cannot be rebuilt from its segment alone; restore it from "
+                        f"a backup (a tiered topic's object store keeps a copy as <offset>-<segment id>.txnindex) "
+                        f"or delete the topic, and restart the node") from None
                 logger.warning("%s: %s; rebuilding indexes", self.topic_partition, e)
                 for suffix in (".index", ".timeindex"):
                     (self.dir / f"{base:020d}{suffix}").unlink(missing_ok=True)

@@ -18,6 +18,7 @@ from log.errors import InvalidConfigError, PartitionOfflineError
 from log.fetch import records_from_batches
 from log.local_log import RecordSpec
 from log.log_manager import LogManager
+from log.record import ControlRecordType
 from log.types import TopicPartition
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -228,3 +229,24 @@ def test_structurally_broken_active_segment_after_clean_shutdown_goes_offline(da
     _expect_offline(lm, str(active), "corrupt", "restore")
     lm.close()
     assert active.read_bytes() == bytes(raw)
+
+
+def test_corrupt_transaction_index_goes_offline_with_advice(data: Path, clock: MockClock) -> None:
+    """A .txnindex cannot be rebuilt from its segment alone (its aborted ranges need the producer
+    state before the segment): the partition goes offline saying so, and the rebuildable
+    indexes are left as they were."""
+    _fill(data, clock)
+    lm = LogManager(data, clock=clock)
+    log = lm.get_log(T0)
+    log.append_records([RecordSpec(b"tx", b"1")], producer_id=5, producer_epoch=0, base_sequence=0,
+                       transactional=True)
+    log.append_marker(5, 0, ControlRecordType.ABORT)
+    txn = log.active_segment.txn_index.path
+    lm.close()
+    assert txn.stat().st_size == 34
+    txn.write_bytes(b"\x01" * 33)
+    index_files = {p.name: p.read_bytes() for p in (data / "t-0").glob("*index")}
+    lm = LogManager(data, clock=clock)
+    _expect_offline(lm, str(txn), "cannot be rebuilt", "restore")
+    lm.close()
+    assert {p.name: p.read_bytes() for p in (data / "t-0").glob("*index")} == index_files
