@@ -181,12 +181,12 @@ def dump_producer_snapshot(path: Path, out: Out) -> bool:
     except CorruptRecordError as e:
         out(f"Corrupt producer snapshot: {e}")
         return False
-    for pid, e in sorted(producers.items()):
-        txn = "None" if e.current_txn_first_offset is None else e.current_txn_first_offset
-        out(f"producerId: {pid} producerEpoch: {e.producer_epoch} coordinatorEpoch: {e.coordinator_epoch} "
-            f"currentTxnFirstOffset: {txn} lastTimestamp: {e.last_timestamp} firstSequence: {e.first_sequence} "
-            f"lastSequence: {e.last_sequence} lastOffset: {e.last_data_offset} "
-            f"offsetDelta: {e.last_data_offset - e.first_data_offset if e.last_data_offset >= 0 else 0}")
+    for pid, p in sorted(producers.items()):
+        txn = "None" if p.current_txn_first_offset is None else p.current_txn_first_offset
+        out(f"producerId: {pid} producerEpoch: {p.producer_epoch} coordinatorEpoch: {p.coordinator_epoch} "
+            f"currentTxnFirstOffset: {txn} lastTimestamp: {p.last_timestamp} firstSequence: {p.first_sequence} "
+            f"lastSequence: {p.last_sequence} lastOffset: {p.last_data_offset} "
+            f"offsetDelta: {p.last_data_offset - p.first_data_offset if p.last_data_offset >= 0 else 0}")
     return True
 
 
@@ -198,6 +198,6 @@ def dump_epoch_checkpoint(path: Path, out: Out) -> bool:
     except CorruptRecordError as e:
         out(f"Corrupt leader-epoch checkpoint: {e}")
         return False
-    for e in entries:
-        out(f"epoch: {e.epoch} startOffset: {e.start_offset}")
+    for entry in entries:
+        out(f"epoch: {entry.epoch} startOffset: {entry.start_offset}")
     return True
