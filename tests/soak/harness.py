@@ -65,6 +65,8 @@ class SoakConfig:
     kill_every_s: tuple[float, float] = (15.0, 25.0)
     faults: bool = True
     fault_window_s: tuple[float, float] = (3.0, 9.0)
+    fault_kinds: tuple[str, ...] = ("refuse", "503", "delay", "truncate")
+    truncate_heads: bool = True  # cut HEAD responses too in truncate mode
     server_flags: dict[str, Any] = field(default_factory=lambda: {
         "cleaner-backoff-ms": 1000, "tiering-interval-ms": 2000, "roll-check-interval-ms": 1000})
 
@@ -151,9 +153,10 @@ class Server:
 class FaultScheduler(threading.Thread):
     """Toggles the proxy between healthy and one fault at a time."""
 
-    def __init__(self, proxy: FaultProxy, shared: dict[str, Any], rng: random.Random, window: tuple[float, float]):
+    def __init__(self, proxy: FaultProxy, shared: dict[str, Any], rng: random.Random, window: tuple[float, float],
+                 kinds: tuple[str, ...]):
         super().__init__(name="fault-scheduler", daemon=True)
-        self.proxy, self.shared, self.rng, self.window = proxy, shared, rng, window
+        self.proxy, self.shared, self.rng, self.window, self.kinds = proxy, shared, rng, window, kinds
         self.enabled = threading.Event()
         self.stopped = threading.Event()
         self.windows: dict[str, int] = {}
@@ -192,7 +195,7 @@ class FaultScheduler(threading.Thread):
                     self._set("pass")
                     continue
                 if not self._deck:  # every fault kind comes up, in a seeded order
-                    self._deck = ["refuse", "503", "delay", "truncate"]
+                    self._deck = list(self.kinds)
                     self.rng.shuffle(self._deck)
                 mode = self._deck.pop()
                 p = self.rng.choice([0.3, 0.6, 1.0])
@@ -331,7 +334,8 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
     shared = {"generation": ctx.Value("i", 0), "up_generation": ctx.Value("i", 0),
               "fault_active": ctx.Value("i", 0), "fault_clear_since": ctx.Value("d", time.time())}
     cmd_q, res_q = ctx.Queue(), ctx.Queue()
-    sched = FaultScheduler(proxy, shared, random.Random(cfg.seed + 1), cfg.fault_window_s)
+    proxy.truncate_heads = cfg.truncate_heads
+    sched = FaultScheduler(proxy, shared, random.Random(cfg.seed + 1), cfg.fault_window_s, cfg.fault_kinds)
     client: Any = None
     restarts, startup_times, hung_probes = 0, [], 0
     graceful_stops: list[float] = []
@@ -531,10 +535,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=3)
     ap.add_argument("--dir", type=Path, default=None, help="run dir (default: a new temporary one)")
     ap.add_argument("--no-faults", action="store_true", help="keep the object store healthy")
+    ap.add_argument("--fault-kinds", default=",".join(SoakConfig.fault_kinds),
+                    help="comma-separated proxy modes to inject (refuse,503,delay,truncate,corrupt)")
     args = ap.parse_args(argv)
     run_dir = args.dir or Path(tempfile.mkdtemp(prefix="tiercompact-soak-"))
     summary = run_soak(SoakConfig(run_dir=run_dir, seconds=args.minutes * 60, seed=args.seed,
-                                  workers=args.workers, faults=not args.no_faults))
+                                  workers=args.workers, faults=not args.no_faults,
+                                  fault_kinds=tuple(k for k in args.fault_kinds.split(",") if k)))
     print(format_summary(summary), flush=True)
     return 0 if not summary["failures"] else 1
 

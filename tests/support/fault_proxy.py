@@ -13,7 +13,10 @@ Modes, decided per accepted connection (``p`` is the probability a connection is
   body), then the connection is closed;
 * ``delay``: the connection is forwarded after ``delay_s`` seconds (a slow, not dead, store);
 * ``truncate``: the request is forwarded, and the response is cut: headers plus half of the
-  body when it has one (half of the headers when not), then the connection is closed.
+  body when it has one (half of the headers when not, unless ``truncate_heads`` is False),
+  then the connection is closed;
+* ``corrupt``: one byte of the request body (an upload) or of a 200/206 response body (a
+  download) is flipped, as a broken NIC or middlebox would.
 
 Switching to any mode but ``pass`` resets the connections open at that moment, so a
 client's keep-alive pool cannot bypass the fault. Thread-safe; counters in :meth:`stats`.
@@ -30,7 +33,7 @@ import threading
 import time
 from collections import Counter
 
-MODES = ("pass", "refuse", "503", "delay", "truncate")
+MODES = ("pass", "refuse", "503", "delay", "truncate", "corrupt")
 _S3_503 = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>ServiceUnavailable</Code>'
            b"<Message>injected by FaultProxy</Message><RequestId>faultproxy</RequestId></Error>")
 
@@ -85,6 +88,7 @@ class FaultProxy:
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._accept_loop, name="fault-proxy", daemon=True)
         self.connections = 0
+        self.truncate_heads = True  # False: HEAD responses pass intact in truncate mode
         self.faults: Counter[str] = Counter()
         self.mode_changes = 0
 
@@ -177,8 +181,8 @@ class FaultProxy:
                     return
             upstream = socket.create_connection(self.target, timeout=10)
             self._track(upstream)
-            if mode == "truncate":
-                self._truncate(client, upstream)
+            if mode in ("truncate", "corrupt"):
+                self._exchange(client, upstream, mode)
             else:
                 self._pipe(client, upstream)
         except OSError:
@@ -211,36 +215,51 @@ class FaultProxy:
                 except OSError:
                     return
 
-    def _truncate(self, client: socket.socket, upstream: socket.socket) -> None:
-        """Forward one request, answer with a cut response, close."""
+    def _exchange(self, client: socket.socket, upstream: socket.socket, mode: str) -> None:
+        """Forward one request and answer it damaged (``truncate`` or ``corrupt``), then close."""
         head = _read_head(client)
         if head is None:
             return
         body_len = _content_length(head) or 0
         sep = head.index(b"\r\n\r\n") + 4
-        body = head[sep:]
+        body = bytearray(head[sep:])
         client.settimeout(10)
         while len(body) < body_len:
             chunk = client.recv(65536)
             if not chunk:
                 return
             body += chunk
-        upstream.sendall(head[:sep] + body)
+        if mode == "corrupt" and body:
+            self._flip(body, "request")
+        upstream.sendall(head[:sep] + bytes(body))
         resp = _read_head(upstream, timeout=30)
         if resp is None:
             return
         rsep = resp.index(b"\r\n\r\n") + 4
         rlen = _content_length(resp[:rsep]) or 0
-        if head.startswith(b"HEAD ") or resp.split(b" ", 2)[1:2] in ([b"204"], [b"304"]):
+        is_head = head.startswith(b"HEAD ")
+        if is_head or resp.split(b" ", 2)[1:2] in ([b"204"], [b"304"]):
             rlen = 0  # no body follows, whatever Content-Length says
-        if rlen > 1:
-            rbody = resp[rsep:]
-            upstream.settimeout(30)
-            while len(rbody) < rlen // 2:
-                chunk = upstream.recv(65536)
-                if not chunk:
-                    break
-                rbody += chunk
-            client.sendall(resp[:rsep] + rbody[: rlen // 2])
+        rbody = bytearray(resp[rsep:])
+        upstream.settimeout(30)
+        while len(rbody) < rlen:
+            chunk = upstream.recv(65536)
+            if not chunk:
+                break
+            rbody += chunk
+        if mode == "corrupt":
+            if rbody and resp.split(b" ", 2)[1:2] in ([b"200"], [b"206"]):
+                self._flip(rbody, "response")
+            client.sendall(resp[:rsep] + bytes(rbody))
+        elif rlen > 1:
+            client.sendall(resp[:rsep] + bytes(rbody[: rlen // 2]))
+        elif is_head and not self.truncate_heads:
+            client.sendall(resp[:rsep])
         else:
             client.sendall(resp[: max(1, rsep // 2)])
+
+    def _flip(self, buf: bytearray, where: str) -> None:
+        with self._lock:
+            i = self._rng.randrange(len(buf))
+            self.faults[f"corrupt-{where}"] += 1
+        buf[i] ^= 0x5A
