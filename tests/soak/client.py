@@ -147,6 +147,8 @@ class Client:
         self._resume = threading.Condition()
         self._paused = 0
         self._workers: list[threading.Thread] = []
+        self._last_done: dict[int, float] = {}  # id(http client) -> when its last answer came
+        self._config_lock = threading.Lock()  # PATCHes one at a time, so each answer can be checked
 
     # ---- bookkeeping --------------------------------------------------------------------
     def log(self, msg: str) -> None:
@@ -205,11 +207,15 @@ class Client:
             self._count(op, "dropped", lat, desc)
             if self.shared["generation"].value == gen0:
                 time.sleep(1.0)  # a kill in progress bumps the generation first
-            if up0 and self.shared["generation"].value == gen0:
+            # a connection idle for about uvicorn's keep-alive timeout (5 s) may be closed by
+            # the server just as it is reused: that race is not the server's fault
+            idle = t0 - self._last_done.get(id(http), t0)
+            if up0 and self.shared["generation"].value == gen0 and idle < 4.0:
                 self.fail("dropped", f"{desc}: connection dropped while the server was up: {type(e).__name__}: {e}",
                           request=_short(json))
             return Outcome("unknown", None, None, lat, type(e).__name__)
         lat = time.monotonic() - t0
+        self._last_done[id(http)] = time.monotonic()
         status = resp.status_code
         try:
             body = resp.json()
@@ -562,7 +568,8 @@ class Client:
             epoch = max(self.epochs.get(tp, 0), int(d.body["leader_epoch"])) + 1
             self.epochs[tp] = epoch
         o = self.call(http, "leadership", "POST", f"{self._path(tp)}/leadership",
-                      json={"leader_epoch": epoch, "broker_id": 0}, store=self.topics[tp[0]].tiered)
+                      json={"leader_epoch": epoch, "broker_id": 0}, store=self.topics[tp[0]].tiered,
+                      tolerate=(409,))  # another worker's higher epoch may land first
         if o.ok and int(o.body["leader_epoch"]) != epoch:
             self.fail("leadership", f"{tp}: moved to epoch {epoch} but the partition says {o.body['leader_epoch']}")
 
@@ -575,7 +582,8 @@ class Client:
             choices.update(COMPACT_CONFIG_CHOICES)
         key = rng.choice(sorted(choices))
         value = rng.choice(choices[key])
-        o = self.call(http, "config", "PATCH", f"/v1/topics/{spec.name}/config", json={"config": {key: value}})
+        with self._config_lock:
+            o = self.call(http, "config", "PATCH", f"/v1/topics/{spec.name}/config", json={"config": {key: value}})
         if o.ok and o.body["config"].get(key) != value:
             self.fail("config", f"PATCH {spec.name} {key}={value!r} answered config {o.body['config']}")
 
