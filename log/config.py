@@ -132,9 +132,36 @@ define("message.timestamp.difference.max.ms", int, LONG_MAX, at_least(0),
        "Reject records whose CreateTime differs from the broker clock by more than this.")
 
 
+#: keys Kafka declares as INT (int32); every other int key is a LONG (int64). A value past
+#: its Kafka type is refused here, before it can reach a struct or an index size.
+INT32_KEYS = frozenset({"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes",
+                        "producer.id.expiration.ms"})
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    """repr() for an error message, cut short: a value can be as long as a request body."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**limit else f"<{value.bit_length()}-bit int>"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _check_width(key: ConfigKey, v: int) -> int:
+    lo, hi, kafka = (-INT_MAX - 1, INT_MAX, "int32") if key.name in INT32_KEYS else (-LONG_MAX - 1, LONG_MAX, "int64")
+    if not lo <= v <= hi:
+        raise InvalidConfigError(f"{key.name}={_show(v)} is invalid: out of range for Kafka's {kafka} "
+                                 f"({lo}..{hi})")
+    return v
+
+
 def _coerce(key: ConfigKey, value: Any) -> Any:
     """Turn a JSON/CLI value into the key's type, or raise a message naming key and value."""
     t = key.type
+    if t is int and not isinstance(value, bool):
+        try:
+            as_int = int(value) if not isinstance(value, float) or value.is_integer() else None
+        except (TypeError, ValueError, OverflowError):
+            as_int = None
+        if as_int is not None:
+            _check_width(key, as_int)
     try:
         if t is bool:
             if isinstance(value, bool):
@@ -153,14 +180,14 @@ def _coerce(key: ConfigKey, value: Any) -> Any:
         if t is float:
             if isinstance(value, bool):
                 raise ValueError
-            return float(value)
+            return float(value)  # an int too large for a float raises OverflowError, caught below
         if t is str:
             if not isinstance(value, str):
                 raise ValueError
             return value.strip()
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         pass
-    raise InvalidConfigError(f"{key.name}={value!r} is invalid: expected {t.__name__}")
+    raise InvalidConfigError(f"{key.name}={_show(value)} is invalid: expected {t.__name__}")
 
 
 def validate_values(values: Mapping[str, Any]) -> None:

@@ -100,3 +100,30 @@ def test_other_remote_storage_changes_are_still_allowed(tiered: TestClient) -> N
     assert tiered.post("/v1/topics", json={"name": "u"}).status_code == 201
     r = tiered.patch("/v1/topics/u/config", json={"config": {"remote.storage.enable": True}})
     assert r.status_code == 200, r.text  # turning it on is fine, as in Kafka
+
+
+@pytest.mark.parametrize(("config", "needle"), [
+    ({"segment.bytes": 2**31}, "segment.bytes=2147483648 is invalid: out of range for Kafka's int32"),
+    ({"segment.index.bytes": 2**62}, "segment.index.bytes=4611686018427387904 is invalid: out of range"),
+    ({"max.message.bytes": "99999999999"}, "max.message.bytes=99999999999 is invalid: out of range"),
+    ({"retention.ms": 2**63}, "retention.ms=9223372036854775808 is invalid: out of range for Kafka's int64"),
+    ({"segment.ms": 10**400}, "segment.ms=<1329-bit int> is invalid"),
+    ({"min.cleanable.dirty.ratio": 10**400}, "min.cleanable.dirty.ratio=<1329-bit int> is invalid: expected float"),
+])
+def test_topic_config_values_past_their_kafka_type_are_400(client: TestClient, config: dict, needle: str) -> None:
+    """segment.bytes=2^70 was accepted, and an int too large for a float was an OverflowError 500."""
+    r = client.post("/v1/topics", json={"name": "c", "config": config})
+    assert r.status_code == 400, r.text
+    assert needle in r.json()["error"]
+    assert client.post("/v1/topics", json={"name": "c"}).status_code == 201
+    r = client.patch("/v1/topics/c/config", json={"config": config})
+    assert r.status_code == 400, r.text
+    assert needle in r.json()["error"]
+    assert client.get("/v1/topics/c").json()["config"] == {}
+
+
+def test_topic_config_values_at_their_kafka_limits_are_accepted(client: TestClient) -> None:
+    config = {"segment.bytes": 2**31 - 1, "retention.ms": 2**63 - 1, "max.compaction.lag.ms": 2**63 - 1}
+    r = client.post("/v1/topics", json={"name": "c", "config": config})
+    assert r.status_code == 201, r.text
+    assert r.json()["config"] == config
