@@ -45,6 +45,7 @@ from log.segment import LogSegment
 from log.types import EpochEntry, TopicPartition
 from metadata.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
 from remote import load_object_store
+from remote.segment_state import rewritten_segment_state
 from remote.storage_manager import IndexType, LogSegmentData, RemoteStorageManager
 
 #: (producer id, first offset, last offset, last stable offset) of an aborted transaction
@@ -490,9 +491,11 @@ def run_rewrite(task: RewriteTask, entries: Iterable[tuple[bytes, int]],
                 index.path.touch(exist_ok=True)
             txn_path = dest.txn_index.path if dest.txn_index.entries else None
             epochs = [EpochEntry(e, o) for e, o in sorted(task.leader_epochs().items())]
+            # KIP-405 LogSegmentData: the replaced segments' producer snapshot and epoch checkpoint
+            checkpoint, snapshot = rewritten_segment_state(rsm, [s.metadata() for s in task.sources],
+                                                           LeaderEpochCheckpointFile.render(epochs))
             rsm.copy_log_segment_data(md, LogSegmentData(
-                dest.log_path, dest.offset_index.path, dest.time_index.path, txn_path,
-                LeaderEpochCheckpointFile.render(epochs)))
+                dest.log_path, dest.offset_index.path, dest.time_index.path, txn_path, checkpoint, snapshot))
             bloom = build_segment_bloom(dest, task.fpp).to_bytes()
             uploaded = dest.size + dest.offset_index.size_in_bytes + dest.time_index.size_in_bytes
             return RewriteResult(task.key, task.new_segment_id, task.start_offset, task.end_offset, dest.size,

@@ -195,3 +195,38 @@ def test_a_tiered_rewrite_carries_the_state_and_a_new_node_restores_from_it(tmp_
                                   producer_id=PID, producer_epoch=PEPOCH, base_sequence=seq - 1)
     assert dup.duplicate and node.log.log_end_offset == end
     node.close()
+
+
+def test_a_spark_rewrite_task_carries_the_state_of_the_segments_it_replaces(tmp_path: Path) -> None:
+    import uuid
+
+    from cleaner.spark.tasks import RewriteTask, SegmentRef, StoreSpec, TxnState, run_rewrite
+    from metadata.types import RemoteLogSegmentId, RemoteLogSegmentMetadata
+    from tests.spark.conftest import make_world, partitions_of
+
+    w = make_world(tmp_path / "w", (f"file://{tmp_path / 'obj'}", {}), config={"local.retention.ms": -1})
+    try:
+        tp = partitions_of(w)[0]
+        log = w.lm.get_log(tp)
+        for seq in range(40):
+            log.append_records([RecordSpec(f"k{seq % 3}".encode(), b"v" * 30)], producer_id=PID,
+                               producer_epoch=PEPOCH, base_sequence=seq)
+            if seq % 20 == 19:
+                log.roll()
+        w.clock.advance(1)
+        w.rlm.tier(tp)
+        sources = w.rlmm.list_remote_log_segments(tp)
+        assert len(sources) >= 2
+        want = w.rsm.fetch_segment_state(sources[-1])
+        assert want.producer_snapshot is not None
+        task = RewriteTask(0, StoreSpec.of(w.store.url), uuid.uuid4().hex, tuple(SegmentRef.of(m) for m in sources),
+                           tuple(() for _ in sources), now_ms=w.clock.milliseconds(), delete_retention_ms=1000,
+                           upper_bound_of_round=sources[-1].end_offset + 1, latest_offset=sources[-1].end_offset,
+                           active_producers=(), txn_state=TxnState(), fpp=0.01, index_interval_bytes=4096,
+                           io_buffer_size=65536)
+        res = run_rewrite(task, [], temp_dir=tmp_path)
+        new = RemoteLogSegmentMetadata(RemoteLogSegmentId(tp, res.new_segment_id), res.start_offset,
+                                       res.end_offset, res.max_timestamp_ms, 0, 0, res.size, {0: res.start_offset})
+        assert w.rsm.fetch_segment_state(new) == want
+    finally:
+        w.close()
