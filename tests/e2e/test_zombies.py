@@ -51,7 +51,10 @@ def _free_port() -> int:
 
 
 class Server:
-    """One ``tiercompact serve`` process (restartable on the same data dir and port)."""
+    """One ``tiercompact serve`` process (restartable on the same data dir and port).
+
+    Background cleaning and tiering are off (cleans and tiers happen on request), so the
+    shared state changes only when the test says so."""
 
     def __init__(self, root: Path, name: str, broker_id: int, metadata_url: str) -> None:
         self.root, self.name, self.broker_id, self.metadata_url = root, name, broker_id, metadata_url
@@ -75,7 +78,7 @@ class Server:
         cmd = [sys.executable, "-m", "service.cli", "serve", "--data-dir", str(self.data_dir),
                "--port", str(self.port), "--broker-id", str(self.broker_id),
                "--remote", (self.root / "objects").as_uri(), "--metadata", self.metadata_url,
-               "--cleaner-threads", "0", "--tiering-interval-ms", "3600000", "--roll-check-interval-ms", "3600000",
+               "--cleaner-threads", "0", "--tiered-cleaner-threads", "0", "--tiering-interval-ms", "3600000", "--roll-check-interval-ms", "3600000",
                "--log-level", "warning"]
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=dict(os.environ))
 
