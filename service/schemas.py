@@ -46,9 +46,18 @@ def in_range(lo: int, hi: int, kafka_type: str) -> AfterValidator:
     return AfterValidator(check)
 
 
+def range_schema(lo: int, hi: int) -> dict[str, Any]:
+    """OpenAPI bounds: ``format`` int32/int64 names the width, and ``maximum`` is given only
+    where a float holds it exactly (FastAPI's OpenAPI model stores bounds as floats, and
+    2^63-1 would round up to 2^63, a value the API refuses)."""
+    out: dict[str, Any] = {"minimum": lo, "format": "int32" if -(2**31) <= lo and hi <= INT32_MAX else "int64"}
+    if hi < 2**53:
+        out["maximum"] = hi
+    return out
+
+
 def _doc(lo: int, hi: int, kafka_type: str, description: str) -> Any:
-    return Field(description=f"{description} ({lo}..{hi}, {kafka_type}).",
-                 json_schema_extra={"minimum": lo, "maximum": hi})
+    return Field(description=f"{description} ({lo}..{hi}, {kafka_type}).", json_schema_extra=range_schema(lo, hi))
 
 
 LeaderEpoch = Annotated[int, in_range(0, INT32_MAX, "Kafka int32"),

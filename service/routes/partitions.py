@@ -26,6 +26,7 @@ from service.schemas import (
     RollResponse,
     TierResponse,
     in_range,
+    range_schema,
 )
 
 router = APIRouter(prefix="/v1/topics/{topic}/partitions/{partition}", tags=["partitions"],
@@ -77,12 +78,13 @@ def append_marker(topic: TopicPath, partition: PartitionPath, body: MarkerReques
 
 @router.get("/records", response_model=FetchResponse, dependencies=READ)
 def read_records(topic: TopicPath, partition: PartitionPath, node: NodeDep,
-                 offset: Annotated[int, in_range(0, INT64_MAX, "Kafka int64"),
-                                   Query(ge=0, le=INT64_MAX, description="First offset to read.")] = 0,
-                 max_records: Annotated[int, in_range(1, INT32_MAX, "Kafka int32"),
-                                        Query(ge=1, le=INT32_MAX, description="Most records to return "
-                                                                             "(the node's max_fetch_records "
-                                                                             "bounds it further).")] = 500,
+                 offset: Annotated[int, Query(description=f"First offset to read (0..{INT64_MAX}).",
+                                              json_schema_extra=range_schema(0, INT64_MAX)),
+                                   in_range(0, INT64_MAX, "Kafka int64")] = 0,
+                 max_records: Annotated[int, Query(description="Most records to return (the node's "
+                                                               "max_fetch_records bounds it further).",
+                                                   json_schema_extra=range_schema(1, INT32_MAX)),
+                                        in_range(1, INT32_MAX, "Kafka int32")] = 500,
                  isolation: Literal["read_uncommitted", "read_committed"] = "read_uncommitted",
                  encoding: Literal["utf-8", "base64"] = "utf-8") -> dict:
     res = node.read(topic, partition, offset, max_records=max_records, isolation=isolation)

@@ -242,3 +242,21 @@ def test_an_unexpected_error_is_a_json_500_and_the_keep_alive_connection_goes_on
             assert conn.sock is sock
         finally:
             conn.close()
+
+
+def test_the_openapi_schema_carries_the_kafka_bounds(client: TestClient) -> None:
+    """Clients and fuzzers read the ranges from /openapi.json. int64 bounds are given as
+    format int64: a float maximum of 2^63-1 would round up to 2^63, which the API refuses."""
+    spec = client.get("/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+    epoch = schemas["LeadershipRequest"]["properties"]["leader_epoch"]
+    assert (epoch["minimum"], epoch["maximum"], epoch["format"]) == (0, INT32_MAX, "int32")
+    pid = schemas["Producer"]["properties"]["id"]
+    assert (pid["minimum"], pid["format"]) == (0, "int64") and "maximum" not in pid
+    assert schemas["Producer"]["properties"]["epoch"]["maximum"] == INT16_MAX
+    ts = next(s for s in schemas["RecordIn"]["properties"]["timestamp"]["anyOf"] if s.get("type") == "integer")
+    assert (ts["minimum"], ts["format"]) == (-1, "int64")
+    params = {p["name"]: p["schema"] for p in spec["paths"]["/v1/topics/{topic}/partitions/{partition}/records"]
+              ["get"]["parameters"]}
+    assert (params["offset"]["minimum"], params["offset"]["format"]) == (0, "int64")
+    assert (params["max_records"]["minimum"], params["max_records"]["maximum"]) == (1, INT32_MAX)
