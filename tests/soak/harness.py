@@ -537,11 +537,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-faults", action="store_true", help="keep the object store healthy")
     ap.add_argument("--fault-kinds", default=",".join(SoakConfig.fault_kinds),
                     help="comma-separated proxy modes to inject (refuse,503,delay,truncate,corrupt)")
+    ap.add_argument("--no-truncate-heads", action="store_true",
+                    help="in truncate mode, let HEAD responses through intact")
     args = ap.parse_args(argv)
     run_dir = args.dir or Path(tempfile.mkdtemp(prefix="tiercompact-soak-"))
     summary = run_soak(SoakConfig(run_dir=run_dir, seconds=args.minutes * 60, seed=args.seed,
                                   workers=args.workers, faults=not args.no_faults,
-                                  fault_kinds=tuple(k for k in args.fault_kinds.split(",") if k)))
+                                  fault_kinds=tuple(k for k in args.fault_kinds.split(",") if k),
+                                  truncate_heads=not args.no_truncate_heads))
     print(format_summary(summary), flush=True)
     return 0 if not summary["failures"] else 1
 
