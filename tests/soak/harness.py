@@ -229,6 +229,42 @@ def _scan_log(path: Path) -> dict[str, Any]:
             "Thread 0x" in text}
 
 
+_PROJECT_FRAME = re.compile(r'^\s*File "[^"]*/(?:log|remote|metadata|cleaner|service)/([^"]+)", line (\d+), in (\S+)')
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit)):?(.*)$")
+
+
+def server_exceptions(path: Path) -> list[dict[str, Any]]:
+    """Distinct tracebacks in a server log: the exception, the project frames, how often, and
+    the request line logged before it (for the report of a failure)."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    context = ""
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if " ERROR " in line or " WARNING " in line:
+            context = line[:300]
+        if line.startswith("Traceback (most recent call last):"):
+            frames: list[str] = []
+            j = i + 1
+            while j < len(lines) and (lines[j].startswith(" ") or not lines[j].strip()):
+                m = _PROJECT_FRAME.match(lines[j])
+                if m:
+                    frames.append(f"{m.group(1)}:{m.group(2)} {m.group(3)}")
+                j += 1
+            exc = lines[j][:300] if j < len(lines) else "?"
+            m = _EXC_LINE.match(exc)
+            key = (m.group(1) if m else exc[:80], frames[-1] if frames else "")
+            entry = found.setdefault(key, {"exception": exc, "frames": frames[-12:], "count": 0, "context": context})
+            entry["count"] += 1
+            i = j
+        i += 1
+    return sorted(found.values(), key=lambda e: -e["count"])
+
+
 def _temp_files(data_dir: Path) -> list[str]:
     out = []
     for p in data_dir.rglob("*"):
@@ -468,6 +504,14 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
                                                           for f in failures):
                 fail("lock-order", f"{s['lock_order_violations']} lock-order violations in {name}")
         notes["server_logs"] = {n: s for n, s in scans.items() if s.get("tracebacks") or s.get("errors")}
+        exceptions: dict[tuple[str, str], dict[str, Any]] = {}
+        for p in server.logs:
+            for e in server_exceptions(p):
+                key = (e["exception"][:120], e["frames"][-1] if e["frames"] else "")
+                prev = exceptions.setdefault(key, {**e, "count": 0, "logs": []})
+                prev["count"] += e["count"]
+                prev["logs"].append(p.name)
+        notes["server_exceptions"] = sorted(exceptions.values(), key=lambda e: -e["count"])[:25]
     finally:
         sched.stopped.set()
         if client is not None and client.is_alive():
@@ -517,11 +561,17 @@ def format_summary(s: dict[str, Any]) -> str:
         f"transactions {s.get('transactions', {})}",
         f"  faults injected: {s['faults_injected']}",
         f"  cleaner at the end: {s.get('cleaner')}",
-        f"  notes: {json.dumps(s.get('notes', {}), default=str)[:1500]}",
+        f"  notes: {json.dumps({k: v for k, v in s.get('notes', {}).items() if k != 'server_exceptions'}, default=str)[:1500]}",
         f"  failures: {len(s['failures'])} {s['failure_kinds']}",
     ]
     for f in s["failures"][:40]:
         lines.append(f"    - [{f['kind']}] {f.get('time', '')} {f['detail'][:700]}")
+    excs = s.get("notes", {}).get("server_exceptions", [])
+    if excs:
+        lines.append(f"  server tracebacks ({len(excs)} distinct):")
+        for e in excs[:12]:
+            lines.append(f"    - x{e['count']} {e['exception'][:200]}")
+            lines.append(f"        at {' <- '.join(reversed(e['frames'][-6:]))}")
     return "\n".join(lines)
 
 
