@@ -80,7 +80,7 @@ from log.index.txn_index import AbortedTxn, TxnIndexLink, collect_aborted_transa
 from log.local_log import LocalLog, SimulatedCrash
 from log.segment import LogSegment
 from log.types import EpochEntry, TopicPartition
-from metadata.errors import FencedLeaderEpochError
+from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
 from metadata.manager import RemoteLogMetadataManager
 from metadata.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
 from remote.segment_state import rewritten_segment_state
@@ -756,8 +756,13 @@ class TieredLogToClean(CleanRatios):
 
 def tiered_log_to_clean(ctx: TieredContext, tp: TopicPartition, log: LocalLog, checkpoint: int | None,
                         now: int) -> TieredLogToClean | None:
-    """The tiered LogToClean of ``log``, or None while nothing is in remote storage."""
-    plan = plan_round(tp, log, ctx.rlmm, leader_epoch=ctx.leader_epoch(tp), local_checkpoint=checkpoint, now=now)
+    """The tiered LogToClean of ``log``, or None while nothing is in remote storage or
+    another broker leads the partition (that broker cleans it; this one is a follower)."""
+    try:
+        epoch = ctx.leader_epoch(tp)
+    except NotLeaderForPartitionError:
+        return None
+    plan = plan_round(tp, log, ctx.rlmm, leader_epoch=epoch, local_checkpoint=checkpoint, now=now)
     if plan is None:
         return None
     remote_end = plan.segments[-1].end_offset + 1

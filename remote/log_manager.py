@@ -240,14 +240,13 @@ class RemoteLogManager:
         docstring).
 
         Raises:
-            NotLeaderForPartitionError: the registered epoch belongs to another broker
-                (counted as a fenced operation).
+            NotLeaderForPartitionError: the registered epoch belongs to another broker. Not
+                counted here: the caller decides whether it was a rejected operation (the
+                API's error handler counts it) or just a follower skipping work.
         """
         state, leader = self._resolve_leader(tp)
         if not leader:
-            e = NotLeaderForPartitionError(tp, self.broker_id, state.leader_epoch, state.broker_id, action)
-            self._count_fenced(e)
-            raise e
+            raise NotLeaderForPartitionError(tp, self.broker_id, state.leader_epoch, state.broker_id, action)
         return state
 
     def forget_leader(self, tp: TopicPartition) -> None:
@@ -275,7 +274,7 @@ class RemoteLogManager:
         id by another node is adopted.
 
         Raises:
-            NotLeaderForPartitionError: another broker holds the registered epoch (counted).
+            NotLeaderForPartitionError: another broker holds the registered epoch.
         """
         with self._lock(tp):
             current = self.metadata.leader_state(tp)
@@ -283,9 +282,8 @@ class RemoteLogManager:
                 return None
             if current.broker_id != self.broker_id:
                 self._leaders.pop(tp, None)
-                e = NotLeaderForPartitionError(tp, self.broker_id, current.leader_epoch, current.broker_id, action)
-                self._count_fenced(e)
-                raise e
+                raise NotLeaderForPartitionError(tp, self.broker_id, current.leader_epoch, current.broker_id,
+                                                 action)
             if self._leaders.get(tp) != current:
                 self._leaders.pop(tp, None)
             return self.leader_state(tp, action)

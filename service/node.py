@@ -564,11 +564,9 @@ class Node:
         if not log.config.remote_storage_enable:
             raise InvalidRequestError(f"topic {topic!r} has remote.storage.enable=false; set it with "
                                       f"PATCH /v1/topics/{topic}/config to tier its segments")
-        try:
-            res = self.remote.tier(log.topic_partition)
-        except FencedLeaderEpochError as e:
-            setattr(e, COUNTED_BY_RLM, True)
-            raise
+        # a fenced upload was counted by the RemoteLogManager (and marked so); a refusal
+        # because another broker leads is counted by the API's error handler
+        res = self.remote.tier(log.topic_partition)
         return {"copied": res.copied, "deleted_local": res.deleted_local}
 
     def become_leader(self, topic: str, partition: int, leader_epoch: int, broker_id: int) -> dict[str, Any]:

@@ -237,3 +237,22 @@ def test_a_stalled_zombie_cannot_delete_or_publish(tmp_path: Path, brokers: list
     _produce(b, model, 50, "b")
     _roll_tier_clean(b)
     assert_acknowledged_reads_back(b, model)
+
+
+def test_a_followers_background_cleaner_skips_the_partition(tmp_path: Path, brokers: list[Broker]) -> None:
+    """The tiered pool's selection on the restarted old leader neither picks the partition
+    (broker 1 cleans it) nor marks it uncleanable, and counts no fenced operation."""
+    model: dict[int, tuple[str, str]] = {}
+    b, _co_a = _takeover(brokers, tmp_path, model)
+    _produce(b, model, 60, "b-dirty")
+    assert b.client.post(f"{P0}/roll").status_code == 200
+    assert b.client.post(f"{P0}/tier").status_code == 200
+    a = _open(brokers, tmp_path, "a", 0)
+    fenced0 = a.fenced_total()
+    manager = a.node.cleaner.manager
+    assert manager.grab_filthiest_compacted_log(tiered=True) is None
+    assert TP not in manager.uncleanable_partitions()
+    assert a.fenced_total() == fenced0
+    picked = b.node.cleaner.manager.grab_filthiest_compacted_log(tiered=True)  # the leader does pick it
+    assert picked is not None and picked.topic_partition == TP
+    b.node.cleaner.manager.done_cleaning(TP, None)
