@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 #: SIGTERM to exit, at most (the node's own shutdown takes at most Node.shutdown's timeout)
 STOP_BUDGET_S = 10.0
 #: how long in-flight requests may take to finish once a stop begins
-REQUEST_DRAIN_S = 2.0
+REQUEST_DRAIN_S = 2
 #: when the watchdog gives up on a stop and exits with status 1
 WATCHDOG_S = 9.5
 
