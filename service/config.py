@@ -46,6 +46,22 @@ class ServiceConfig(BaseModel):
                                                    "(default sqlite:///<data dir>/metadata.db).")
     s3_endpoint: str | None = Field(None, description="S3 endpoint URL (MinIO); default: AWS environment.")
     s3_region: str | None = Field(None, description="S3 region name.")
+    remote_retry_attempts: int = Field(3, ge=1, le=20,
+                                       description="Attempts per object-store call before it fails (retries of "
+                                                   "throttling, 5xx, connection errors, timeouts).")
+    remote_timeout_ms: int = Field(20_000, ge=100, le=3_600_000,
+                                   description="Longest time one object-store operation may spend retrying.")
+    remote_connect_timeout_ms: int = Field(3_000, ge=100, le=600_000,
+                                           description="S3 connect timeout of one attempt.")
+    remote_read_timeout_ms: int = Field(30_000, ge=100, le=3_600_000,
+                                        description="S3 read timeout of one attempt.")
+    remote_breaker_failures: int = Field(3, ge=1, le=1000,
+                                         description="Consecutive failures after which the object store is "
+                                                     "treated as down: calls fail at once (503 with Retry-After) "
+                                                     "for remote_breaker_cooldown_ms.")
+    remote_breaker_cooldown_ms: int = Field(10_000, ge=100, le=3_600_000,
+                                            description="How long calls fail fast once the object store is "
+                                                        "treated as down.")
     host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
     port: int = Field(8080, ge=0, le=65535, description="Port of the HTTP API (0 = any free port).")
     token: str | None = Field(None, description="Bearer token required by mutating endpoints (none = open); "
