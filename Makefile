@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ARGS   ?=
 
-.PHONY: serve demo test bench lint clean-venv soak
+.PHONY: serve demo test bench lint clean-venv fuzz soak
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=python3 ...'"; exit 1; }
@@ -40,3 +40,15 @@ clean-venv:
 # ARGS="--minutes N" (or TIERCOMPACT_SOAK_MINUTES, default 10) and prints a summary.
 soak: $(STAMP)
 	$(BIN)/python -m tests.soak $(ARGS)
+
+# The model state machine (tests/model) with fresh randomness, for as long as asked:
+# FUZZ_EXAMPLES per batch and engine, FUZZ_SECONDS keeps running batches until that many
+# seconds have passed on each engine, FUZZ_ENGINES a subset of local,file,s3.
+# e.g. make fuzz FUZZ_SECONDS=3600 FUZZ_ENGINES=file,s3 ARGS=-x
+FUZZ_EXAMPLES ?= 1000
+FUZZ_SECONDS  ?=
+FUZZ_ENGINES  ?= local,file,s3
+fuzz: $(STAMP)
+	TIERCOMPACT_TEST_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) TIERCOMPACT_TEST_FUZZ_SECONDS=$(FUZZ_SECONDS) \
+	TIERCOMPACT_TEST_FUZZ_ENGINES=$(FUZZ_ENGINES) \
+	$(BIN)/python -m pytest tests/model/test_state_machine.py -s --timeout=0 -p no:cacheprovider $(ARGS)
