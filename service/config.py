@@ -46,6 +46,9 @@ class ServiceConfig(BaseModel):
                                                    "(default sqlite:///<data dir>/metadata.db).")
     s3_endpoint: str | None = Field(None, description="S3 endpoint URL (MinIO); default: AWS environment.")
     s3_region: str | None = Field(None, description="S3 region name.")
+    s3_verify_etag: bool = Field(True, description="Check that each S3 upload's ETag is the MD5 of the bytes sent "
+                                                   "(turn off for SSE-KMS/SSE-C buckets, whose ETags are not MD5s; "
+                                                   "Content-MD5 and CRC-32C are still sent).")
     remote_retry_attempts: int = Field(3, ge=1, le=20,
                                        description="Attempts per object-store call before it fails (retries of "
                                                    "throttling, 5xx, connection errors, timeouts).")

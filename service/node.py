@@ -207,7 +207,7 @@ class Node:
         # remote_timeout_ms); the S3 client makes one attempt per call, each bounded by timeouts
         opts: dict[str, Any] = {"max_attempts": 1, "max_total_s": c.remote_timeout_ms / 1000,
                                 "connect_timeout_s": c.remote_connect_timeout_ms / 1000,
-                                "read_timeout_s": c.remote_read_timeout_ms / 1000}
+                                "read_timeout_s": c.remote_read_timeout_ms / 1000, "verify_etag": c.s3_verify_etag}
         if self.config.s3_endpoint:
             opts["endpoint_url"] = self.config.s3_endpoint
         if self.config.s3_region:

@@ -241,3 +241,22 @@ def test_post_tier_answers_503_within_seconds_when_the_store_is_down_and_recover
             print(f"\nPOST tier with the store down: first answer {first:.2f} s, then {again:.3f} s")
     finally:
         node.shutdown()
+
+
+def test_service_options_bound_the_store_calls(tmp_path: Path) -> None:
+    from service.config import load_config
+    from service.node import Node
+
+    node = Node(load_config({"data_dir": tmp_path / "data", "remote": "s3://b/p", "s3_endpoint": "http://127.0.0.1:1",
+                             "remote_retry_attempts": 2, "remote_timeout_ms": 1500, "remote_connect_timeout_ms": 700,
+                             "remote_read_timeout_ms": 900, "remote_breaker_failures": 4,
+                             "remote_breaker_cooldown_ms": 2500, "s3_verify_etag": False}, env={}))
+    try:
+        opts = node.store_options()
+        assert opts["max_attempts"] == 1  # one retry layer: the RemoteStorageManager's
+        assert (opts["max_total_s"], opts["connect_timeout_s"], opts["read_timeout_s"]) == (1.5, 0.7, 0.9)
+        assert opts["verify_etag"] is False
+        assert (node.storage_manager._max_attempts, node.storage_manager._max_total_ms) == (2, 1500)
+        assert (node.store_breaker.failure_threshold, node.store_breaker.cooldown_s) == (4, 2.5)
+    finally:
+        node.shutdown()
