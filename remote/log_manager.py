@@ -269,9 +269,10 @@ class RemoteLogManager:
         """The current registered leader state of ``tp`` read from the metadata store now
         (not the cache), provided it is this broker's; None if nobody ever registered ``tp``.
 
-        For operations that must not trust a cached epoch (topic deletion): a zombie whose
-        cached epoch was superseded is refused here, and an epoch registered to this broker
-        id by another node is adopted.
+        For operations that must not trust a cached epoch (topic deletion, an operator's
+        clean): a zombie whose cached epoch was superseded is refused here, and an epoch
+        registered to this broker id by another node is adopted (which opens the local
+        log: an offline partition raises PartitionOfflineError, see Node.delete_topic).
 
         Raises:
             NotLeaderForPartitionError: another broker holds the registered epoch.
