@@ -153,14 +153,22 @@ def test_a_copy_damaged_in_transit_is_not_published_and_the_local_segments_stay(
     env.close()
 
 
+@pytest.mark.parametrize("backend", ["file", "s3-http"])
 def test_a_tiered_rewrite_damaged_in_transit_is_not_published_and_the_originals_stay(
-        tmp_path: Path, clock: MockClock) -> None:
+        tmp_path: Path, clock: MockClock, backend: str, request: pytest.FixtureRequest) -> None:
     from tests.tiered.conftest import TP as TTP
     from tests.tiered.conftest import World
 
-    world = World(tmp_path, clock, (f"file://{tmp_path / 'objects'}", {}), f"sqlite:///{tmp_path / 'md.db'}")
-    corrupting = CorruptingStore(world.rsm.store)
-    world.rsm.store = corrupting
+    if backend == "file":
+        world = World(tmp_path, clock, (f"file://{tmp_path / 'objects'}", {}), f"sqlite:///{tmp_path / 'md.db'}")
+        corrupting = CorruptingStore(world.rsm.store)
+        world.rsm.store = corrupting
+    else:
+        proxy: CorruptingProxy = request.getfixturevalue("proxy")
+        bucket = _s3_through(proxy).bucket
+        world = World(tmp_path, clock, (f"s3://{bucket}/segments", {"endpoint_url": proxy.url, **CREDS}),
+                      f"sqlite:///{tmp_path / 'md.db'}")
+        corrupting = proxy  # type: ignore[assignment]
     for _round in range(4):
         world.produce([(f"k{i % 5}".encode(), f"v{_round}-{i}".encode() * 10) for i in range(40)])
         world.roll_and_tier()
