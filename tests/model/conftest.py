@@ -20,3 +20,12 @@ def aws_test_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="session")
 def model_bucket(moto_server_url: str) -> str:
     return create_bucket(moto_server_url)
+
+
+@pytest.fixture(autouse=True)
+def _no_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model tests restart nodes cleanly, never by power cut: fsync only costs time here
+    (thousands of checkpoint and snapshot writes per run)."""
+    import os
+
+    monkeypatch.setattr(os, "fsync", lambda fd: None)

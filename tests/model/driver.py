@@ -58,18 +58,25 @@ class Driver:
         self.on_op("produce_plain")
         self._append(self.records(drafts))
 
-    def _next(self, pid: int) -> tuple[int, int]:
+    def _next(self, pid: int, new_epoch: bool) -> tuple[int, int]:
+        """(epoch, base sequence) of the producer's next batch; ``new_epoch``: the producer
+        re-initialised (InitProducerId) and starts its next epoch at sequence 0, unless it is
+        inside a transaction (which a real producer must end first)."""
         p = self.model.producers.get(pid)
-        return (p.epoch, p.next_sequence) if p else (0, 0)
+        if p is None:
+            return 0, 0
+        if new_epoch and not p.open_txn:
+            return p.epoch + 1, 0
+        return p.epoch, p.next_sequence
 
-    def produce_idempotent(self, pid: int, drafts: list[Draft]) -> None:
+    def produce_idempotent(self, pid: int, drafts: list[Draft], new_epoch: bool = False) -> None:
         self.on_op("produce_idempotent")
-        epoch, seq = self._next(pid)
+        epoch, seq = self._next(pid, new_epoch)
         self._append(self.records(drafts), producer_id=pid, producer_epoch=epoch, base_sequence=seq)
 
-    def produce_transactional(self, pid: int, drafts: list[Draft]) -> None:
+    def produce_transactional(self, pid: int, drafts: list[Draft], new_epoch: bool = False) -> None:
         self.on_op("produce_transactional")
-        epoch, seq = self._next(pid)
+        epoch, seq = self._next(pid, new_epoch)
         self._append(self.records(drafts), producer_id=pid, producer_epoch=epoch, base_sequence=seq,
                      transactional=True)
 
@@ -162,7 +169,9 @@ class Driver:
 
     # ---- checking ------------------------------------------------------------------------------------
     def observe(self) -> tuple[list[Any], list[Any]]:
-        return self.e.read_all("read_uncommitted", self.page), self.e.read_all("read_committed", self.page)
+        start = self.e.log_start_offset()
+        return (self.e.read_all("read_uncommitted", self.page, start),
+                self.e.read_all("read_committed", self.page, start))
 
     def check(self) -> list[str]:
         """Offsets (log end, LSO, HW), both isolation levels, and their consistency."""

@@ -155,12 +155,16 @@ class Engine:
     def checkpoint(self) -> int | None:
         return self.node.cleaner_checkpoint(self.tp)
 
-    def read_all(self, isolation: str, page: int = 10_000) -> list[tuple[int, Any, Any, int]]:
-        """Every record a consumer starting at the log start reads, page by page, until an
-        empty page (Node.read: an empty page means nothing more below the HW / LSO)."""
+    def read_all(self, isolation: str, page: int = 10_000, start: int | None = None) -> list[tuple[int, Any, Any, int]]:
+        """Every record a consumer starting at the log start reads, page by page, until the
+        high watermark (read_uncommitted) or the last stable offset (read_committed)."""
+        log = self.log
+        upper = log.last_stable_offset if isolation == "read_committed" else log.high_watermark
         out: list[tuple[int, Any, Any, int]] = []
-        offset = self.log_start_offset()
+        offset = self.log_start_offset() if start is None else start
         for _ in range(100_000):
+            if offset >= upper:
+                return out
             res = self.node.read(self.topic, 0, offset, max_records=page, isolation=isolation)
             if not res.records:
                 return out
