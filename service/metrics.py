@@ -32,6 +32,8 @@ REMOTE_SEGMENTS_SKIPPED_BY_BLOOM_TOTAL = "remote_segments_skipped_by_bloom_total
 FENCED_OPERATIONS_TOTAL = "fenced_operations_total"
 OFFLINE_PARTITIONS_COUNT = "offline_partitions_count"
 CORRUPT_CHECKPOINTS_REBUILT_TOTAL = "corrupt_checkpoints_rebuilt_total"
+REMOTE_STORE_UNAVAILABLE = "remote_store_unavailable"
+REMOTE_STORE_OUTAGES_TOTAL = "remote_store_outages_total"
 
 #: gauge name -> help text (Kafka's LogCleaner / LogCleanerManager gauges)
 GAUGES: dict[str, str] = {
@@ -47,6 +49,8 @@ GAUGES: dict[str, str] = {
     OFFLINE_PARTITIONS_COUNT: "Partitions whose files could not be loaded (corrupt, truncated or emptied segment, "
                               "malformed leader-epoch-checkpoint); GET .../partitions/{p} shows why (Kafka's "
                               "OfflinePartitionsCount).",
+    REMOTE_STORE_UNAVAILABLE: "1 while the object store is treated as down (its circuit breaker is open: calls "
+                              "fail at once with 503 and Retry-After), else 0.",
 }
 
 #: counter name -> help text (tiered storage)
@@ -58,6 +62,7 @@ COUNTERS: dict[str, str] = {
     FENCED_OPERATIONS_TOTAL: "Publishes, uploads and deletes rejected because their leader epoch was fenced.",
     CORRUPT_CHECKPOINTS_REBUILT_TOTAL: "Corrupt cleaner-offset-checkpoint files moved aside and rebuilt (the "
                                        "partitions they covered are re-cleaned from their log start).",
+    REMOTE_STORE_OUTAGES_TOTAL: "Times the object store's circuit breaker opened after consecutive failures.",
 }
 
 METRIC_NAMES: tuple[str, ...] = (*GAUGES, *COUNTERS)

@@ -357,6 +357,8 @@ class Node:
         out["remote_bytes_uploaded_total"] = self.object_store.bytes_uploaded
         out["remote_bytes_downloaded_total"] = self.object_store.bytes_downloaded
         out["offline_partitions_count"] = len(self.log_manager.offline_partitions())
+        out["remote_store_unavailable"] = 1.0 if self.store_breaker.is_open else 0.0
+        out["remote_store_outages_total"] = self.store_breaker.times_opened
         out["corrupt_checkpoints_rebuilt_total"] = corrupt_checkpoints_rebuilt(self.log_manager.cleaner_checkpoint_path)
         return out
 

@@ -231,6 +231,8 @@ def test_post_tier_answers_503_within_seconds_when_the_store_is_down_and_recover
             assert 1 <= int(r.headers["Retry-After"]) <= 2
             assert again < BOUND_S / 2
             assert c.get("/healthz").status_code == 200
+            metrics = c.get("/metrics").text
+            assert "remote_store_unavailable 1.0" in metrics and "remote_store_outages_total 1.0" in metrics
             assert node.metadata.list_remote_log_segments(log.topic_partition) == []
 
             fwd.set_down(False)
@@ -238,6 +240,7 @@ def test_post_tier_answers_503_within_seconds_when_the_store_is_down_and_recover
             r = c.post("/v1/topics/t/partitions/0/tier")
             assert r.status_code == 200, r.text
             assert r.json()["copied"]
+            assert "remote_store_unavailable 0.0" in c.get("/metrics").text
             print(f"\nPOST tier with the store down: first answer {first:.2f} s, then {again:.3f} s")
     finally:
         node.shutdown()

@@ -19,7 +19,8 @@ def test_every_metric_name_is_exposed(client: TestClient) -> None:
         "max_compaction_delay_secs", "max_clean_time_secs", "uncleanable_partitions_count", "uncleanable_bytes",
         "dead_thread_count", "max_buffer_utilization_percent", "cleaner_recopy_percent", "time_since_last_run_ms",
         "remote_bytes_downloaded_total", "remote_bytes_uploaded_total", "remote_segments_skipped_by_bloom_total",
-        "fenced_operations_total", "offline_partitions_count", "corrupt_checkpoints_rebuilt_total"}
+        "fenced_operations_total", "offline_partitions_count", "corrupt_checkpoints_rebuilt_total",
+        "remote_store_unavailable", "remote_store_outages_total"}
     samples = _samples(client)
     for name in GAUGES:
         assert name in samples
