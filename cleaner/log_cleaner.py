@@ -131,7 +131,8 @@ class LogCleaner:
         self.log_manager = log_manager
         self.clock = clock
         self.throttler = throttler or Throttler(config.io_max_bytes_per_second, clock=clock)
-        self.manager = LogCleanerManager(log_manager.all_logs, log_manager.cleaner_checkpoint_path, clock=clock)
+        self.manager = LogCleanerManager(log_manager.all_logs, log_manager.cleaner_checkpoint_path, clock=clock,
+                                         offline=lambda: log_manager.offline_partitions().keys())
         self.tiered = tiered
         if tiered is not None:
             self.manager.tiered_log_to_clean = (

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,8 +100,11 @@ class _StateTable(dict[TopicPartition, CleaningState]):
 
 class LogCleanerManager:
     def __init__(self, logs: Callable[[], Mapping[TopicPartition, LocalLog]], checkpoint_path: Path, *,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK,
+                 offline: Callable[[], Iterable[TopicPartition]] = lambda: ()) -> None:
         self._logs = logs
+        #: partitions that exist but could not be opened: their checkpoints are kept, not dropped
+        self._offline = offline
         self._checkpoint = OffsetCheckpointFile(Path(checkpoint_path))
         self._clock = clock
         self._lock = ordered_rlock("cleaner.manager", RANK_CLEANER_MANAGER)
@@ -122,9 +125,10 @@ class LogCleanerManager:
 
     def update_checkpoints(self, add: tuple[TopicPartition, int] | None = None,
                            remove: TopicPartition | None = None) -> None:
-        """Rewrite the file keeping only partitions still in the log pool, then apply the change."""
+        """Rewrite the file keeping only partitions still in the log pool (or offline: a partition
+        that failed to open keeps its checkpoint for when it is repaired), then apply the change."""
         with self._lock:
-            live = self._logs()
+            live = set(self._logs()) | set(self._offline())
             cps = {tp: o for tp, o in self._checkpoint.read().items() if tp in live}
             if remove is not None:
                 cps.pop(remove, None)
@@ -234,7 +238,12 @@ class LogCleanerManager:
 
     def deletable_logs(self) -> list[tuple[TopicPartition, LocalLog]]:
         """Logs retention may run on now (no cleaning state, not uncleanable); they are held IN_PROGRESS
-        until :meth:`done_deleting`. Logs whose segments are tiered are left to the remote log manager."""
+        until :meth:`done_deleting`. Logs whose segments are tiered are left to the remote log manager.
+
+        Deliberate difference from Kafka: every log whose cleanup.policy contains ``delete`` is
+        returned here. Kafka's deletableLogs returns only compacted (``compact,delete``) logs and
+        leaves pure ``delete`` logs to LogManager's retention thread; the segments removed are the
+        same, only the thread running retention differs (README, "Deliberate differences")."""
         with self._lock:
             out = []
             for tp, log in sorted(self._logs().items()):

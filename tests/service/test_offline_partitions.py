@@ -247,3 +247,25 @@ def test_real_serve_after_kill_9_starts_with_one_bad_partition_offline(tmp_path:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_an_offline_partition_keeps_its_cleaner_checkpoint(tmp_path: Path, clock: MockClock) -> None:
+    """Regression: the checkpoint file was rewritten keeping only open partitions, so a clean of
+    any other partition dropped an offline partition's checkpoint (a full re-clean, remote
+    included, once it was repaired)."""
+    d = _setup(tmp_path, clock)
+    with _client(tmp_path, clock) as c:
+        for path in (P0, P1):
+            c.post(f"{path}/roll")
+            assert c.post(f"{path}/clean", params={"wait": "true"}).status_code == 200
+        cp0 = c.get(P0).json()["cleaner_checkpoint"]
+    assert cp0 and cp0 > 0
+    (d / "leader-epoch-checkpoint").write_text("garbage\n")  # t-0 goes offline at the next start
+    with _client(tmp_path, clock) as c:
+        assert c.get(P0).json()["state"] == "offline"
+        for i in range(10):
+            c.post(f"{P1}/records", json={"records": [{"key": f"k{i}", "value": "again"}]})
+        c.post(f"{P1}/roll")
+        assert c.post(f"{P1}/clean", params={"wait": "true"}).status_code == 200
+    checkpoints = (tmp_path / "data" / "cleaner-offset-checkpoint").read_text().splitlines()
+    assert f"t 0 {cp0}" in checkpoints, checkpoints
