@@ -79,6 +79,7 @@ def read_local(log: LocalLog, offset: int, *, max_bytes: int, isolation: str = R
     """
     check_isolation(isolation)
     committed = isolation == READ_COMMITTED
-    batches = log.read(offset, max_bytes=max_bytes, max_offset=log.last_stable_offset if committed else None)
+    batches = log.read(offset, max_bytes=max_bytes, max_offset=log.last_stable_offset if committed else None,
+                       max_records=max_records)
     aborted = log.collect_aborted_transactions(offset, batches[-1].next_offset) if committed and batches else []
     return records_from_batches(batches, offset, isolation=isolation, aborted=aborted, max_records=max_records)

@@ -615,8 +615,12 @@ class LocalLog:
             fsync_dir(self.dir)
 
     # ---- reading -----------------------------------------------------------------------
-    def read(self, start_offset: int, *, max_bytes: int = 1 << 20, max_offset: int | None = None) -> list[RecordBatch]:
+    def read(self, start_offset: int, *, max_bytes: int = 1 << 20, max_offset: int | None = None,
+             max_records: int | None = None) -> list[RecordBatch]:
         """Batches holding offsets >= ``start_offset`` (below ``max_offset``), at least one if any.
+
+        With ``max_records`` the read also stops once the data batches read hold that many
+        records, instead of scanning ``max_bytes`` for a page the caller will cut short.
 
         The segment list is taken under the lock and the files are read without it, so a
         segment can be swapped out (cleaner) or deleted (retention) in between: its file is
@@ -633,7 +637,7 @@ class LocalLog:
         for attempt in range(LOCAL_READ_ATTEMPTS):
             offset = out[-1].next_offset if out else start_offset
             try:
-                self._read_into(out, offset, max_bytes, max_offset)
+                self._read_into(out, offset, max_bytes, max_offset, max_records)
                 return out
             except OffsetOutOfRangeError:
                 if not out:
@@ -644,7 +648,8 @@ class LocalLog:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _read_into(self, out: list[RecordBatch], start_offset: int, max_bytes: int, max_offset: int | None) -> None:
+    def _read_into(self, out: list[RecordBatch], start_offset: int, max_bytes: int, max_offset: int | None,
+                   max_records: int | None = None) -> None:
         with self.lock:
             start, end = self.log_start_offset, self.log_end_offset
             if start_offset < start or start_offset > end:
@@ -653,6 +658,7 @@ class LocalLog:
             segs = self.segments.range(start_offset, end + 1) or self.segments.all()
             sizes = {s.base_offset: s.size for s in segs}
         total = sum(b.size_in_bytes for b in out)
+        records = sum(b.records_count for b in out if not b.is_control)
         for seg in segs:
             pos = seg.find_position(start_offset, sizes[seg.base_offset]) if seg is segs[0] else 0
             if pos is None:
@@ -669,6 +675,11 @@ class LocalLog:
                 batch.ensure_valid(source=str(seg.log_path), position=p)
                 out.append(batch)
                 total += batch.size_in_bytes
+                if max_records is not None and not batch.is_control:
+                    # at most this many of the batch's records lie at or after start_offset
+                    records += min(batch.records_count, batch.last_offset - max(start_offset, batch.base_offset) + 1)
+                    if records >= max_records:
+                        return
 
     def collect_aborted_transactions(self, start_offset: int, upper: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start_offset, upper), from the .txnindex files."""

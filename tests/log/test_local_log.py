@@ -11,7 +11,7 @@ from log.errors import (
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
 )
-from log.fetch import READ_COMMITTED, READ_UNCOMMITTED, records_from_batches
+from log.fetch import READ_COMMITTED, READ_UNCOMMITTED, read_local, records_from_batches
 from log.local_log import LocalLog, RecordSpec
 from log.record import CompressionType, ControlRecordType, RecordBatchBuilder, iter_file_batches
 
@@ -249,3 +249,17 @@ def test_index_files_exist_even_when_empty_and_a_missing_one_is_rebuilt(tmp_path
     reopened = LocalLog(tmp_path / "t-0", LogConfig.from_dict({"index.interval.bytes": 100}))
     assert first.read_bytes() == entries
     assert [r.offset for r in _read_all(reopened)] == list(range(20))
+
+
+def test_a_read_stops_once_max_records_are_read_not_at_max_bytes(make_log):
+    """#13: a page of 100 records scanned max_fetch_bytes (8 MiB) although it stopped at once."""
+    log = make_log(segment_bytes=1 << 30)
+    for i in range(200):
+        log.append_records([_kv(i), _kv(i + 1000)])  # 2-record batches
+    batches = log.read(0, max_bytes=1 << 30, max_records=11)
+    assert [b.base_offset for b in batches] == [0, 2, 4, 6, 8, 10]  # 12 records: the 6th batch reaches 11
+    assert len(log.read(0, max_bytes=1 << 30)) == 200
+    mid = log.read(5, max_bytes=1 << 30, max_records=3)  # counts only records at or after offset 5
+    assert [b.base_offset for b in mid] == [4, 6]
+    page = read_local(log, 0, max_bytes=1 << 30, max_records=11)
+    assert [r.offset for r in page.records] == list(range(11)) and page.next_offset == 11
