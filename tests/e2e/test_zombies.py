@@ -323,10 +323,10 @@ def test_zombie_leader_processes(servers: tuple[Server, Server], tmp_path: Path)
         assert not any(v.startswith(("zombie", "restarted-zombie")) for _k, v in got.values())
         assert_acknowledged_reads_back(b, models[t], t)
     # a non-leader may drop only its local copy; the leader deletes the topics everywhere
-    before = _objects(tmp_path)
+    objects_before = _objects(tmp_path)
     r = a.client.delete("/v1/topics/zf", params={"scope": "local"})
     assert r.status_code == 200 and r.json()["remote_deleted"] is False, r.text
-    assert _objects(tmp_path) == before
+    assert _objects(tmp_path) == objects_before
     for t in orders:
         assert b.client.delete(f"/v1/topics/{t}").status_code == 204
     assert _objects(tmp_path) == []

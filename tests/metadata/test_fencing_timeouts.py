@@ -133,9 +133,12 @@ def test_postgres_fence_row_held_by_a_stalled_leader_times_out(pg_schema_url: st
 
 @pytest.mark.postgres
 def test_postgres_sessions_carry_the_configured_bounds(pg_schema_url: str) -> None:
-    with SqlRemoteLogMetadataManager(pg_schema_url, lock_timeout_ms=1234, statement_timeout_ms=5678) as m:
+    m = SqlRemoteLogMetadataManager(pg_schema_url, lock_timeout_ms=1234, statement_timeout_ms=5678)
+    try:
         with m._engine.connect() as conn:
             got = {name: conn.exec_driver_sql(f"SHOW {name}").scalar_one()
                    for name in ("lock_timeout", "statement_timeout", "idle_in_transaction_session_timeout")}
+    finally:
+        m.close()
     assert got == {"lock_timeout": "1234ms", "statement_timeout": "5678ms",
                    "idle_in_transaction_session_timeout": "5678ms"}
