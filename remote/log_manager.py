@@ -48,6 +48,15 @@ fenced write of the first one is rejected (it is a zombie); the rejection drops 
 epoch, so the next use resolves the partition again (a follower, unless the new epoch was
 registered to this broker id).
 
+Segment state (KIP-405's LogSegmentData, remote/segment_state.py): every copy uploads the
+producer snapshot after the segment and the leader-epoch checkpoint up to its end. Before
+this broker acts as leader (first use, :meth:`become_leader`), a local log that ends at or
+below the remote tier's end (a lost data dir, a new machine) is restarted after the newest
+remote segment with that segment's producer state and epoch cache.
+
+Store outages: a step that meets :class:`~remote.errors.StoreUnavailableError` (the store's
+circuit breaker is open) ends :meth:`run_once`'s pass; the next pass tries again.
+
 Thread-safety: thread-safe. Mutating operations on one partition (copy, retention,
 deletion, leadership) are serialised by a per-partition lock; different partitions proceed
 in parallel. That lock (``remote.partition``) is the outermost of the node's hierarchy
