@@ -66,7 +66,7 @@ MAX_EMPTY_PAGES = 1000
 CLEAN_BUSY_WAIT_MS = 50
 CLEAN_BUSY_RETRIES = 600
 #: how long Node.shutdown may take (SIGTERM must end `tiercompact serve` within 10 s)
-SHUTDOWN_TIMEOUT_S = 6.0
+SHUTDOWN_TIMEOUT_S = 5.0
 
 
 class CountingObjectStore(ObjectStore):

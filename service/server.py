@@ -97,9 +97,9 @@ def serve_in_foreground(app: Any, *, host: str, port: int, log_level: str) -> in
     if server.started is False and server.stop_requested_at is None:
         return 1  # did not start (uvicorn logged why)
     # A request thread (AnyIO workers and the job pool are not daemons) still blocked in the
-    # node would make the interpreter wait for it at exit: give such threads what is left of
-    # the budget, then leave without them (the node is already shut down).
-    deadline = (server.stop_requested_at or time.monotonic()) + STOP_BUDGET_S - 1.0
+    # node would make the interpreter wait for it at exit: give such threads a second (within
+    # the budget), then leave without them (the node is already shut down).
+    deadline = min((server.stop_requested_at or time.monotonic()) + STOP_BUDGET_S - 2.0, time.monotonic() + 1.0)
     me = threading.current_thread()
     for t in threading.enumerate():
         if t is not me and not t.daemon:
