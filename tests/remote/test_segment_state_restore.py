@@ -230,3 +230,40 @@ def test_a_spark_rewrite_task_carries_the_state_of_the_segments_it_replaces(tmp_
         assert w.rsm.fetch_segment_state(new) == want
     finally:
         w.close()
+
+
+def test_a_stale_data_dir_behind_the_remote_tier_is_truncated_and_restored(tmp_path: Path, clock: MockClock) -> None:
+    """A data dir put back from an old backup: its log ends below what the remote tier holds;
+    appending there would reuse offsets the remote tier already has."""
+    env = TierEnv(tmp_path, clock)
+    log = env.create(local_retention_ms=-1)
+    _workload(env, log)
+    env.rlm.tier(TP)
+    env.close()
+    shutil.copytree(tmp_path / "data", tmp_path / "backup")
+    env._open()
+    log = env.lm.get_log(TP)
+    stale_end = log.log_end_offset
+    seq = log.producer_state.active_producers()[PID].last_sequence + 1
+    for i in range(30):
+        log.append_records([_rec(i)], producer_id=PID, producer_epoch=PEPOCH, base_sequence=seq + i)
+    log.roll()
+    env.rlm.tier(TP)
+    end = log.log_end_offset
+    assert end > stale_end
+    env.close()
+    shutil.rmtree(tmp_path / "data")
+    shutil.copytree(tmp_path / "backup", tmp_path / "data")
+    shutil.rmtree(tmp_path / f"cache-{env.broker_id}", ignore_errors=True)
+
+    env._open()
+    log = env.lm.get_log(TP)
+    assert log.log_end_offset == stale_end  # what the backup holds
+    env.rlm.leader_state(TP)
+    assert (log.log_start_offset, log.log_end_offset) == (end, end)
+    assert log.producer_state.active_producers()[PID].last_sequence == seq + 29
+    r = log.append_records([_rec(5)], producer_id=PID, producer_epoch=PEPOCH, base_sequence=seq + 30)
+    assert r.base_offset == end and not r.duplicate
+    offsets = [rec[0] for rec in read_all(env.rlm, TP, READ_UNCOMMITTED)]
+    assert offsets == sorted(set(offsets)) and offsets[0] == 0 and offsets[-1] == end  # no offset reused
+    env.close()
