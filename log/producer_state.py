@@ -119,7 +119,12 @@ class ProducerStateManager:
         if e is None:
             e = ProducerStateEntry(pid, batch.producer_epoch)
             self.producers[pid] = e
-        e.producer_epoch = max(e.producer_epoch, batch.producer_epoch)
+        if batch.producer_epoch > e.producer_epoch:
+            # Kafka's maybeUpdateProducerEpoch: a marker that bumps the epoch clears the old
+            # epoch's batch metadata, so the producer starts again at sequence 0
+            e.producer_epoch = batch.producer_epoch
+            e.first_sequence = e.last_sequence = -1
+            e.first_data_offset = e.last_data_offset = -1
         e.last_timestamp = batch.max_timestamp
         first = e.current_txn_first_offset
         e.current_txn_first_offset = None

@@ -263,3 +263,18 @@ def test_a_read_stops_once_max_records_are_read_not_at_max_bytes(make_log):
     assert [b.base_offset for b in mid] == [4, 6]
     page = read_local(log, 0, max_bytes=1 << 30, max_records=11)
     assert [r.offset for r in page.records] == list(range(11)) and page.next_offset == 11
+
+
+def test_a_marker_that_bumps_the_epoch_resets_the_producers_sequences(make_log):
+    """Regression (#11, found by the model state machine): after an ABORT/COMMIT marker at a
+    new producer epoch, the producer's first batch at that epoch (sequence 0) was rejected as
+    out of order. Kafka's maybeUpdateProducerEpoch clears the old epoch's batch metadata."""
+    log = make_log()
+    log.append_records([_kv(0)], producer_id=9, producer_epoch=0, base_sequence=0)
+    log.append_records([_kv(1)], producer_id=9, producer_epoch=0, base_sequence=1)
+    log.append_marker(9, 1, ControlRecordType.ABORT)  # the coordinator fenced epoch 0
+    res = log.append_records([_kv(2)], producer_id=9, producer_epoch=1, base_sequence=0)
+    assert (res.base_offset, res.duplicate) == (3, False)
+    assert log.append_records([_kv(2)], producer_id=9, producer_epoch=1, base_sequence=0).duplicate
+    with pytest.raises(InvalidProducerEpochError):
+        log.append_records([_kv(3)], producer_id=9, producer_epoch=0, base_sequence=2)
