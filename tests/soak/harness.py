@@ -50,7 +50,8 @@ TIERCOMPACT = REPO / ".venv" / "bin" / "tiercompact"
 BUCKET = "soak"
 PREFIX = "tiered"
 STARTUP_BOUND_S = 60.0
-SHUTDOWN_BOUND_S = 15.0
+SHUTDOWN_BOUND_S = 15.0  # a failure past this; the 10 s target is reported in the notes
+SHUTDOWN_TARGET_S = 10.0
 CHECK_BOUND_S = 420.0
 TEMP_SUFFIXES = (".tmp", ".cleaned", ".swap")
 SEGMENT_OBJECT = re.compile(r"^(?P<tp>[^/]+)/\d{20}-(?P<sid>[0-9a-f]{32})\.[A-Za-z_]+$")
@@ -530,6 +531,8 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
         "seed": cfg.seed, "seconds": round(time.monotonic() - t_start, 1), "run_dir": str(cfg.run_dir),
         "restarts": restarts, "startup_max_s": round(max(startup_times, default=0), 2),
         "graceful_stops_s": graceful_stops,
+        "graceful_stops_over_target": [t for t in graceful_stops + [notes.get("shutdown_s", 0)]
+                                       if t > SHUTDOWN_TARGET_S],
         "hung_probes": hung_probes,
         "faults_injected": {"windows": dict(sched.windows), **proxy.stats()},
         **{k: v for k, v in client_summary.items() if k != "failures"},
