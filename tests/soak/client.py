@@ -596,7 +596,7 @@ class Client:
     def op_probe(self, http: httpx.Client, rng: random.Random, *_: Any) -> None:
         """Invalid input must be a 4xx naming the problem, never a 2xx or a 5xx."""
         p = f"/v1/topics/{PROBE_TOPIC.name}/partitions/0"
-        case = rng.randrange(7)
+        case = rng.randrange(12)
         if case == 0:
             self.call(http, "probe", "POST", f"{p}/leadership", json={"leader_epoch": 2**31, "broker_id": 0},
                       expect_4xx=True)
@@ -619,9 +619,24 @@ class Client:
         elif case == 5:
             self.call(http, "probe", "POST", "/v1/topics", expect_4xx=True,
                       json={"name": "bad\n", "partitions": 1, "config": {}})
-        else:
+        elif case == 6:
             self.call(http, "probe", "GET", f"{p}/records", expect_4xx=True,
                       params={"offset": 0, "isolation": "read_sometimes"})
+        elif case == 7:
+            self.call(http, "probe", "POST", f"{p}/leadership", json={"leader_epoch": 1, "broker_id": 2**63},
+                      expect_4xx=True)
+        elif case == 8:
+            self.call(http, "probe", "GET", f"{p}/records", expect_4xx=True, params={"offset": 2**63})
+        elif case == 9:
+            self.call(http, "probe", "PATCH", f"/v1/topics/{PROBE_TOPIC.name}/config", expect_4xx=True,
+                      json={"config": {"segment.bytes": 2**63}})
+        elif case == 10:
+            self.call(http, "probe", "POST", f"{p}/records", expect_4xx=True, json={
+                "records": [{"key": "a", "value": "b"}],
+                "producer": {"id": 1, "epoch": 2**15, "base_sequence": 0}})
+        else:
+            self.call(http, "probe", "POST", f"{p}/markers", expect_4xx=True,
+                      json={"producer_id": 1, "producer_epoch": 0, "type": "maybe"})
 
     # ---- checks ------------------------------------------------------------------------------
     def _get_retry(self, http: httpx.Client, op: str, path: str, params: dict[str, Any] | None = None,
