@@ -550,7 +550,7 @@ class Client:
             if j.body["state"] in ("succeeded", "failed"):
                 err = j.body.get("error") or ""
                 benign = any(s in err for s in ("CleanerStateError", "LogCleaningAborted", "aborted", "paused",
-                                                "in progress"))
+                                                "in progress", "Fenced", "fenced"))
                 if j.body["state"] == "failed" and not benign and self.store_healthy():
                     self.fail("job-failed", f"clean job {job} on {tp} failed: {err}")
                 return
