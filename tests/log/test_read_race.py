@@ -84,3 +84,76 @@ def test_reads_see_every_offset_while_segments_are_swapped(make_log) -> None:
     assert reads[0] > 0
     assert [b.base_offset for b in log.read(0, max_bytes=1 << 30)][0] == 0
     assert not list(log.dir.glob("*.deleted")) and not list(log.dir.glob("*.swap"))
+
+
+def test_reads_race_real_cleaner_rounds_without_errors(tmp_path) -> None:
+    """The same race with the real cleaner: a producer keeps updating 50 keys and rolling,
+    cleaner rounds keep swapping compacted segments in (file.delete.delay.ms=0), readers page
+    through the log from its start. No read may fail, offsets only grow, and at the end the
+    latest value of every key is the last one produced. (Timing decides whether a read meets a
+    swap here; the previous test forces the race, this one checks the data end to end.)"""
+    from cleaner.log_cleaner import clean_partition
+    from log.log_manager import LogManager
+    from log.types import TopicPartition
+
+    lm = LogManager(tmp_path / "data")
+    tp = TopicPartition("race", 0)
+    lm.create_topic(tp.topic, 1, {"cleanup.policy": "compact", "segment.bytes": 1024, "file.delete.delay.ms": 0,
+                                  "min.cleanable.dirty.ratio": 0.01})
+    log = lm.get_log(tp)
+    done = threading.Event()
+    errors: list[BaseException] = []
+    latest: dict[bytes, bytes] = {}
+    rounds = [0]
+
+    def producer() -> None:
+        try:
+            for r in range(200):
+                recs = [RecordSpec(f"k{i}".encode(), f"v{r}-{i}".encode()) for i in range(50)]
+                log.append_records(recs)
+                latest.update((x.key, x.value) for x in recs)  # type: ignore[misc]
+                log.roll()
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+
+    def cleaner() -> None:
+        try:
+            while not done.is_set():
+                clean_partition(lm, tp)
+                rounds[0] += 1
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+            done.set()
+
+    def reader() -> None:
+        try:
+            while not done.is_set():
+                nxt, last = log.log_start_offset, -1
+                while nxt < log.high_watermark:
+                    res = read_local(log, nxt, max_bytes=512, max_records=20)
+                    offs = [r.offset for r in res.records]
+                    assert offs == sorted(offs) and (not offs or offs[0] > last)
+                    last = offs[-1] if offs else last
+                    nxt = max(res.next_offset, nxt + (0 if offs else 1))
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+            done.set()
+
+    prod = threading.Thread(target=producer)
+    others = [threading.Thread(target=cleaner)] + [threading.Thread(target=reader) for _ in range(3)]
+    for t in [prod, *others]:
+        t.start()
+    prod.join(120)
+    done.set()
+    for t in others:
+        t.join(120)
+    try:
+        assert not any(t.is_alive() for t in [prod, *others])
+        assert not errors, errors
+        assert rounds[0] > 0
+        log.roll()
+        clean_partition(lm, tp)
+        seen = {r.key: r.value for b in log.read(log.log_start_offset, max_bytes=1 << 30) for r in b.records()}
+        assert seen == latest
+    finally:
+        lm.close()
