@@ -52,7 +52,7 @@ from typing import Protocol
 
 from cleaner.config import CleanerConfig
 from cleaner.log_to_clean import LogToClean
-from cleaner.offset_map import OffsetMap, max_map_entries
+from cleaner.offset_map import CompactOffsetMap, OffsetMap, max_map_entries
 from cleaner.stats import CleanerStats
 from cleaner.throttler import Throttler
 from cleaner.transactions import CleanedTransactionMetadata
@@ -194,6 +194,11 @@ def build_offset_map_from_segments(
 def _build_for_segment(seg: LogSegment, start: int, offset_map: OffsetMap, txn: CleanedTransactionMetadata,
                        max_entries: int, stats: CleanerStats | None, throttler: Throttler | None,
                        check_done: Callable[[], None], io_buffer_size: int) -> bool:
+    if isinstance(offset_map, CompactOffsetMap):  # the record kernels' loops (cleaner/fast_cleaner.py)
+        from cleaner.fast_cleaner import build_for_segment_fast
+
+        return build_for_segment_fast(seg, start, offset_map, txn, max_entries, stats, throttler, check_done,
+                                      io_buffer_size)
     position = seg.offset_index.lookup(start)[1]
     for chunk, size in _chunks(seg, position, io_buffer_size):
         check_done()
@@ -347,6 +352,10 @@ def clean_into(source: LogSegment, dest: LogSegment, offset_map: OffsetMap, ctx:
     base offset is <= the source's offsets (a ``.cleaned`` segment of a LocalLog, or a
     temporary segment of the tiered cleaner).
     """
+    if isinstance(offset_map, CompactOffsetMap):  # the record kernels' loops (cleaner/fast_cleaner.py)
+        from cleaner.fast_cleaner import clean_into_fast
+
+        return clean_into_fast(source, dest, offset_map, ctx, stats)
     stats = stats if stats is not None else CleanerStats()
     txn = ctx.txn_metadata
     now = ctx.now_ms

@@ -38,7 +38,7 @@ from cleaner.cleaner import Cleaner
 from cleaner.config import CleanerConfig
 from cleaner.errors import LogCleaningAbortedError, LogCleaningError, ThreadShutdownError
 from cleaner.manager import LogCleanerManager
-from cleaner.offset_map import OffsetMap, SkimpyOffsetMap
+from cleaner.offset_map import CompactOffsetMap, OffsetMap, SkimpyOffsetMap
 from cleaner.stats import CleanerStats
 from cleaner.throttler import Throttler
 from cleaner.tiered import TieredCleaner, TieredContext, tiered_log_to_clean
@@ -148,8 +148,12 @@ class LogCleaner:
         self._started = False
 
     # ---- lifecycle ---------------------------------------------------------------------
-    def _new_map(self) -> OffsetMap:
-        return SkimpyOffsetMap(self.config.dedupe_buffer_per_thread)
+    def _new_map(self, *, tiered: bool = False) -> OffsetMap:
+        # local rounds: 16-byte slots and the record kernels; tiered rounds test the map's MD5
+        # digests against bloom filters, which only SkimpyOffsetMap keeps
+        if tiered:
+            return SkimpyOffsetMap(self.config.dedupe_buffer_per_thread)
+        return CompactOffsetMap(self.config.dedupe_buffer_per_thread)
 
     def start(self) -> None:
         with self._lock:
@@ -158,7 +162,7 @@ class LogCleaner:
             self.threads = [CleanerThread(self, i, self._new_map()) for i in range(self.config.threads)]
             if self.tiered is not None:
                 n = len(self.threads)
-                self.threads += [CleanerThread(self, n + i, self._new_map(), tiered=True)
+                self.threads += [CleanerThread(self, n + i, self._new_map(tiered=True), tiered=True)
                                  for i in range(self.tiered.threads)]
             for t in self.threads:
                 t.start()
@@ -281,7 +285,7 @@ class LogCleaner:
         try:
             now = self.clock.milliseconds()
             if self.tiered is not None and log.config.remote_storage_enable:
-                tiered = self.new_tiered_cleaner(self._new_map())
+                tiered = self.new_tiered_cleaner(self._new_map(tiered=True))
                 end_offset, stats = self._clean(tiered, _OneLog(tp, log))
             else:
                 ltc = self.manager.log_to_clean(tp, log, self.manager.all_cleaner_checkpoints().get(tp), now)

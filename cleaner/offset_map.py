@@ -16,6 +16,13 @@ Probing (Kafka's ``positionOf``): attempt ``i`` reads the big-endian int32 at ha
 ``abs(probe) % slots`` with ``abs(INT_MIN) = 0``. Keys are compared by hash only: an MD5
 collision merges two keys, which Kafka accepts.
 
+:class:`CompactOffsetMap` is the local cleaner's map: 16-byte slots (a 12-byte keyed digest and a
+4-byte offset delta from the round's first mapped offset) in the record kernels' key table
+(``log/record/fastpath.py``: compiled, or the pure-Python reference), the same probing and
+capacity rule, allocated as keys arrive. The cleaner recognises it and runs its compiled loops
+over it (``cleaner/fast_cleaner.py``). SkimpyOffsetMap stays for the tiered and Spark engines,
+whose bloom-filter skip tests the map's full MD5 digests.
+
 The cleaner's hot loops go through :meth:`OffsetMap.put_all` / :meth:`OffsetMap.get_all`, which
 :class:`SkimpyOffsetMap` runs over whole chunks of keys with numpy (hash with hashlib, probe every
 pending key of the chunk at once). They have exactly the semantics of calling :meth:`put` /
@@ -28,11 +35,13 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import os
 from collections.abc import Sequence
 
 import numpy as np
 
 from cleaner.errors import OffsetMapFullError
+from log.record.fastpath import RecordKernels, kernels
 
 HASH_SIZE = 16
 ENTRY_SIZE = HASH_SIZE + 8
@@ -340,3 +349,89 @@ class SkimpyOffsetMap(OffsetMap):
 
     def digests(self) -> list[bytes]:
         return [r.tobytes() for r in self.digest_array()]
+
+
+COMPACT_ENTRY_SIZE = 16
+
+
+class CompactOffsetMap(OffsetMap):
+    """The offset map in 16-byte slots, over the record kernels' :class:`KeyTable`.
+
+    Slot = 12-byte digest of the key (SipHash-2-4-128 keyed with a secret drawn per round by
+    :meth:`clear`, truncated to 96 bits; MD5-96 in the pure-Python kernels) + little-endian
+    uint32 ``offset - base``, base being the first offset put in the round. ``memory`` bytes buy
+    ``memory // 16`` slots (the Kafka capacity rule uses them); the table itself starts at 1024
+    slots and doubles while under that, so a round over few keys touches little memory.
+
+    An offset more than 2^32-1 above the round's base cannot be stored: :meth:`put_all` stops
+    there as if the map were full, so the round ends at that offset and the next one continues
+    (Kafka's "multiple passes"). :meth:`put` raises OffsetMapFullError for it.
+
+    The digests are keyed and truncated, so :meth:`digests` is not offered: a bloom filter of
+    MD5 digests cannot be tested with them (engines that skip segments by bloom filter use
+    :class:`SkimpyOffsetMap`). Not thread-safe.
+    """
+
+    bytes_per_entry = COMPACT_ENTRY_SIZE
+
+    def __init__(self, memory: int, record_kernels: RecordKernels | None = None) -> None:
+        slots = memory // COMPACT_ENTRY_SIZE
+        if slots < 1:
+            raise ValueError(f"offset map memory {memory} is below one {COMPACT_ENTRY_SIZE}-byte entry")
+        self.kernels = record_kernels if record_kernels is not None else kernels()
+        self.table = self.kernels.KeyTable(slots)
+        self.table.reset(os.urandom(16))
+        self._latest = -1
+
+    @property
+    def slots(self) -> int:
+        return int(self.table.capacity)
+
+    @property
+    def size(self) -> int:
+        return int(self.table.size)
+
+    @property
+    def latest_offset(self) -> int:
+        return self._latest
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of table allocated now (<= slots x 16)."""
+        return int(self.table.memory_bytes)
+
+    @property
+    def collisions(self) -> int:
+        return int(self.table.collisions)
+
+    def clear(self) -> None:
+        self.table.reset(os.urandom(16))  # a new secret per round
+        self._latest = -1
+
+    def update_latest_offset(self, offset: int) -> None:
+        self._latest = offset
+
+    def put(self, key: bytes, offset: int) -> None:
+        st = self.table.put(key, offset, self.slots)
+        if st == self.kernels.FULL:
+            raise OffsetMapFullError(f"attempt to add a new entry to a full offset map ({self.slots} slots)")
+        if st == self.kernels.DELTA_OVERFLOW:
+            raise OffsetMapFullError(f"offset {offset} is more than 2^32-1 above the round's first offset "
+                                     f"{self.table.base}")
+        self._latest = offset
+
+    def get(self, key: bytes) -> int:
+        return int(self.table.get(key))
+
+    def put_all(self, keys: Sequence[bytes], offsets: Sequence[int], max_entries: int) -> int:
+        put = self.table.put
+        ok = self.kernels.OK
+        for i, (k, o) in enumerate(zip(keys, offsets, strict=True)):
+            if put(k, o, max_entries) != ok:
+                return i
+            self._latest = o
+        return len(keys)
+
+    def get_all(self, keys: Sequence[bytes]) -> list[int]:
+        get = self.table.get
+        return [get(k) for k in keys]

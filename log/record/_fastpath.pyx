@@ -1,0 +1,569 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled record kernels for the cleaner (the pure-Python reference is ``_fastpath_py.py``).
+
+What is compiled, and why here: the cleaner's cost is per record (decode the key, hash it, probe
+the offset map, decide, copy), so one C loop per batch replaces millions of Python-level steps.
+The module sits in ``log/record`` because it reads the v2 record layout (``decode.py``'s table);
+the key table it probes is the cleaner's offset map storage, kept here so the loops can inline
+the probe (``cleaner/offset_map.py`` wraps it as an :class:`OffsetMap`).
+
+Contract shared with ``_fastpath_py.py`` (see ``log/record/fastpath.py``'s Protocol):
+
+* ``KeyTable(capacity)``: open addressing over 16-byte slots: a 12-byte key digest (96 bits
+  compared) then the little-endian uint32 ``offset - base`` (base = the first offset put since
+  :meth:`KeyTable.reset`). A digest of 12 zero bytes marks an empty slot (a computed all-zero
+  digest gets its first byte set to 1). Probing is Kafka's ``positionOf`` for a 12-byte hash:
+  attempt ``i`` reads the big-endian int32 at digest bytes ``[min(i, 8), +4)`` plus
+  ``max(0, i - 8)``; slot ``abs(probe) % slots`` (``abs(INT_MIN) = 0``). The table starts small
+  and doubles (rehashing) while it is under its logical capacity, so memory follows the keys.
+* Digest: SipHash-2-4 with 128-bit output, keyed by a secret chosen per round (``reset``'s
+  16-byte seed), truncated to 96 bits. A producer who knows the algorithm but not the round's
+  key cannot aim a second preimage at another key's record.
+* ``map_records`` / ``retain_records`` mirror ``decode.iter_key_offsets``' checks exactly and
+  return a negative status for anything it would reject, so the caller re-runs the pure code to
+  raise the same error. ``rebuild_records`` re-encodes retained records as
+  :class:`~log.record.builder.RecordBatchBuilder` would and returns ``None`` for whatever it does
+  not handle (headers, non-canonical varints, anything the builder would refuse): the caller
+  then uses the builder. So compiled output is byte-identical or not produced at all.
+"""
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free
+from libc.string cimport memcpy, memset
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+
+cdef enum:
+    SLOT = 16
+    DIGEST = 12
+    MIN_SLOTS = 1024
+
+cdef int64_t MAX_DELTA = (<int64_t>1 << 32) - 1
+
+# status codes of the kernels
+OK = 0
+FULL = 1          # size reached max_entries before a put (Kafka refuses even an overwrite)
+DELTA_OVERFLOW = 2  # offset - base does not fit 32 bits: the caller ends the round there
+CORRUPT = -1
+
+
+# ---- SipHash-2-4, 128-bit output (Aumasson & Bernstein, reference siphash.c) -----------------
+
+cdef inline uint64_t _rotl(uint64_t x, int b) noexcept nogil:
+    return (x << b) | (x >> (64 - b))
+
+
+cdef inline uint64_t _le64(const uint8_t* p) noexcept nogil:
+    return (<uint64_t>p[0] | (<uint64_t>p[1] << 8) | (<uint64_t>p[2] << 16) | (<uint64_t>p[3] << 24)
+            | (<uint64_t>p[4] << 32) | (<uint64_t>p[5] << 40) | (<uint64_t>p[6] << 48)
+            | (<uint64_t>p[7] << 56))
+
+
+cdef inline void _siphash128(const uint8_t* m, Py_ssize_t n, uint64_t k0, uint64_t k1,
+                             uint64_t* out0, uint64_t* out1) noexcept nogil:
+    cdef uint64_t v0 = 0x736f6d6570736575ULL ^ k0
+    cdef uint64_t v1 = 0x646f72616e646f6dULL ^ k1
+    cdef uint64_t v2 = 0x6c7967656e657261ULL ^ k0
+    cdef uint64_t v3 = 0x7465646279746573ULL ^ k1
+    cdef uint64_t mi, b
+    cdef Py_ssize_t i, left = n & 7, full = n - left
+    cdef int r
+    v1 ^= 0xee
+    i = 0
+    while i < full:
+        mi = _le64(m + i)
+        v3 ^= mi
+        for r in range(2):
+            v0 += v1; v1 = _rotl(v1, 13); v1 ^= v0; v0 = _rotl(v0, 32)
+            v2 += v3; v3 = _rotl(v3, 16); v3 ^= v2
+            v0 += v3; v3 = _rotl(v3, 21); v3 ^= v0
+            v2 += v1; v1 = _rotl(v1, 17); v1 ^= v2; v2 = _rotl(v2, 32)
+        v0 ^= mi
+        i += 8
+    b = (<uint64_t>n) << 56
+    for r in range(left - 1, -1, -1):
+        b |= (<uint64_t>m[full + r]) << (8 * r)
+    v3 ^= b
+    for r in range(2):
+        v0 += v1; v1 = _rotl(v1, 13); v1 ^= v0; v0 = _rotl(v0, 32)
+        v2 += v3; v3 = _rotl(v3, 16); v3 ^= v2
+        v0 += v3; v3 = _rotl(v3, 21); v3 ^= v0
+        v2 += v1; v1 = _rotl(v1, 17); v1 ^= v2; v2 = _rotl(v2, 32)
+    v0 ^= b
+    v2 ^= 0xee
+    for r in range(4):
+        v0 += v1; v1 = _rotl(v1, 13); v1 ^= v0; v0 = _rotl(v0, 32)
+        v2 += v3; v3 = _rotl(v3, 16); v3 ^= v2
+        v0 += v3; v3 = _rotl(v3, 21); v3 ^= v0
+        v2 += v1; v1 = _rotl(v1, 17); v1 ^= v2; v2 = _rotl(v2, 32)
+    out0[0] = v0 ^ v1 ^ v2 ^ v3
+    v1 ^= 0xdd
+    for r in range(4):
+        v0 += v1; v1 = _rotl(v1, 13); v1 ^= v0; v0 = _rotl(v0, 32)
+        v2 += v3; v3 = _rotl(v3, 16); v3 ^= v2
+        v0 += v3; v3 = _rotl(v3, 21); v3 ^= v0
+        v2 += v1; v1 = _rotl(v1, 17); v1 ^= v2; v2 = _rotl(v2, 32)
+    out1[0] = v0 ^ v1 ^ v2 ^ v3
+
+
+def siphash128(const uint8_t[::1] data, bytes key16):
+    """SipHash-2-4-128 of ``data`` under the 16-byte ``key16`` (the reference's byte order)."""
+    if len(key16) != 16:
+        raise ValueError("SipHash needs a 16-byte key")
+    cdef const uint8_t* k = <const uint8_t*>PyBytes_AS_STRING(key16)
+    cdef uint64_t a, b
+    cdef uint8_t out[16]
+    cdef int i
+    _siphash128(&data[0] if data.shape[0] else <const uint8_t*>k, data.shape[0], _le64(k), _le64(k + 8),
+                &a, &b)
+    for i in range(8):
+        out[i] = (a >> (8 * i)) & 0xFF
+        out[8 + i] = (b >> (8 * i)) & 0xFF
+    return PyBytes_FromStringAndSize(<char*>out, 16)
+
+
+# ---- the key table ---------------------------------------------------------------------------
+
+cdef inline void _digest(const uint8_t* key, Py_ssize_t n, uint64_t k0, uint64_t k1,
+                         uint8_t* out) noexcept nogil:
+    cdef uint64_t a, b
+    cdef int i
+    _siphash128(key, n, k0, k1, &a, &b)
+    for i in range(8):
+        out[i] = (a >> (8 * i)) & 0xFF
+    for i in range(4):
+        out[8 + i] = (b >> (8 * i)) & 0xFF
+    if a == 0 and <uint32_t>b == 0:
+        out[0] = 1
+
+
+cdef inline bint _is_empty(const uint8_t* s) noexcept nogil:
+    cdef int i
+    for i in range(DIGEST):
+        if s[i]:
+            return False
+    return True
+
+
+cdef inline bint _same(const uint8_t* s, const uint8_t* d) noexcept nogil:
+    cdef int i
+    for i in range(DIGEST):
+        if s[i] != d[i]:
+            return False
+    return True
+
+
+cdef inline Py_ssize_t _position(const uint8_t* d, Py_ssize_t attempt, Py_ssize_t slots) noexcept nogil:
+    cdef Py_ssize_t w = attempt if attempt < 8 else 8
+    cdef int32_t probe = <int32_t>((<uint32_t>d[w] << 24) | (<uint32_t>d[w + 1] << 16)
+                                   | (<uint32_t>d[w + 2] << 8) | <uint32_t>d[w + 3])
+    if attempt > 8:
+        probe = <int32_t>(<uint32_t>probe + <uint32_t>(attempt - 8))
+    cdef int64_t p = probe
+    if p < 0:
+        p = -p
+        if p == (<int64_t>1 << 31):
+            p = 0
+    return <Py_ssize_t>(p % slots)
+
+
+cdef class KeyTable:
+    """Digest -> offset table with 16-byte slots (see the module docstring). Not thread-safe."""
+
+    cdef uint8_t* buf
+    cdef readonly Py_ssize_t capacity   # logical slots: what the dedupe buffer pays for
+    cdef readonly Py_ssize_t slots      # physical slots allocated now (<= capacity)
+    cdef readonly Py_ssize_t size
+    cdef readonly int64_t base          # offset of delta 0; -1 before the first put
+    cdef uint64_t k0, k1
+    cdef readonly Py_ssize_t collisions
+
+    def __cinit__(self, Py_ssize_t capacity):
+        if capacity < 1:
+            raise ValueError(f"a key table needs at least one slot, got {capacity}")
+        self.capacity = capacity
+        self.buf = NULL
+        self.slots = 0
+        self.size = 0
+        self.base = -1
+
+    def __dealloc__(self):
+        free(self.buf)
+
+    @property
+    def memory_bytes(self):
+        return self.slots * SLOT
+
+    def reset(self, bytes seed):
+        """Empty the table, give memory back, and key the digest with the 16-byte ``seed``."""
+        if len(seed) != 16:
+            raise ValueError("the round's seed must be 16 bytes")
+        cdef const uint8_t* k = <const uint8_t*>PyBytes_AS_STRING(seed)
+        self.k0 = _le64(k)
+        self.k1 = _le64(k + 8)
+        free(self.buf)
+        self.buf = NULL
+        self.slots = 0
+        self.size = 0
+        self.base = -1
+        self.collisions = 0
+
+    cdef int _grow(self) except -1:
+        cdef Py_ssize_t new_slots = MIN_SLOTS if self.slots == 0 else self.slots * 2
+        if new_slots > self.capacity:
+            new_slots = self.capacity
+        cdef uint8_t* nb = <uint8_t*>calloc(new_slots, SLOT)
+        if nb == NULL:
+            raise MemoryError()
+        cdef Py_ssize_t i, pos
+        cdef Py_ssize_t attempt
+        cdef uint8_t* s
+        for i in range(self.slots):
+            s = self.buf + i * SLOT
+            if _is_empty(s):
+                continue
+            attempt = 0
+            while True:
+                pos = _position(s, attempt, new_slots)
+                if _is_empty(nb + pos * SLOT):
+                    memcpy(nb + pos * SLOT, s, SLOT)
+                    break
+                attempt += 1
+        free(self.buf)
+        self.buf = nb
+        self.slots = new_slots
+        return 0
+
+    cdef inline Py_ssize_t _find(self, const uint8_t* d) noexcept nogil:
+        """Slot holding ``d``, or the first empty slot probed; -1 if the table is full of others."""
+        cdef Py_ssize_t attempt = 0
+        cdef Py_ssize_t pos
+        cdef uint8_t* s
+        if self.slots == 0:
+            return -1
+        while attempt < self.slots + 8:
+            pos = _position(d, attempt, self.slots)
+            s = self.buf + pos * SLOT
+            if _is_empty(s) or _same(s, d):
+                return pos
+            attempt += 1
+            self.collisions += 1
+        return -1
+
+    cdef inline int64_t _get(self, const uint8_t* key, Py_ssize_t n) noexcept nogil:
+        cdef uint8_t d[DIGEST]
+        cdef Py_ssize_t pos
+        cdef uint8_t* s
+        if self.size == 0:
+            return -1
+        _digest(key, n, self.k0, self.k1, d)
+        pos = self._find(d)
+        if pos < 0:
+            return -1
+        s = self.buf + pos * SLOT
+        if _is_empty(s):
+            return -1
+        return self.base + (<uint32_t>s[12] | (<uint32_t>s[13] << 8) | (<uint32_t>s[14] << 16)
+                            | (<uint32_t>s[15] << 24))
+
+    cdef int _put(self, const uint8_t* key, Py_ssize_t n, int64_t offset, Py_ssize_t max_entries) except -2:
+        """OK, FULL (size >= max_entries or every slot taken) or DELTA_OVERFLOW."""
+        cdef uint8_t d[DIGEST]
+        cdef Py_ssize_t pos
+        cdef uint8_t* s
+        cdef int64_t delta
+        if self.size >= max_entries or self.size >= self.capacity:
+            return FULL
+        if self.base < 0:
+            self.base = offset
+        delta = offset - self.base
+        if delta < 0 or delta > MAX_DELTA:
+            return DELTA_OVERFLOW
+        # grow before the physical table passes 3/4 full (Kafka's load factor applies to capacity)
+        if self.slots < self.capacity and (self.size + 1) * 4 > self.slots * 3:
+            self._grow()
+        _digest(key, n, self.k0, self.k1, d)
+        pos = self._find(d)
+        if pos < 0:
+            return FULL
+        s = self.buf + pos * SLOT
+        if _is_empty(s):
+            memcpy(s, d, DIGEST)
+            self.size += 1
+        s[12] = delta & 0xFF
+        s[13] = (delta >> 8) & 0xFF
+        s[14] = (delta >> 16) & 0xFF
+        s[15] = (delta >> 24) & 0xFF
+        return OK
+
+    def put(self, const uint8_t[::1] key, int64_t offset, Py_ssize_t max_entries):
+        """Map ``key`` to ``offset``; returns OK, FULL or DELTA_OVERFLOW (nothing changed then)."""
+        cdef uint8_t dummy = 0
+        return self._put(&key[0] if key.shape[0] else &dummy, key.shape[0], offset, max_entries)
+
+    def get(self, const uint8_t[::1] key):
+        """The offset mapped for ``key``, or -1."""
+        cdef uint8_t dummy = 0
+        return self._get(&key[0] if key.shape[0] else &dummy, key.shape[0])
+
+    def digests(self):
+        """The 12-byte digests in the table (tests and diagnostics)."""
+        out = []
+        cdef Py_ssize_t i
+        for i in range(self.slots):
+            if not _is_empty(self.buf + i * SLOT):
+                out.append(PyBytes_FromStringAndSize(<char*>(self.buf + i * SLOT), DIGEST))
+        return out
+
+
+# ---- record scanning -------------------------------------------------------------------------
+
+cdef inline int _varint(const uint8_t* p, Py_ssize_t* pos, Py_ssize_t end, int max_bytes,
+                        int64_t* out) noexcept nogil:
+    """Zigzag varint at pos[0] (at most ``max_bytes``), as varint.py decodes it; -1 if bad."""
+    cdef uint64_t z = 0
+    cdef int shift = 0, n = 0
+    cdef uint8_t b
+    cdef int64_t v
+    while True:
+        if pos[0] >= end:
+            return -1
+        b = p[pos[0]]
+        pos[0] += 1
+        n += 1
+        if shift < 64:
+            z |= (<uint64_t>(b & 0x7F)) << shift
+        if b < 0x80:
+            break
+        shift += 7
+        if n >= max_bytes:
+            return -1
+    v = <int64_t>(z >> 1) ^ -(<int64_t>(z & 1))
+    if max_bytes == 5 and (v < -2147483648 or v > 2147483647):
+        return -1
+    out[0] = v
+    return 0
+
+
+cdef struct KeySpan:
+    int64_t offset
+    Py_ssize_t key_pos
+    Py_ssize_t key_len   # -1: null key
+    bint has_value
+
+
+cdef inline int _next_key_offset(const uint8_t* p, Py_ssize_t* pos, Py_ssize_t end, int64_t base_offset,
+                                 KeySpan* r) noexcept nogil:
+    """One record the way ``decode.iter_key_offsets`` reads it (the same checks); -1 if it would raise."""
+    cdef int64_t length, od, klen
+    cdef Py_ssize_t rec_end
+    if _varint(p, pos, end, 5, &length) < 0:
+        return -1
+    rec_end = pos[0] + length
+    if length < 6 or rec_end > end:
+        return -1
+    pos[0] += 1  # attributes
+    while True:   # timestampDelta: skipped
+        if pos[0] >= end:
+            return -1
+        if p[pos[0]] < 0x80:
+            break
+        pos[0] += 1
+    pos[0] += 1
+    if _varint(p, pos, end, 5, &od) < 0:
+        return -1
+    if _varint(p, pos, end, 5, &klen) < 0:
+        return -1
+    if klen >= 0:
+        r.key_pos = pos[0]
+        r.key_len = klen
+        pos[0] += klen
+    elif klen == -1:
+        r.key_pos = pos[0]
+        r.key_len = -1
+    else:
+        return -1
+    if pos[0] >= rec_end:
+        return -1
+    r.has_value = p[pos[0]] != 1
+    r.offset = base_offset + od
+    pos[0] = rec_end
+    return 0
+
+
+def map_records(KeyTable table, const uint8_t[::1] data, Py_ssize_t count, int64_t base_offset,
+                int64_t start, Py_ssize_t max_entries):
+    """Put every keyed record at or after ``start`` (one batch's records section).
+
+    Returns ``(status, index, last_put)``: status OK, or FULL / DELTA_OVERFLOW at record
+    ``index`` (nothing from it on was put), or CORRUPT; ``last_put`` is the last offset put, -1
+    if none.
+    """
+    cdef const uint8_t* p = &data[0] if data.shape[0] else NULL
+    cdef Py_ssize_t end = data.shape[0], pos = 0, i
+    cdef KeySpan r
+    cdef int64_t last_put = -1
+    cdef int st
+    cdef uint8_t dummy = 0
+    for i in range(count):
+        if p == NULL or _next_key_offset(p, &pos, end, base_offset, &r) < 0:
+            return CORRUPT, i, last_put
+        if r.key_len >= 0 and r.offset >= start:
+            st = table._put(p + r.key_pos if r.key_len else &dummy, r.key_len, r.offset, max_entries)
+            if st != OK:
+                return st, i, last_put
+            last_put = r.offset
+    if pos != end:
+        return CORRUPT, count, last_put
+    return OK, count, last_put
+
+
+def retain_records(KeyTable table, const uint8_t[::1] data, Py_ssize_t count, int64_t base_offset,
+                   int64_t latest, bint retain_deletes, bytearray keep):
+    """The cleaner's record-level decisions for one data batch (``shouldRetainRecord``, keyless
+    records kept). Writes 1/0 per record into ``keep`` (resized to ``count``).
+
+    Returns ``(status, retained, tombstone_kept, keyless_in_range)``; status CORRUPT if the
+    records would not decode.
+    """
+    cdef const uint8_t* p = &data[0] if data.shape[0] else NULL
+    cdef Py_ssize_t end = data.shape[0], pos = 0, i, retained = 0, invalid = 0
+    cdef KeySpan r
+    cdef bint k, tomb = False
+    cdef int64_t found
+    cdef uint8_t dummy = 0
+    if len(keep) != count:
+        keep[:] = bytes(count)
+    cdef uint8_t* out = <uint8_t*>(<char*>keep) if count else &dummy
+    for i in range(count):
+        if p == NULL or _next_key_offset(p, &pos, end, base_offset, &r) < 0:
+            return CORRUPT, 0, False, 0
+        if r.offset > latest:
+            k = True
+        elif r.key_len < 0:
+            invalid += 1
+            k = True
+        else:
+            found = table._get(p + r.key_pos if r.key_len else &dummy, r.key_len)
+            k = r.offset >= found and (r.has_value or retain_deletes)
+        if k:
+            retained += 1
+            if not r.has_value and r.key_len >= 0:
+                tomb = True
+        out[i] = k
+    if pos != end:
+        return CORRUPT, 0, False, 0
+    return OK, retained, tomb, invalid
+
+
+# ---- writing retained records -------------------------------------------------------------------
+
+cdef inline Py_ssize_t _put_varlong(uint8_t* out, int64_t v) noexcept nogil:
+    cdef uint64_t z = (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
+    cdef Py_ssize_t n = 0
+    while z >= 0x80:
+        out[n] = (z & 0x7F) | 0x80
+        z >>= 7
+        n += 1
+    out[n] = <uint8_t>z
+    return n + 1
+
+
+cdef inline int _canon_varint(const uint8_t* p, Py_ssize_t* pos, Py_ssize_t end, int max_bytes,
+                              int64_t* out) noexcept nogil:
+    """Like _varint, and -1 also for a non-minimal encoding (the builder never writes one)."""
+    cdef Py_ssize_t start = pos[0]
+    if _varint(p, pos, end, max_bytes, out) < 0:
+        return -1
+    if pos[0] - start > 1 and p[pos[0] - 1] == 0:
+        return -1
+    return 0
+
+
+def rebuild_records(const uint8_t[::1] data, Py_ssize_t count, int64_t base_offset, int64_t base_timestamp,
+                    const uint8_t[::1] keep, bint has_horizon, int64_t horizon,
+                    bint log_append_time, int64_t log_append_ts, int64_t last_offset_delta):
+    """The retained records of one batch, encoded as RecordBatchBuilder.append would encode them.
+
+    ``keep[i]`` says whether record ``i`` stays. The new baseTimestamp is ``horizon`` when
+    ``has_horizon``, else the first retained record's timestamp; with ``log_append_time`` every
+    record's timestamp is ``log_append_ts`` (what the reader yields). A record whose bytes would
+    come out unchanged is copied; otherwise only its length and timestampDelta are rewritten.
+
+    Returns ``(records_bytes, retained, base_timestamp, max_timestamp)`` or ``None`` when the
+    builder must do it (headers, a non-canonical encoding, anything the builder or the reader
+    would refuse).
+    """
+    cdef const uint8_t* p = &data[0] if data.shape[0] else NULL
+    cdef Py_ssize_t end = data.shape[0], pos = 0, i, rec_start, rec_end, od_pos, w = 0, body
+    cdef int64_t length, ts_delta, od, klen, vlen, hcount, ts, new_base = horizon, new_delta
+    cdef int64_t last_kept = -1, max_ts = -1
+    cdef Py_ssize_t retained = 0
+    cdef bint have_base = has_horizon
+    cdef uint8_t attr
+    cdef uint8_t tmp[10]
+    cdef Py_ssize_t tn
+    if p == NULL or keep.shape[0] != count:
+        return None
+    out = PyBytes_FromStringAndSize(NULL, end + 16 * count)  # each rewrite grows a record <= 10 bytes
+    cdef uint8_t* o = <uint8_t*>PyBytes_AS_STRING(out)
+    for i in range(count):
+        rec_start = pos
+        if _canon_varint(p, &pos, end, 5, &length) < 0:
+            return None
+        rec_end = pos + length
+        if length < 6 or rec_end > end:
+            return None
+        attr = p[pos]
+        pos += 1
+        if _canon_varint(p, &pos, rec_end, 10, &ts_delta) < 0:
+            return None
+        od_pos = pos
+        if _canon_varint(p, &pos, rec_end, 5, &od) < 0:
+            return None
+        if _canon_varint(p, &pos, rec_end, 5, &klen) < 0 or klen < -1:
+            return None
+        if klen > 0:
+            if klen > rec_end - pos:
+                return None
+            pos += klen
+        if _canon_varint(p, &pos, rec_end, 5, &vlen) < 0 or vlen < -1:
+            return None
+        if vlen > 0:
+            if vlen > rec_end - pos:
+                return None
+            pos += vlen
+        if _canon_varint(p, &pos, rec_end, 5, &hcount) < 0 or hcount != 0:
+            return None  # headers: the builder re-encodes them (and checks their UTF-8 keys)
+        if pos != rec_end:
+            return None
+        if not keep[i]:
+            continue
+        ts = log_append_ts if log_append_time else base_timestamp + ts_delta
+        if ts < -1 or od < 0 or base_offset + od <= last_kept:
+            return None
+        last_kept = base_offset + od
+        if not have_base:
+            new_base = ts
+            have_base = True
+        if ts > max_ts:
+            max_ts = ts
+        new_delta = ts - new_base
+        retained += 1
+        if new_delta == ts_delta and attr == 0:
+            memcpy(o + w, p + rec_start, rec_end - rec_start)
+            w += rec_end - rec_start
+        else:
+            tn = _put_varlong(tmp, new_delta)
+            body = 1 + tn + (rec_end - od_pos)
+            w += _put_varlong(o + w, body)
+            o[w] = 0
+            w += 1
+            memcpy(o + w, tmp, tn)
+            w += tn
+            memcpy(o + w, p + od_pos, rec_end - od_pos)
+            w += rec_end - od_pos
+    if pos != end or retained == 0:
+        return None
+    if last_kept - base_offset > last_offset_delta:
+        return None
+    return out[:w], retained, new_base, max_ts

@@ -1,0 +1,186 @@
+"""Pure-Python reference of the compiled record kernels (``_fastpath.pyx``); the fallback
+where no C compiler was available when tiercompact was installed.
+
+Same contract as the compiled module (see its docstring and ``log/record/fastpath.py``), with
+two deliberate simplifications that change no output byte:
+
+* the key digest is the first 12 bytes of MD5(key) (hashlib's C code: a keyed SipHash in Python
+  would cost more than the rest of the round); MD5 has no practical second preimage, so a
+  producer still cannot aim a key at another key's slot. The round's seed is ignored.
+* :func:`rebuild_records` always answers ``None``: the reference for re-encoding retained
+  records is :class:`~log.record.builder.RecordBatchBuilder` itself, which the caller uses.
+
+The table keeps the compiled layout (16-byte slots: 12-byte digest, little-endian uint32
+offset delta) and Kafka's probing, so both implementations size and fill alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+from log.errors import CorruptRecordError
+from log.record.decode import iter_key_offsets
+
+try:  # CPython's own MD5 (HACL*) is faster per short key than OpenSSL's via hashlib
+    from _md5 import md5 as _MD5  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - other interpreters
+    _MD5 = hashlib.md5
+
+OK = 0
+FULL = 1
+DELTA_OVERFLOW = 2
+CORRUPT = -1
+
+SLOT = 16
+DIGEST = 12
+MIN_SLOTS = 1024
+MAX_DELTA = (1 << 32) - 1
+_EMPTY = bytes(DIGEST)
+_DELTA = struct.Struct("<I")
+_INT32 = struct.Struct(">i")
+
+
+def _digest(key: bytes) -> bytes:
+    d = _MD5(key).digest()[:DIGEST]
+    return b"\x01" + d[1:] if d == _EMPTY else d
+
+
+def _position(d: bytes, attempt: int, slots: int) -> int:
+    (probe,) = _INT32.unpack_from(d, min(attempt, 8))
+    if attempt > 8:
+        probe = ((probe + attempt - 8 + 2**31) % 2**32) - 2**31
+    return (0 if probe == -(2**31) else abs(probe)) % slots
+
+
+class KeyTable:
+    """Digest -> offset table with 16-byte slots, growing up to ``capacity`` slots. Not thread-safe."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"a key table needs at least one slot, got {capacity}")
+        self.capacity = capacity
+        self.slots = 0
+        self.size = 0
+        self.base = -1
+        self.collisions = 0
+        self._buf = bytearray()
+
+    @property
+    def memory_bytes(self) -> int:
+        return len(self._buf)
+
+    def reset(self, seed: bytes) -> None:
+        if len(seed) != 16:
+            raise ValueError("the round's seed must be 16 bytes")
+        self._buf = bytearray()
+        self.slots = self.size = self.collisions = 0
+        self.base = -1
+
+    def _grow(self) -> None:
+        new_slots = min(MIN_SLOTS if self.slots == 0 else self.slots * 2, self.capacity)
+        old, self._buf, self.slots = self._buf, bytearray(new_slots * SLOT), new_slots
+        for i in range(0, len(old), SLOT):
+            if old[i : i + DIGEST] != _EMPTY:
+                d = bytes(old[i : i + DIGEST])
+                pos = self._find(d)
+                self._buf[pos * SLOT : pos * SLOT + SLOT] = old[i : i + SLOT]
+
+    def _find(self, d: bytes) -> int:
+        buf, slots = self._buf, self.slots
+        for attempt in range(slots + 8):
+            pos = _position(d, attempt, slots)
+            s = buf[pos * SLOT : pos * SLOT + DIGEST]
+            if s == _EMPTY or s == d:
+                return pos
+            self.collisions += 1
+        return -1
+
+    def put(self, key: bytes, offset: int, max_entries: int) -> int:
+        if self.size >= max_entries or self.size >= self.capacity:
+            return FULL
+        if self.base < 0:
+            self.base = offset
+        delta = offset - self.base
+        if not 0 <= delta <= MAX_DELTA:
+            return DELTA_OVERFLOW
+        if self.slots < self.capacity and (self.size + 1) * 4 > self.slots * 3:
+            self._grow()
+        d = _digest(bytes(key))
+        pos = self._find(d)
+        if pos < 0:
+            return FULL
+        at = pos * SLOT
+        if self._buf[at : at + DIGEST] == _EMPTY:
+            self._buf[at : at + DIGEST] = d
+            self.size += 1
+        _DELTA.pack_into(self._buf, at + DIGEST, delta)
+        return OK
+
+    def get(self, key: bytes) -> int:
+        if self.size == 0:
+            return -1
+        d = _digest(bytes(key))
+        pos = self._find(d)
+        if pos < 0:
+            return -1
+        at = pos * SLOT
+        if self._buf[at : at + DIGEST] == _EMPTY:
+            return -1
+        return self.base + _DELTA.unpack_from(self._buf, at + DIGEST)[0]
+
+    def digests(self) -> list[bytes]:
+        b = self._buf
+        return [bytes(b[i : i + DIGEST]) for i in range(0, len(b), SLOT) if b[i : i + DIGEST] != _EMPTY]
+
+
+def map_records(table: KeyTable, data: bytes, count: int, base_offset: int, start: int,
+                max_entries: int) -> tuple[int, int, int]:
+    last_put = -1
+    try:
+        for i, (off, key, _has_value) in enumerate(iter_key_offsets(data, count, base_offset)):
+            if key is not None and off >= start:
+                st = table.put(key, off, max_entries)
+                if st != OK:
+                    return st, i, last_put
+                last_put = off
+    except CorruptRecordError:
+        return CORRUPT, 0, last_put
+    return OK, count, last_put
+
+
+def retain_records(table: KeyTable, data: bytes, count: int, base_offset: int, latest: int,
+                   retain_deletes: bool, keep: bytearray) -> tuple[int, int, bool, int]:
+    try:
+        kos = list(iter_key_offsets(data, count, base_offset))
+    except CorruptRecordError:
+        return CORRUPT, 0, False, 0
+    keep[:] = bytes(count)
+    retained = invalid = 0
+    tomb = False
+    get = table.get
+    for i, (off, key, has_value) in enumerate(kos):
+        if off > latest:
+            k = True
+        elif key is None:
+            invalid += 1
+            k = True
+        else:
+            k = off >= get(key) and (has_value or retain_deletes)
+        if k:
+            retained += 1
+            keep[i] = 1
+            if not has_value and key is not None:
+                tomb = True
+    return OK, retained, tomb, invalid
+
+
+def rebuild_records(data: bytes, count: int, base_offset: int, base_timestamp: int, keep: bytes,
+                    has_horizon: bool, horizon: int, log_append_time: bool, log_append_ts: int,
+                    last_offset_delta: int) -> None:
+    """Always ``None``: the builder is the reference encoder (see the module docstring)."""
+    return None
+
+
+def siphash128(data: bytes, key16: bytes) -> bytes:  # pragma: no cover - the compiled module's helper
+    raise NotImplementedError("SipHash is only available in the compiled kernels")

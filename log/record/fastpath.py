@@ -1,0 +1,111 @@
+"""One name for the record kernels: compiled (``_fastpath.pyx``) or the pure-Python reference.
+
+Callers do ``from log.record.fastpath import kernels`` and call ``kernels()``: it returns the
+compiled module when it was built at install time (``pip install`` compiles it with Cython when
+a C compiler exists, see setup.py), otherwise ``_fastpath_py``, logging ONE warning the first
+time. ``TIERCOMPACT_PURE_PYTHON=1`` forces the reference (read when first asked; tests switch
+with :func:`use_kernels`). Both honour :class:`RecordKernels`, and their cleaned output is the
+same bytes (tests/cleaner/test_fastpath_differential.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Protocol
+
+logger = logging.getLogger(__name__)
+
+PURE_PYTHON_ENV = "TIERCOMPACT_PURE_PYTHON"
+
+
+class KeyTableLike(Protocol):
+    capacity: int
+    slots: int
+    size: int
+    base: int
+    collisions: int
+
+    @property
+    def memory_bytes(self) -> int: ...
+
+    def reset(self, seed: bytes) -> None: ...
+
+    def put(self, key: bytes, offset: int, max_entries: int) -> int: ...
+
+    def get(self, key: bytes) -> int: ...
+
+    def digests(self) -> list[bytes]: ...
+
+
+class RecordKernels(Protocol):
+    """What both ``_fastpath`` modules provide (their docstrings give the details)."""
+
+    OK: int
+    FULL: int
+    DELTA_OVERFLOW: int
+    CORRUPT: int
+    KeyTable: Any  # a class whose instances are KeyTableLike; constructor KeyTable(capacity)
+
+    def map_records(self, table: Any, data: bytes, count: int, base_offset: int, start: int,
+                    max_entries: int) -> tuple[int, int, int]: ...
+
+    def retain_records(self, table: Any, data: bytes, count: int, base_offset: int, latest: int,
+                       retain_deletes: bool, keep: bytearray) -> tuple[int, int, bool, int]: ...
+
+    def rebuild_records(self, data: bytes, count: int, base_offset: int, base_timestamp: int, keep: bytes,
+                        has_horizon: bool, horizon: int, log_append_time: bool, log_append_ts: int,
+                        last_offset_delta: int) -> tuple[bytes, int, int, int] | None: ...
+
+
+def _load_compiled() -> RecordKernels | None:
+    try:
+        from log.record import _fastpath  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _fastpath  # type: ignore[no-any-return]
+
+
+_active: RecordKernels | None = None
+
+
+def compiled_kernels() -> RecordKernels | None:
+    """The compiled module, or None if it was not built."""
+    return _load_compiled()
+
+
+def pure_kernels() -> RecordKernels:
+    from log.record import _fastpath_py
+
+    return _fastpath_py  # type: ignore[return-value]
+
+
+def kernels() -> RecordKernels:
+    """The kernels to use (decided once per process; see the module docstring)."""
+    global _active
+    if _active is None:
+        compiled = None if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0") else _load_compiled()
+        if compiled is not None:
+            _active = compiled
+        else:
+            if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+                logger.warning("%s is set: the cleaner runs the pure-Python record kernels (slower)",
+                               PURE_PYTHON_ENV)
+            else:
+                logger.warning("tiercompact's compiled record kernels are not installed (no C compiler at "
+                               "install time?): the cleaner runs the pure-Python kernels, several times "
+                               "slower. Reinstall with gcc and the Python headers present to compile them.")
+            _active = pure_kernels()
+    return _active
+
+
+def is_compiled() -> bool:
+    return kernels() is not pure_kernels()
+
+
+def use_kernels(k: RecordKernels | None) -> RecordKernels | None:
+    """Switch the process's kernels (tests); None decides again on the next :func:`kernels` call.
+    Returns the previous choice."""
+    global _active
+    prev, _active = _active, k
+    return prev
