@@ -180,13 +180,16 @@ def error_body(message: str) -> dict[str, str]:
 
 #: pydantic error types meaning "a well-formed value outside the field's range"
 _RANGE_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal"})
-#: what service.schemas' range validators say (pydantic reports them as value_error)
+#: what service.schemas' value checks say (pydantic reports them as value_error): a
+#: number out of its Kafka range, a string no UTF-8 encoder takes
 OUT_OF_RANGE = "is out of range"
+NOT_UNICODE = "is not valid Unicode text"
 
 
 def _is_range_error(err: dict[str, Any]) -> bool:
+    """A well-formed request with a bad value (400), as opposed to a wrong shape (422)."""
     return err.get("type") in _RANGE_ERRORS or (
-        err.get("type") == "value_error" and OUT_OF_RANGE in str(err.get("msg", "")))
+        err.get("type") == "value_error" and any(m in str(err.get("msg", "")) for m in (OUT_OF_RANGE, NOT_UNICODE)))
 
 
 def _validation_message(errors: list[dict[str, Any]]) -> tuple[int, str]:

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from log.log_manager import MAX_PARTITIONS
+from service.errors import NOT_UNICODE, OUT_OF_RANGE
 
 Encoding = Literal["utf-8", "base64"]
 
@@ -40,7 +41,7 @@ def in_range(lo: int, hi: int, kafka_type: str) -> AfterValidator:
 
     def check(v: int) -> int:
         if not lo <= v <= hi:
-            raise ValueError(f"{v} is out of range: must be {lo}..{hi} ({kafka_type})")
+            raise ValueError(f"{v} {OUT_OF_RANGE}: must be {lo}..{hi} ({kafka_type})")
         return v
 
     return AfterValidator(check)
@@ -94,14 +95,29 @@ class Topic(BaseModel):
     config: dict[str, Any]
 
 
+def _unicode_text(v: str) -> str:
+    """JSON can carry lone surrogates (``"\ud800"``) that no UTF-8 encoder accepts; say so
+    here instead of failing with UnicodeEncodeError (a 500) when the record is built."""
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{NOT_UNICODE}: it holds a lone surrogate \\u{ord(v[e.start]):04x} at position "
+                         f"{e.start}; send valid UTF-8 text, or bytes with \"encoding\": \"base64\"") from None
+    return v
+
+
+#: a key, value or header string: valid Unicode (UTF-8 encodable), or base64 with encoding=base64
+Text = Annotated[str, AfterValidator(_unicode_text)]
+
+
 class Header(_Request):
-    key: str
-    value: str | None = None
+    key: Text
+    value: Text | None = None
 
 
 class RecordIn(_Request):
-    key: str | None = None
-    value: str | None = None
+    key: Text | None = None
+    value: Text | None = None
     timestamp: Timestamp | None = None
     headers: list[Header] = Field(default_factory=list)
 

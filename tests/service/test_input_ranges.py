@@ -260,3 +260,19 @@ def test_the_openapi_schema_carries_the_kafka_bounds(client: TestClient) -> None
               ["get"]["parameters"]}
     assert (params["offset"]["minimum"], params["offset"]["format"]) == (0, "int64")
     assert (params["max_records"]["minimum"], params["max_records"]["maximum"]) == (1, INT32_MAX)
+
+
+@pytest.mark.parametrize(("record", "field"), [
+    ('{"key": "\\ud800", "value": "v"}', "records.0.key"),
+    ('{"key": "k", "value": "a\\udfffb"}', "records.0.value"),
+    ('{"key": "k", "headers": [{"key": "\\ud83d", "value": "x"}]}', "records.0.headers.0.key"),
+    ('{"key": "k", "headers": [{"key": "h", "value": "\\udc00"}]}', "records.0.headers.0.value"),
+])
+def test_lone_surrogates_in_record_strings_are_400_not_500(topic: TestClient, record: str, field: str) -> None:
+    """JSON may carry a lone surrogate; encoding it to UTF-8 raised UnicodeEncodeError, a 500."""
+    r = topic.post(f"{P0}/records", content='{"records": [' + record + "]}",
+                   headers={"content-type": "application/json"})
+    _err(r, 400, field, "is not valid Unicode text", "encoding")
+    assert topic.get(P0).json()["log_end_offset"] == 0
+    r = topic.post(f"{P0}/records", json={"records": [{"key": "\U0001f600", "value": "é", "headers": [{"key": "ü"}]}]})
+    assert r.status_code == 200, r.text  # real non-ASCII text is fine
