@@ -221,6 +221,11 @@ def _validation_message(errors: list[dict[str, Any]]) -> tuple[int, str]:
     return status, "; ".join(parts) or "invalid request"
 
 
+#: FastAPI's HTTPException detail when the body fails to parse beyond a JSON syntax error
+#: (RecursionError on deep nesting, ValueError on a number past Python's digit limit)
+FASTAPI_BODY_PARSE_ERROR = "There was an error parsing the body"
+
+
 def _is_json(media_type: str) -> bool:
     """application/json or a structured ``+json`` type, the media types FastAPI parses as JSON."""
     return media_type == "application/json" or (media_type.startswith("application/") and
@@ -261,6 +266,10 @@ def install_error_handlers(app: FastAPI, on_error: Callable[[TiercompactError], 
         if exc.status_code == 404 and detail == "Not Found":
             detail = (f"no such endpoint {request.method} {request.url.path}; topic names may only use "
                       f"[a-zA-Z0-9._-]; see /docs")
+        elif exc.status_code == 400 and detail == FASTAPI_BODY_PARSE_ERROR:
+            # FastAPI's words when json.loads fails with something other than a syntax error
+            detail = ("request body could not be parsed as JSON: it is nested too deeply or holds a number "
+                      "too long to convert; send a plain JSON object with Content-Type: application/json")
         elif exc.status_code == 405:
             detail = f"method {request.method} is not allowed on {request.url.path}; see /docs"
         return JSONResponse(error_body(detail), status_code=exc.status_code, headers=exc.headers)

@@ -276,3 +276,10 @@ def test_lone_surrogates_in_record_strings_are_400_not_500(topic: TestClient, re
     assert topic.get(P0).json()["log_end_offset"] == 0
     r = topic.post(f"{P0}/records", json={"records": [{"key": "\U0001f600", "value": "é", "headers": [{"key": "ü"}]}]})
     assert r.status_code == 200, r.text  # real non-ASCII text is fine
+
+
+@pytest.mark.parametrize("body", ["[" * 100_000 + "]" * 100_000, '{"name": "x", "partitions": ' + "9" * 5000 + "}"])
+def test_bodies_json_cannot_parse_get_a_message_saying_why(client: TestClient, body: str) -> None:
+    """Deep nesting and over-long numbers got FastAPI's bare "There was an error parsing the body"."""
+    r = client.post("/v1/topics", content=body, headers={"content-type": "application/json"})
+    _err(r, 400, "could not be parsed as JSON", "nested too deeply", "Content-Type: application/json")
