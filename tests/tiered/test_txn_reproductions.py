@@ -20,6 +20,9 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
+from log.index.txn_index import AbortedTxn, parse_txn_index
+from log.record import ControlRecordType, RecordBatch, iter_batches
+from remote.storage_manager import IndexType
 from service.app import create_app
 from service.config import load_config
 from service.node import Node
@@ -104,6 +107,17 @@ def latest(records: list[tuple[int, str | None, str | None]]) -> dict[str | None
 TXN5 = {"id": 5, "epoch": 0, "base_sequence": 0, "transactional": True}
 
 
+def remote_state(node: Node) -> tuple[dict[int, RecordBatch], list[AbortedTxn]]:
+    """Every batch of the remote tier by base offset, and every remote transaction index entry."""
+    tp = node.log("t", 0).topic_partition
+    batches: dict[int, RecordBatch] = {}
+    txns: list[AbortedTxn] = []
+    for md in node.metadata.list_remote_log_segments(tp):
+        batches.update((b.base_offset, b) for _p, b in iter_batches(node.storage_manager.fetch_log_segment(md, 0)))
+        txns += parse_txn_index(node.storage_manager.fetch_index(md, IndexType.TRANSACTION))
+    return batches, txns
+
+
 def test_abort_marker_in_the_next_segment_keeps_the_committed_value(client: TestClient) -> None:
     """Reproduction 1: the committed a=COMMITTED survives, a=ABORTED is never read as committed."""
     c = client
@@ -152,7 +166,13 @@ def test_abort_marker_in_a_later_remote_segment(client: TestClient) -> None:
     after = consume(c, "read_committed")
     assert latest(after) == {"k": "v0", "y": "plain", "z": "after"}
     assert all(not (v or "").startswith("ABORTED") for _o, _k, v in after)
-    # the marker is still there: the transaction's (emptied) batches were read in this round
+    # the marker is still needed and kept: producer 5's last batch (now an empty header) was
+    # read in this round, so the ABORT marker and its index entry stay in the cleaned segment
+    batches, txns = remote_state(c.app.state.node)  # type: ignore[attr-defined]
+    assert batches[2].producer_id == 5 and batches[2].records_count == 0
+    assert batches[4].is_control and batches[4].control_type() is ControlRecordType.ABORT
+    assert not batches[4].has_delete_horizon
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in txns] == [(5, 1, 4)]
     uncommitted = consume(c, "read_uncommitted")
     assert all(not (v or "").startswith("ABORTED") for _o, _k, v in uncommitted)
     clean(c)
