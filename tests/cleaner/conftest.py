@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from log.clock import MockClock
+from log.record import fastpath
 from log.config import LogConfig
 from log.local_log import LocalLog
 
@@ -17,3 +18,18 @@ def make_log(tmp_path: Path, clock: MockClock):
         return LocalLog(tmp_path / f"{topic}-0", LogConfig.from_dict(cfg), clock=clock)
 
     return _make
+
+
+@pytest.fixture(autouse=True, params=["compiled", "pure"])
+def record_kernels(request: pytest.FixtureRequest):
+    """Every cleaner test runs with the compiled record kernels and with the pure-Python reference
+    (a CompactOffsetMap built during the test takes the kernels chosen here)."""
+    if request.param == "compiled":
+        k = fastpath.compiled_kernels()
+        if k is None:
+            pytest.fail("the compiled record kernels are not built (pip install -e . with a C compiler)")
+    else:
+        k = fastpath.pure_kernels()
+    prev = fastpath.use_kernels(k)
+    yield k
+    fastpath.use_kernels(prev)

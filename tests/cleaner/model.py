@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from cleaner.cleaner import Cleaner
 from cleaner.config import CleanerConfig
 from cleaner.log_to_clean import LogToClean, cleanable_offsets
-from cleaner.offset_map import SkimpyOffsetMap
+from cleaner.offset_map import CompactOffsetMap
 from log.local_log import LocalLog, RecordSpec
 from log.record import ControlRecordType, Record, RecordBatch
 
@@ -103,7 +103,8 @@ def clean_until_done(log: LocalLog, now: int, *, dedupe_entries: int = 1000, che
                      max_rounds: int = 200) -> int | None:
     """Run rounds (ignoring the dirty ratio) until the checkpoint stops moving; returns it."""
     cfg = CleanerConfig(dedupe_buffer_size=max(24 * dedupe_entries, 48), io_buffer_size=4096)
-    cleaner = Cleaner(SkimpyOffsetMap(cfg.dedupe_buffer_per_thread), cfg)
+    # as many 16-byte slots as SkimpyOffsetMap would have had 24-byte ones: the same capacity rule
+    cleaner = Cleaner(CompactOffsetMap(16 * (cfg.dedupe_buffer_per_thread // 24)), cfg)
     for _ in range(max_rounds):
         o = cleanable_offsets(log, checkpoint, now)
         ltc = LogToClean(log.topic_partition, log, o.first_dirty_offset, o.first_uncleanable_dirty_offset)

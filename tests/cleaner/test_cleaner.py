@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from cleaner.cleaner import Cleaner, group_segments_by_size
 from cleaner.config import CleanerConfig
 from cleaner.log_to_clean import LogToClean, cleanable_offsets
-from cleaner.offset_map import SkimpyOffsetMap
+from cleaner.offset_map import CompactOffsetMap
 from log.clock import MockClock
 from log.local_log import LocalLog, RecordSpec
 from log.record import RECORD_BATCH_OVERHEAD, CompressionType, ControlRecordType
@@ -20,7 +20,8 @@ def _round(log: LocalLog, now: int, checkpoint: int | None = None, entries: int 
     cfg = CleanerConfig(dedupe_buffer_size=24 * entries, load_factor=1.0)
     o = cleanable_offsets(log, checkpoint, now)
     ltc = LogToClean(log.topic_partition, log, o.first_dirty_offset, o.first_uncleanable_dirty_offset)
-    return Cleaner(SkimpyOffsetMap(cfg.dedupe_buffer_per_thread), cfg).do_clean(ltc, now)
+    # as many 16-byte slots as SkimpyOffsetMap would have had 24-byte ones: the same capacity rule
+    return Cleaner(CompactOffsetMap(16 * (cfg.dedupe_buffer_per_thread // 24)), cfg).do_clean(ltc, now)
 
 
 def _records(log: LocalLog):
