@@ -83,3 +83,21 @@ def test_issue11_aborted_data_stays_hidden_when_its_marker_is_in_a_later_segment
         ("produce_plain", [(b"z", 1)]),
         ("roll",), ("tier",), ("clean",),
         ("advance_clock", 1500), ("roll",), ("tier",), ("clean",))
+
+
+# ---- found by the state machine -----------------------------------------------------------------
+
+@ALL_ENGINES
+def test_a_marker_that_bumps_the_epoch_resets_the_producers_sequences(make_driver: Any, kind: str) -> None:
+    """The coordinator aborts at a bumped epoch; the producer's first batch at the new epoch
+    starts at sequence 0 (Kafka's maybeUpdateProducerEpoch clears the batch metadata). Was:
+    OutOfOrderSequenceError "producer 12 sent base sequence 0, expected 1"."""
+    d = make_driver(kind)
+    run(d,
+        ("produce_transactional", 12, [(b"a", 0)]),
+        ("end_transaction", 12, False, True),
+        ("produce_transactional", 12, [(b"a", 0), (b"a", 0)]),
+        ("end_transaction", 12, True),
+        ("zombie_produce", [(b"b", 1)]),
+        ("restart",),
+        ("retry_last_batch", 0))

@@ -29,10 +29,8 @@ STEPS = 40
 EXAMPLES = 300
 #: object-store round trips dominate the S3 engine's time: fewer expensive steps per example
 EXPENSIVE_BUDGET = {"local": None, "file": None, "s3": 5}
-#: Markers that bump the producer epoch. Off while log/producer_state.py keeps the old epoch's
-#: sequences after such a marker (the producer's first batch at the new epoch, sequence 0, is
-#: rejected as out of order; Kafka resets them): see the pending regression in the #11 report.
-EPOCH_BUMPS = False
+#: markers may bump the producer epoch (tests/model/test_regressions.py has the failure this found)
+EPOCH_BUMPS = True
 
 FUZZ_EXAMPLES = os.environ.get("TIERCOMPACT_TEST_FUZZ_EXAMPLES")
 FUZZ_SECONDS = os.environ.get("TIERCOMPACT_TEST_FUZZ_SECONDS")
@@ -58,6 +56,7 @@ def run_engine(spec: EngineSpec) -> dict[str, Any]:
         deadline = started + float(FUZZ_SECONDS) if FUZZ_SECONDS else None
         while True:
             run_state_machine_as_test(machine, settings=_settings(per_batch, derandomize=False))
+            print(f"model state machine [{spec.kind}] after {int(time.monotonic() - started)} s: {stats}", flush=True)
             if deadline is None or time.monotonic() >= deadline:
                 break
     stats["seconds"] = int(time.monotonic() - started)
