@@ -414,6 +414,7 @@ def clean_into(source: LogSegment, dest: LogSegment, offset_map: OffsetMap, ctx:
         for b, retention, discard_records, marker_for_empty_txn, kos, li in plans:
             if retention is BatchRetention.DELETE:
                 stats.batches_deleted += 1
+                stats.removed_discarded_batch(b.is_control, b.records_count)
                 continue
             count = b.records_count if b.is_control or kos is None else len(kos)
             stats.messages_read += count
@@ -421,6 +422,7 @@ def clean_into(source: LogSegment, dest: LogSegment, offset_map: OffsetMap, ctx:
             tombstone_kept = False
             if discard_records:
                 retained = 0
+                stats.removed_discarded_batch(b.is_control, count)
             elif b.is_control:
                 retained = count
             else:
@@ -435,8 +437,14 @@ def clean_into(source: LogSegment, dest: LogSegment, offset_map: OffsetMap, ctx:
                         stats.invalid_messages_read += 1
                         k = True
                     else:
-                        k = off >= found[li] and (has_value or retain_deletes)
+                        superseded = off < found[li]
+                        k = not superseded and (has_value or retain_deletes)
                         li += 1
+                        if not k:  # the removal's reason, for the round report
+                            if superseded:
+                                stats.removed_superseded += 1
+                            else:
+                                stats.removed_tombstone += 1
                     if k and not has_value and key is not None:
                         tombstone_kept = True
                     keep.append(k)
@@ -487,7 +495,9 @@ def clean_segments(log: LocalLog, group: list[LogSegment], offset_map: OffsetMap
         for i, seg in enumerate(group):
             upper = group[i + 1].base_offset if i + 1 < len(group) else seg.read_next_offset()
             ctx.txn_metadata.add_aborted(log.collect_aborted_transactions(seg.base_offset, upper))
-            clean_into(seg, cleaned, offset_map, ctx, stats)
+            account = stats.account(f"{seg.base_offset:020d}", "cleaned-local", seg.base_offset, upper - 1)
+            with stats.measure(account):
+                clean_into(seg, cleaned, offset_map, ctx, stats)
         finish_cleaned_segment(cleaned, group[-1].last_modified)
         swap_cleaned_segment(log, cleaned, group)
     except SimulatedCrash:

@@ -99,6 +99,20 @@ def build_for_segment_fast(seg: LogSegment, start: int, offset_map: CompactOffse
     return False
 
 
+def _count_removed(stats: CleanerStats, retain_records: Callable[..., tuple[int, int, bool, int]], table: object,
+                   data: bytes, count: int, base_offset: int, latest: int, retain_deletes: bool,
+                   retained: int) -> None:
+    """Split a batch's dropped records into superseded and expired tombstones. Only a batch
+    past its delete horizon drops tombstones: the kernel runs again on it keeping them (it
+    only reads the map), and the difference is the tombstones the horizon removed."""
+    if retain_deletes:
+        stats.removed_superseded += count - retained
+        return
+    _st, with_tombstones, _t, _i = retain_records(table, data, count, base_offset, latest, True, bytearray())
+    stats.removed_tombstone += with_tombstones - retained
+    stats.removed_superseded += count - with_tombstones
+
+
 def _rebuild_fast(b: RecordBatch, data: bytes, keep: bytearray, count: int, horizon: int | None,
                   offset_map: CompactOffsetMap) -> bytes:
     """The batch RecordBatchBuilder would write for the kept records (``_rebuild``'s output)."""
@@ -179,12 +193,14 @@ def clean_into_fast(source: LogSegment, dest: LogSegment, offset_map: CompactOff
                 retention = DELETE_EMPTY
             if retention is DELETE:
                 stats.batches_deleted += 1
+                stats.removed_discarded_batch(is_control, b.records_count)
                 continue
             count = b.records_count
             data = None
             tombstone_kept = False
             if discard_records:
                 retained = 0
+                stats.removed_discarded_batch(is_control, count)
             elif is_control:
                 retained = count
             else:
@@ -195,6 +211,9 @@ def clean_into_fast(source: LogSegment, dest: LogSegment, offset_map: CompactOff
                 if st == corrupt:
                     _raise_corrupt(b, data)
                 stats.invalid_messages_read += invalid
+                if retained < count:  # the removals' reasons, for the round report
+                    _count_removed(stats, retain_records, table, data, count, b.base_offset, latest,
+                                   retain_deletes, retained)
             stats.messages_read += count
             if retained == 0:
                 if retention is RETAIN_EMPTY:

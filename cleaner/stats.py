@@ -10,11 +10,36 @@ Thread-safety: a CleanerStats is written by the one thread running the round; pu
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from log.clock import SYSTEM_CLOCK, Clock
 from log.types import TopicPartition
+
+
+@dataclass(slots=True)
+class SegmentAccount:
+    """What a round did to one source segment (becomes a metadata.reports.SegmentReport).
+
+    ``action`` is one of metadata.reports.ACTIONS; removals by reason, bytes read/written,
+    object-store bytes and calls are added as the round goes (:meth:`CleanerStats.measure`).
+    """
+
+    segment_id: str
+    action: str
+    base_offset: int = -1
+    end_offset: int = -1
+    superseded: int = 0
+    tombstone: int = 0
+    aborted: int = 0
+    marker: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    downloaded: int = 0
+    uploaded: int = 0
+    requests: int = 0
 
 
 @dataclass(slots=True)
@@ -44,6 +69,13 @@ class CleanerStats:
     segments_skipped_by_bloom: int = 0
     bytes_downloaded: int = 0
     bytes_uploaded: int = 0
+    # records dropped, by reason (metadata.reports.REMOVAL_REASONS)
+    removed_superseded: int = 0
+    removed_tombstone: int = 0
+    removed_aborted: int = 0
+    removed_marker: int = 0
+    #: per source segment, in the order the round met them (the round report's segments)
+    segment_accounts: list[SegmentAccount] = field(default_factory=list, repr=False)
     start_ms: float = -1.0
     map_complete_ms: float = -1.0
     end_ms: float = -1.0
@@ -84,6 +116,45 @@ class CleanerStats:
             return 0.0
         return max(self.map_complete_ms - self.start_ms, 0.0) / 1000.0
 
+    # per-segment accounting
+    def account(self, segment_id: str, action: str, base_offset: int = -1, end_offset: int = -1) -> SegmentAccount:
+        """The account of ``segment_id`` (created on first use); ``action`` replaces the recorded one."""
+        for a in self.segment_accounts:
+            if a.segment_id == segment_id:
+                a.action = action
+                return a
+        a = SegmentAccount(segment_id, action, base_offset, end_offset)
+        self.segment_accounts.append(a)
+        return a
+
+    @contextmanager
+    def measure(self, account: SegmentAccount) -> Iterator[SegmentAccount]:
+        """Add to ``account`` the bytes read and written and the records removed inside the block."""
+        before = (self.bytes_read, self.bytes_written, self.removed_superseded, self.removed_tombstone,
+                  self.removed_aborted, self.removed_marker)
+        try:
+            yield account
+        finally:
+            account.bytes_in += self.bytes_read - before[0]
+            account.bytes_out += self.bytes_written - before[1]
+            account.superseded += self.removed_superseded - before[2]
+            account.tombstone += self.removed_tombstone - before[3]
+            account.aborted += self.removed_aborted - before[4]
+            account.marker += self.removed_marker - before[5]
+
+    def removed_discarded_batch(self, is_control: bool, records: int) -> None:
+        """A batch whose records all go because its transaction is decided (aborted data, or a
+        marker past its horizon)."""
+        if is_control:
+            self.removed_marker += records
+        else:
+            self.removed_aborted += records
+
+    @property
+    def records_removed(self) -> dict[str, int]:
+        return {"superseded": self.removed_superseded, "tombstone": self.removed_tombstone,
+                "aborted": self.removed_aborted, "marker": self.removed_marker}
+
     @property
     def records_read(self) -> int:
         return self.messages_read
@@ -117,6 +188,7 @@ class CleanerStats:
             "segments_skipped_by_bloom": self.segments_skipped_by_bloom,
             "bytes_downloaded": self.bytes_downloaded,
             "bytes_uploaded": self.bytes_uploaded,
+            "records_removed": self.records_removed,
             "elapsed_ms": round(self.elapsed_secs * 1000.0, 3),
             "map_elapsed_ms": round(self.elapsed_index_secs * 1000.0, 3),
         }

@@ -20,6 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 
 from log.types import TopicPartition
+from metadata.reports import DEFAULT_REPORTS_KEPT, CompactionReport
 from metadata.types import (
     LeaderState,
     RemoteLogSegmentId,
@@ -253,6 +254,27 @@ class RemoteLogMetadataManager(ABC):
 
         Raises:
             FencedLeaderEpochError: ``leader_epoch`` is given and is not the registered epoch.
+        """
+
+    # ------------------------------------------------------------------ round reports
+
+    @abstractmethod
+    def record_compaction_report(self, report: CompactionReport, *, keep: int = DEFAULT_REPORTS_KEPT) -> None:
+        """Store the report of one cleaning round (any engine, any outcome).
+
+        Not fenced: a round rejected because its epoch was superseded still leaves its report.
+        Recording the same ``round_id`` again replaces the earlier report. Only the newest
+        ``keep`` reports of the partition are kept.
+        """
+
+    @abstractmethod
+    def list_compaction_reports(self, tp: TopicPartition, *, limit: int = 20,
+                                before: str | None = None) -> list[CompactionReport]:
+        """The partition's round reports, newest recorded first, at most ``limit``; with
+        ``before`` (a round id) only those recorded before that round (paging).
+
+        Raises:
+            InvalidRequestError: ``before`` names no round of ``tp``, or ``limit`` is not positive.
         """
 
     @abstractmethod

@@ -83,11 +83,12 @@ from metadata.errors import (
 )
 from metadata.lineage import is_segment_within_leader_epochs, resolve_checkpoint, validate_cleaner_offsets
 from metadata.manager import DEFAULT_ORPHAN_GRACE_MS, RemoteLogMetadataManager
+from metadata.reports import DEFAULT_REPORTS_KEPT, CompactionReport, SegmentReport
 from metadata.types import LeaderState, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
 
 T = TypeVar("T")
 S = RemoteLogSegmentState
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _meta = MetaData()
 leaders = Table(
@@ -139,6 +140,43 @@ blooms = Table(
     Column("partition_id", Integer, nullable=False),
     Column("data", LargeBinary, nullable=False),
 )
+#: round reports (schema version 2): one row per round, one per segment of a round
+rounds = Table(
+    "tc_compaction_rounds", _meta,
+    Column("seq", Integer, primary_key=True, autoincrement=True),  # recording order: the listing's order
+    Column("round_id", String(64), nullable=False, unique=True),
+    Column("topic", String(255), nullable=False),
+    Column("partition_id", Integer, nullable=False),
+    Column("engine", String(16), nullable=False),
+    Column("leader_epoch", Integer, nullable=False),
+    Column("started_ms", BigInteger, nullable=False),
+    Column("ended_ms", BigInteger, nullable=False),
+    Column("checkpoint_before", BigInteger, nullable=False),
+    Column("checkpoint_after", BigInteger, nullable=True),
+    Column("outcome", String(16), nullable=False),
+    Column("error", Text, nullable=True),
+    Index("ix_tc_rounds_tp", "topic", "partition_id", "seq"),
+)
+round_segments = Table(
+    "tc_compaction_round_segments", _meta,
+    Column("round_seq", Integer, primary_key=True, autoincrement=False),
+    Column("ordinal", Integer, primary_key=True, autoincrement=False),
+    Column("segment_id", String(64), nullable=False),
+    Column("action", String(32), nullable=False),
+    Column("base_offset", BigInteger, nullable=False),
+    Column("end_offset", BigInteger, nullable=False),
+    Column("superseded", BigInteger, nullable=False),
+    Column("tombstone", BigInteger, nullable=False),
+    Column("aborted", BigInteger, nullable=False),
+    Column("marker", BigInteger, nullable=False),
+    Column("bytes_in", BigInteger, nullable=False),
+    Column("bytes_out", BigInteger, nullable=False),
+    Column("downloaded", BigInteger, nullable=False),
+    Column("uploaded", BigInteger, nullable=False),
+    Column("requests", BigInteger, nullable=False),
+)
+#: tables each schema version added (a store opened at an older version gets them)
+_TABLES_SINCE = {2: (rounds, round_segments)}
 schema_version = Table(
     "tc_schema_version", _meta,
     Column("version", Integer, primary_key=True, autoincrement=False),
@@ -248,10 +286,7 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
                     statement_timeout_ms=statement_timeout_ms))
             else:
                 raise InvalidConfigError(f"metadata store URL {url!r}: unsupported database {backend!r}")
-            _meta.create_all(self._engine)
-            with self._engine.begin() as conn:
-                if conn.execute(select(schema_version.c.version)).first() is None:
-                    conn.execute(insert(schema_version).values(version=SCHEMA_VERSION))
+            _create_schema(self._engine)
         dialect = self._engine.dialect
         if fence_strategy is None:
             fence_strategy = ("returning" if dialect.update_returning
@@ -702,11 +737,69 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
                     self._fence(conn, tp, leader_epoch, "deletion of the partition's metadata")
             for table in (leaders, blooms, segments, cleaner, epochs):
                 conn.execute(delete(table).where(_tp_where(table, tp)))
+            conn.execute(delete(round_segments).where(
+                round_segments.c.round_seq.in_(select(rounds.c.seq).where(_tp_where(rounds, tp)))))
+            conn.execute(delete(rounds).where(_tp_where(rounds, tp)))
             return None, 0
 
         self._write(tp, "delete_partition", fn)
         with self._tp_lock(tp):
             self._sizes.pop(tp, None)
+
+    # ------------------------------------------------------------------ round reports
+
+    def record_compaction_report(self, report: CompactionReport, *, keep: int = DEFAULT_REPORTS_KEPT) -> None:
+        if keep < 1:
+            raise InvalidRequestError(f"keep={keep} must be >= 1")
+        tp = report.topic_partition
+
+        def fn(conn: Connection) -> tuple[None, int]:
+            old = conn.execute(select(rounds.c.seq).where(rounds.c.round_id == report.round_id)).first()
+            if old is not None:
+                conn.execute(delete(round_segments).where(round_segments.c.round_seq == old[0]))
+                conn.execute(delete(rounds).where(rounds.c.seq == old[0]))
+            result = conn.execute(insert(rounds).values(
+                round_id=report.round_id, topic=tp.topic, partition_id=tp.partition, engine=report.engine,
+                leader_epoch=report.leader_epoch, started_ms=report.started_ms, ended_ms=report.ended_ms,
+                checkpoint_before=report.checkpoint_before, checkpoint_after=report.checkpoint_after,
+                outcome=report.outcome, error=report.error))
+            seq = int(result.inserted_primary_key[0])
+            if report.segments:
+                conn.execute(insert(round_segments), _report_rows(seq, report))
+            cutoff = conn.execute(select(rounds.c.seq).where(_tp_where(rounds, tp)).order_by(rounds.c.seq.desc())
+                                  .offset(keep).limit(1)).first()
+            if cutoff is not None:
+                stale = select(rounds.c.seq).where(_tp_where(rounds, tp), rounds.c.seq <= cutoff[0])
+                conn.execute(delete(round_segments).where(round_segments.c.round_seq.in_(stale)))
+                conn.execute(delete(rounds).where(_tp_where(rounds, tp), rounds.c.seq <= cutoff[0]))
+            return None, 0
+
+        self._write(tp, "record_compaction_report", fn)
+
+    def list_compaction_reports(self, tp: TopicPartition, *, limit: int = 20,
+                                before: str | None = None) -> list[CompactionReport]:
+        if limit < 1:
+            raise InvalidRequestError(f"limit={limit} must be >= 1")
+
+        def fn(conn: Connection) -> list[CompactionReport]:
+            stmt = select(rounds).where(_tp_where(rounds, tp))
+            if before is not None:
+                row = conn.execute(select(rounds.c.seq).where(_tp_where(rounds, tp),
+                                                              rounds.c.round_id == before)).first()
+                if row is None:
+                    raise InvalidRequestError(f"before={before!r} is not a round id of {tp}: page with the "
+                                              f"round_id of the last report of the previous page")
+                stmt = stmt.where(rounds.c.seq < row[0])
+            rows = conn.execute(stmt.order_by(rounds.c.seq.desc()).limit(limit)).all()
+            if not rows:
+                return []
+            segs: dict[int, list[Row[Any]]] = {r.seq: [] for r in rows}
+            for s in conn.execute(select(round_segments).where(round_segments.c.round_seq.in_(list(segs)))
+                                  .order_by(round_segments.c.round_seq, round_segments.c.ordinal)):
+                segs[s.round_seq].append(s)
+            return [_to_report(r, segs[r.seq]) for r in rows]
+
+        return self._read("list_compaction_reports", fn)
 
     def close(self) -> None:
         if not self._closed:
@@ -723,6 +816,52 @@ def _replacement(old: Row[Any], new_rows: list[Row[Any]]) -> str:
         if r.start_offset <= old.start_offset <= r.end_offset:
             return str(r.segment_id)
     return best
+
+
+def _create_schema(engine: Any) -> None:
+    """Create a new store at SCHEMA_VERSION, or bring an older one up to it: probe the stored
+    version and create the tables every later version added (pyiceberg's _ensure_tables_exist)."""
+    schema_version.create(engine, checkfirst=True)
+    with engine.begin() as conn:
+        row = conn.execute(select(func.max(schema_version.c.version))).first()
+    stored = row[0] if row is not None else None
+    if stored is None:
+        _meta.create_all(engine)
+    else:
+        if stored > SCHEMA_VERSION:
+            raise InvalidConfigError(f"the metadata store is at schema version {stored}, newer than this "
+                                     f"tiercompact's {SCHEMA_VERSION}: upgrade tiercompact")
+        _meta.create_all(engine, tables=[t for t in _meta.sorted_tables if not any(
+            t in tables for v, tables in _TABLES_SINCE.items() if v > stored)])
+        for version in sorted(v for v in _TABLES_SINCE if v > stored):
+            for table in _TABLES_SINCE[version]:
+                table.create(engine, checkfirst=True)
+    with engine.begin() as conn:
+        conn.execute(delete(schema_version).where(schema_version.c.version != SCHEMA_VERSION))
+        if conn.execute(select(schema_version.c.version)).first() is None:
+            conn.execute(insert(schema_version).values(version=SCHEMA_VERSION))
+
+
+def _report_rows(seq: int, report: CompactionReport) -> list[dict[str, Any]]:
+    return [{"round_seq": seq, "ordinal": i, "segment_id": s.segment_id, "action": s.action,
+             "base_offset": s.base_offset, "end_offset": s.end_offset, "superseded": s.superseded,
+             "tombstone": s.tombstone, "aborted": s.aborted, "marker": s.marker, "bytes_in": s.bytes_in,
+             "bytes_out": s.bytes_out, "downloaded": s.downloaded, "uploaded": s.uploaded, "requests": s.requests}
+            for i, s in enumerate(report.segments)]
+
+
+def _to_report(r: Row[Any], segs: list[Row[Any]]) -> CompactionReport:
+    m = r._mapping
+    return CompactionReport(
+        round_id=m["round_id"], topic_partition=TopicPartition(m["topic"], m["partition_id"]), engine=m["engine"],
+        leader_epoch=m["leader_epoch"], started_ms=m["started_ms"], ended_ms=m["ended_ms"],
+        checkpoint_before=m["checkpoint_before"], checkpoint_after=m["checkpoint_after"], outcome=m["outcome"],
+        error=m["error"],
+        segments=tuple(SegmentReport(
+            segment_id=s.segment_id, action=s.action, base_offset=s.base_offset, end_offset=s.end_offset,
+            superseded=s.superseded, tombstone=s.tombstone, aborted=s.aborted, marker=s.marker,
+            bytes_in=s.bytes_in, bytes_out=s.bytes_out, downloaded=s.downloaded, uploaded=s.uploaded,
+            requests=s.requests) for s in segs))
 
 
 def _postgres_on_connect(dbapi_connection: Any, _record: Any, *, lock_timeout_ms: int,

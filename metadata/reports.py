@@ -1,0 +1,153 @@
+"""Compaction round reports: what one cleaning round did, kept in the metadata store.
+
+Every round (local, tiered in-process, Spark) leaves one :class:`CompactionReport`, also when
+it failed, was aborted or was fenced (``outcome`` says which; ``checkpoint_after`` is then
+None). Per segment it records the action taken, the records removed by reason, the bytes
+read and written, and the object-store traffic. The shapes are API.md's
+``GET .../compactions``; :meth:`CompactionReport.as_dict` renders them.
+
+The value types live here, below the cleaner, because the RemoteLogMetadataManager stores
+them; the cleaner builds them (:mod:`cleaner.report`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from log.errors import InvalidRequestError
+from log.types import TopicPartition
+
+#: why a record was removed (API.md's ``removed`` keys)
+REMOVED_SUPERSEDED = "superseded"  # a later record of the same key was mapped
+REMOVED_TOMBSTONE = "tombstone"    # a tombstone whose delete horizon (delete.retention.ms) had passed
+REMOVED_ABORTED = "aborted"        # a record of an aborted transaction
+REMOVED_MARKER = "marker"          # a COMMIT/ABORT marker whose horizon had passed
+REMOVAL_REASONS: tuple[str, ...] = (REMOVED_SUPERSEDED, REMOVED_TOMBSTONE, REMOVED_ABORTED, REMOVED_MARKER)
+
+#: the action a round took on one segment
+ACTION_CLEANED_LOCAL = "cleaned-local"              # a local segment recopied into a cleaned one
+ACTION_REWRITTEN = "rewritten"                      # a remote segment cleaned into a new upload
+ACTION_SKIPPED_BY_BLOOM = "skipped-by-bloom"        # carried forward: its bloom filter matched no dirty key
+ACTION_SKIPPED_BY_KEY_INDEX = "skipped-by-key-index"  # carried forward: its exact key index holds no dirty key
+ACTION_CARRIED_FORWARD = "carried-forward"          # carried forward for another reason (nothing to change)
+ACTION_UPLOADED = "uploaded"                        # the new segment a rewrite produced
+ACTIONS: tuple[str, ...] = (ACTION_CLEANED_LOCAL, ACTION_REWRITTEN, ACTION_SKIPPED_BY_BLOOM,
+                            ACTION_SKIPPED_BY_KEY_INDEX, ACTION_CARRIED_FORWARD, ACTION_UPLOADED)
+
+#: how a round ended
+OUTCOME_COMPLETED = "completed"
+OUTCOME_FAILED = "failed"
+OUTCOME_FENCED = "fenced"
+OUTCOME_ABORTED = "aborted"
+OUTCOMES: tuple[str, ...] = (OUTCOME_COMPLETED, OUTCOME_FAILED, OUTCOME_FENCED, OUTCOME_ABORTED)
+
+ENGINE_LOCAL = "local"
+ENGINE_TIERED = "tiered"
+ENGINE_SPARK = "spark"
+ENGINES: tuple[str, ...] = (ENGINE_LOCAL, ENGINE_TIERED, ENGINE_SPARK)
+
+#: most rounds kept per partition; older reports are pruned when a new one is recorded
+DEFAULT_REPORTS_KEPT = 1000
+
+
+def new_round_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentReport:
+    """What a round did to one segment.
+
+    ``segment_id`` is the remote segment id, or the local segment's 20-digit base offset
+    (its file name). ``bytes_in``/``bytes_out`` are the bytes the round read from the segment
+    and wrote for it; ``downloaded``/``uploaded`` the object-store bytes moved for it and
+    ``requests`` the object-store calls made for it (one per object fetched or written).
+    """
+
+    segment_id: str
+    action: str
+    base_offset: int = -1
+    end_offset: int = -1
+    superseded: int = 0
+    tombstone: int = 0
+    aborted: int = 0
+    marker: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    downloaded: int = 0
+    uploaded: int = 0
+    requests: int = 0
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise InvalidRequestError(f"segment action {self.action!r} is not one of {ACTIONS}")
+        for name in ("superseded", "tombstone", "aborted", "marker", "bytes_in", "bytes_out", "downloaded",
+                     "uploaded", "requests"):
+            if getattr(self, name) < 0:
+                raise InvalidRequestError(f"segment report {name}={getattr(self, name)} must be >= 0")
+
+    @property
+    def removed(self) -> dict[str, int]:
+        return {REMOVED_SUPERSEDED: self.superseded, REMOVED_TOMBSTONE: self.tombstone,
+                REMOVED_ABORTED: self.aborted, REMOVED_MARKER: self.marker}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"segment_id": self.segment_id, "action": self.action, "base_offset": self.base_offset,
+                "end_offset": self.end_offset, "removed": self.removed, "bytes_in": self.bytes_in,
+                "bytes_out": self.bytes_out, "downloaded": self.downloaded, "uploaded": self.uploaded,
+                "requests": self.requests}
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionReport:
+    """One round of one partition (API.md's ``GET .../compactions`` item)."""
+
+    round_id: str
+    topic_partition: TopicPartition
+    engine: str
+    leader_epoch: int
+    started_ms: int
+    ended_ms: int
+    checkpoint_before: int
+    checkpoint_after: int | None
+    outcome: str = OUTCOME_COMPLETED
+    error: str | None = None
+    segments: tuple[SegmentReport, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not self.round_id or len(self.round_id) > 64:
+            raise InvalidRequestError(f"round id {self.round_id!r} must be 1..64 characters")
+        if self.engine not in ENGINES:
+            raise InvalidRequestError(f"engine {self.engine!r} is not one of {ENGINES}")
+        if self.outcome not in OUTCOMES:
+            raise InvalidRequestError(f"outcome {self.outcome!r} is not one of {OUTCOMES}")
+        if self.ended_ms < self.started_ms:
+            raise InvalidRequestError(f"round {self.round_id} ends ({self.ended_ms}) before it starts "
+                                      f"({self.started_ms})")
+        if self.outcome == OUTCOME_COMPLETED and self.checkpoint_after is None:
+            raise InvalidRequestError(f"completed round {self.round_id} needs checkpoint_after")
+        object.__setattr__(self, "segments", tuple(self.segments))
+
+    @property
+    def removed(self) -> dict[str, int]:
+        """Records removed by reason over every segment."""
+        out = dict.fromkeys(REMOVAL_REASONS, 0)
+        for s in self.segments:
+            for k, v in s.removed.items():
+                out[k] += v
+        return out
+
+    def totals(self) -> dict[str, int]:
+        return {name: sum(getattr(s, name) for s in self.segments)
+                for name in ("bytes_in", "bytes_out", "downloaded", "uploaded", "requests")}
+
+    def as_dict(self) -> dict[str, Any]:
+        tp = self.topic_partition
+        return {"round_id": self.round_id, "topic": tp.topic, "partition": tp.partition, "engine": self.engine,
+                "leader_epoch": self.leader_epoch, "started_ms": self.started_ms, "ended_ms": self.ended_ms,
+                "checkpoint_before": self.checkpoint_before, "checkpoint_after": self.checkpoint_after,
+                "outcome": self.outcome, "error": self.error, "removed": self.removed, **self.totals(),
+                "segments": [s.as_dict() for s in self.segments]}
+
