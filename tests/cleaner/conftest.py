@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 from log.clock import MockClock
-from log.record import fastpath
 from log.config import LogConfig
 from log.local_log import LocalLog
+from log.record import fastpath
 
 
 @pytest.fixture
