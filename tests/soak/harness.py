@@ -161,6 +161,7 @@ class FaultScheduler(threading.Thread):
         self.enabled = threading.Event()
         self.stopped = threading.Event()
         self.windows: dict[str, int] = {}
+        self.timeline: list[str] = []  # when each mode began (for matching failures to faults)
         self._deck: list[str] = []
         self._lock = threading.Lock()
 
@@ -178,6 +179,8 @@ class FaultScheduler(threading.Thread):
 
     def _set(self, mode: str, **kw: Any) -> None:
         self.proxy.set_mode(mode, **kw)
+        self.timeline.append(f"{time.strftime('%H:%M:%S')} {mode}"
+                             + "".join(f" {k}={v:.2g}" for k, v in kw.items() if isinstance(v, float)))
         if mode == "pass":
             self.shared["fault_active"].value = 0
             self.shared["fault_clear_since"].value = time.time()
@@ -541,6 +544,7 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
         "failure_kinds": _kinds(all_failures),
     }
     (cfg.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    (cfg.run_dir / "faults.log").write_text("\n".join(sched.timeline) + "\n")
     return summary
 
 
