@@ -133,7 +133,8 @@ class TransactionIndex(EntryFile):
     def collect(self, fetch_offset: int, upper: int) -> tuple[list[AbortedTxn], bool]:
         """Entries overlapping [fetch_offset, upper); ``complete`` once any entry's LSO >= upper
         (see :func:`collect_aborted_txns`)."""
-        return collect_aborted_txns(self.all(), fetch_offset, upper)
+        entries = (AbortedTxn(p, f, la, lso) for _v, p, f, la, lso in self._entries)  # stops where complete
+        return collect_aborted_txns(entries, fetch_offset, upper)
 
     def truncate_to(self, offset: int) -> None:
         keep = len(self._entries)
