@@ -52,3 +52,37 @@ def test_scan_and_rewrite_refuse_a_corrupt_remote_batch(tmp_path: Path) -> None:
         assert set(w.store.list("")) == objects  # nothing uploaded under the new id
     finally:
         w.close()
+
+
+@pytest.mark.spark
+def test_a_spark_job_over_a_corrupt_remote_batch_fails_naming_it_and_publishes_nothing(spark, tmp_path: Path) -> None:
+    from cleaner.spark.errors import SparkJobError
+    from tests.spark.conftest import spark_job
+
+    w = make_world(tmp_path / "w", (f"file://{tmp_path / 'obj'}", {}), config={"local.retention.ms": -1})
+    try:
+        tp = partitions_of(w)[0]
+        for r in range(2):
+            for i in range(6):
+                w.lm.get_log(tp).append_records([RecordSpec(f"k{i % 3}".encode(), f"value-{r}-{i}".encode())])
+            w.lm.get_log(tp).roll()
+        w.clock.advance(1)
+        w.rlm.tier(tp)
+        segments = [(m.id, m.start_offset) for m in w.rlmm.list_remote_log_segments(tp)]
+        md = w.rlmm.list_remote_log_segments(tp)[1]
+        key = w.rsm.object_key(md)
+        path = Path(w.store.root) / key  # type: ignore[attr-defined]
+        data = bytearray(path.read_bytes())
+        at = data.index(b"value-1-4")
+        data[at] ^= 0x01
+        path.write_bytes(bytes(data))
+        pos = next(p for p, b in iter_batches(bytes(data)) if p <= at < p + b.size_in_bytes)
+        objects = set(w.store.list(""))
+        with pytest.raises(SparkJobError) as info:
+            spark_job(spark, w).run([tp])
+        assert "CorruptRecordError" in str(info.value) and f"{key} at byte {pos}" in str(info.value)
+        assert [(m.id, m.start_offset) for m in w.rlmm.list_remote_log_segments(tp)] == segments
+        assert tp not in w.checkpoints
+        assert {k for k in w.store.list("") if not k.startswith("_")} == {k for k in objects if not k.startswith("_")}
+    finally:
+        w.close()
