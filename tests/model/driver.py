@@ -148,6 +148,19 @@ class Driver:
         base, _first = self.e.active_segment()
         self.model.clean(self.now, active_segment_base=base)
         (run or self.e.clean)()
+        self._check_compacted()
+
+    def background_round(self) -> None:
+        """What a background cleaner thread does next: if it picks this partition (dirty ratio
+        or max.compaction.lag.ms), a round with the same guarantees as :meth:`clean`."""
+        self.on_op("background_round")
+        base, _first = self.e.active_segment()
+        now = self.now
+        if self.e.background_round():
+            self.model.clean(now, active_segment_base=base)
+            self._check_compacted()
+
+    def _check_compacted(self) -> None:
         checkpoint = self.e.checkpoint()
         if checkpoint is not None:
             dups = self.model.duplicate_keys_below(self.e.read_all("read_committed"), checkpoint)
@@ -166,6 +179,27 @@ class Driver:
     def advance_clock(self, ms: int) -> None:
         self.on_op("advance_clock")
         self.e.clock.advance(ms)
+
+    def read_from(self, fraction: float, isolation: str, max_records: int = 3) -> None:
+        """A consumer that seeks to an offset (a fraction of the way through the log) reads the
+        records of the full read at or after it, in order: an offset that compaction removed
+        reads as the next one present."""
+        self.on_op("read_from")
+        start = self.e.log_start_offset()
+        full = self.e.read_all(isolation, 10_000, start)
+        leo, lso, hw = self.e.offsets()
+        upper = lso if isolation == "read_committed" else hw
+        offset = start + int(fraction * (upper - start))
+        if offset >= upper:
+            return
+        want = [o for o in full if o[0] >= offset]
+        res = self.e.node.read(self.e.topic, 0, offset, max_records=max_records, isolation=isolation)
+        got = [(r.offset, r.key, r.value, r.timestamp) for r in res.records]
+        if (want and not got) or got != want[:len(got)] or len(got) > max_records:
+            raise ModelViolation(f"{isolation} from offset {offset} (max {max_records}) read {got}; the full read "
+                                 f"from the log start has {want[:max_records]} there")
+        if got and res.next_offset <= got[-1][0]:
+            raise ModelViolation(f"{isolation} from offset {offset}: next offset {res.next_offset} after {got[-1]}")
 
     # ---- checking ------------------------------------------------------------------------------------
     def observe(self) -> tuple[list[Any], list[Any]]:

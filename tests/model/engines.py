@@ -122,6 +122,19 @@ class Engine:
     def clean(self) -> dict[str, Any]:
         return self.node.clean(self.topic, 0)
 
+    def background_round(self) -> bool:
+        """One iteration of a background cleaner thread of this partition's pool (selection by
+        dirty ratio / must-clean, then the round); returns whether it cleaned a log. A failed
+        round marks the partition uncleanable, which this raises as an error."""
+        from cleaner.log_cleaner import CleanerThread
+
+        owner = self.node.cleaner
+        thread = CleanerThread(owner, 99, owner._new_map(), tiered=self.spec.tiered)
+        cleaned = thread.do_work()
+        if self.tp in owner.manager.uncleanable_partitions():
+            raise AssertionError(f"a background round marked {self.tp} uncleanable: {owner.last_runs[-1:]}")
+        return cleaned
+
     def leader_change(self) -> None:
         self.leader_epoch = max(self.leader_epoch, self.node.log(self.topic, 0).leader_epoch) + 1
         self.node.become_leader(self.topic, 0, self.leader_epoch, self.config.broker_id)

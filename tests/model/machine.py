@@ -126,10 +126,15 @@ class PartitionMachine(RuleBasedStateMachine):
         self._spend().clean()
 
     @precondition(_can_spend)
-    @rule(op=st.sampled_from(("retention", "force_roll", "leader_change", "restart")))
+    @rule(op=st.sampled_from(("retention", "force_roll", "leader_change", "restart", "background_round")))
     def maintain(self, op: str) -> None:
         """The rarer node operations, one rule so that producing stays the common step."""
         getattr(self._spend(), op)()
+
+    @precondition(_ready)
+    @rule(fraction=st.floats(0, 1), committed=st.booleans())
+    def read_from(self, fraction: float, committed: bool) -> None:
+        self.drv.read_from(fraction, "read_committed" if committed else "read_uncommitted")
 
     @precondition(_ready)
     @rule(ms=st.sampled_from((1, 10, 500, 1000, 2500, 6000)))
