@@ -33,10 +33,11 @@ from cleaner.throttler import Throttler
 from cleaner.transactions import CleanedTransactionMetadata
 from log.errors import CorruptRecordError
 from log.record import RecordBatch, build_empty_header
-from log.record.batch import TIMESTAMP_TYPE_MASK
+from log.record.batch import RECORDS_OFFSET, TIMESTAMP_TYPE_MASK
 from log.record.builder import _write_header_and_crc
 from log.record.compression import CompressionType, compress
 from log.record.decode import iter_key_offsets
+from log.record.fastpath import pure_kernels
 from log.segment import LogSegment
 
 _HORIZON_FLAG = 0x40
@@ -45,9 +46,17 @@ _CONTROL_FLAG = 0x20
 _CODEC_MASK = 0x07
 
 
-def _raise_corrupt(b: RecordBatch, data: bytes) -> None:
+def _records(b: RecordBatch, zero_copy: bool) -> bytes | memoryview:
+    """The batch's records section, decompressed once; the compiled kernels read an uncompressed
+    one in place (a read-only memoryview of the segment bytes), the pure ones need bytes."""
+    if zero_copy and not b.attributes & _CODEC_MASK:
+        return b.raw[RECORDS_OFFSET:]
+    return b._records_section()
+
+
+def _raise_corrupt(b: RecordBatch) -> None:
     """Re-run the reference decoder on a batch the kernel refused: it raises the exact error."""
-    for _ in iter_key_offsets(data, b.records_count, b.base_offset):
+    for _ in iter_key_offsets(b._records_section(), b.records_count, b.base_offset):
         pass
     raise CorruptRecordError(f"records of batch at base offset {b.base_offset} do not decode")
 
@@ -61,6 +70,7 @@ def build_for_segment_fast(seg: LogSegment, start: int, offset_map: CompactOffse
     table = offset_map.table
     map_records = k.map_records
     ok = k.OK
+    zero_copy = k is not pure_kernels()
     position = seg.offset_index.lookup(start)[1]
     for chunk, size in _chunks(seg, position, io_buffer_size):
         check_done()
@@ -76,13 +86,13 @@ def build_for_segment_fast(seg: LogSegment, start: int, offset_map: CompactOffse
                 messages += 1
             elif not txn.on_batch_read(b):
                 if b.last_offset >= start:
-                    data = b._records_section()
+                    data = _records(b, zero_copy)
                     st, index, last_put = map_records(table, data, b.records_count, b.base_offset, start,
                                                       max_entries)
                     if last_put > latest:
                         latest = last_put
                     if st == k.CORRUPT:
-                        _raise_corrupt(b, data)
+                        _raise_corrupt(b)
                     if st != ok:
                         # full (or past the 32-bit delta) at record ``index``: the round stops there;
                         # Kafka counts the records read before it
@@ -113,7 +123,7 @@ def _count_removed(stats: CleanerStats, retain_records: Callable[..., tuple[int,
     stats.removed_superseded += count - with_tombstones
 
 
-def _rebuild_fast(b: RecordBatch, data: bytes, keep: bytearray, count: int, horizon: int | None,
+def _rebuild_fast(b: RecordBatch, data: bytes | memoryview, keep: bytearray, count: int, horizon: int | None,
                   offset_map: CompactOffsetMap) -> bytes:
     """The batch RecordBatchBuilder would write for the kept records (``_rebuild``'s output)."""
     log_append = bool(b.attributes & TIMESTAMP_TYPE_MASK)
@@ -146,6 +156,7 @@ def clean_into_fast(source: LogSegment, dest: LogSegment, offset_map: CompactOff
     table = offset_map.table
     retain_records = k.retain_records
     corrupt = k.CORRUPT
+    zero_copy = k is not pure_kernels()
     txn = ctx.txn_metadata
     now = ctx.now_ms
     upper = ctx.upper_bound_of_round
@@ -204,12 +215,12 @@ def clean_into_fast(source: LogSegment, dest: LogSegment, offset_map: CompactOff
             elif is_control:
                 retained = count
             else:
-                data = b._records_section()
+                data = _records(b, zero_copy)
                 retain_deletes = not b.has_delete_horizon or now < (b.delete_horizon_ms or 0)
                 st, retained, tombstone_kept, invalid = retain_records(table, data, count, b.base_offset, latest,
                                                                        retain_deletes, keep)
                 if st == corrupt:
-                    _raise_corrupt(b, data)
+                    _raise_corrupt(b)
                 stats.invalid_messages_read += invalid
                 if retained < count:  # the removals' reasons, for the round report
                     _count_removed(stats, retain_records, table, data, count, b.base_offset, latest,

@@ -567,3 +567,24 @@ def rebuild_records(const uint8_t[::1] data, Py_ssize_t count, int64_t base_offs
     if last_kept - base_offset > last_offset_delta:
         return None
     return out[:w], retained, new_base, max_ts
+
+
+def hash_keys(const uint8_t[::1] data, Py_ssize_t count, int64_t base_offset, bytes seed):
+    """Scan one records section and hash every key once (the benchmarks' ceiling: what any
+    cleaner must do at least). Returns ``(status, keys_hashed, xor of the digests' first 8 bytes)``."""
+    if len(seed) != 16:
+        raise ValueError("the seed must be 16 bytes")
+    cdef const uint8_t* k = <const uint8_t*>PyBytes_AS_STRING(seed)
+    cdef uint64_t k0 = _le64(k), k1 = _le64(k + 8), a, b, acc = 0
+    cdef const uint8_t* p = &data[0] if data.shape[0] else NULL
+    cdef Py_ssize_t end = data.shape[0], pos = 0, i, n = 0
+    cdef KeySpan r
+    cdef uint8_t dummy = 0
+    for i in range(count):
+        if p == NULL or _next_key_offset(p, &pos, end, base_offset, &r) < 0:
+            return CORRUPT, n, acc
+        if r.key_len >= 0:
+            _siphash128(p + r.key_pos if r.key_len else &dummy, r.key_len, k0, k1, &a, &b)
+            acc ^= a
+            n += 1
+    return OK, n, acc

@@ -57,6 +57,8 @@ class RecordKernels(Protocol):
                         has_horizon: bool, horizon: int, log_append_time: bool, log_append_ts: int,
                         last_offset_delta: int) -> tuple[bytes, int, int, int] | None: ...
 
+    def hash_keys(self, data: bytes, count: int, base_offset: int, seed: bytes) -> tuple[int, int, int]: ...
+
 
 def _load_compiled() -> RecordKernels | None:
     try:

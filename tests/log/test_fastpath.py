@@ -154,14 +154,14 @@ def test_scanning_refuses_exactly_what_the_reference_decoder_refuses(k, n, seed,
     st2, retained, _tomb, invalid = k.retain_records(t, data, count, base, 10**9, True, keep)
     assert (st2 == k.CORRUPT) == (ref is None)
     if ref is not None:
-        keyed = [(o, key) for o, key, _hv in ref if key is not None]
+        keyed = [(o, key) for o, key, _hv in ref if key is not None and o >= 0]  # start = 0
         assert index == count
         assert last_put == (keyed[-1][0] if keyed else -1)
         latest = {key: o for o, key in keyed}
         for key, o in latest.items():
             assert t.get(key) == o
         # shouldRetainRecord with keyless records kept and deletes retained
-        expected = [1 if key is None or o >= latest[key] else 0 for o, key, _hv in ref]
+        expected = [1 if key is None or o >= latest.get(key, -1) else 0 for o, key, _hv in ref]
         assert list(keep) == expected and retained == sum(expected)
         assert invalid == sum(1 for _o, key, _hv in ref if key is None)
 

@@ -1,0 +1,206 @@
+"""The compiled record kernels (#13): local cleaning per CPU-second against its ceiling.
+
+For 100-byte and 1-KiB values, uncompressed, lz4, zstd and gzip, one child process per workload
+(so peak RSS is the workload's own) builds a log of 1000-record batches with 16-byte keys over
+100k distinct keys, then measures over the same bytes:
+
+* ``ceiling``: read every batch, check its CRC-32C, decompress it once and hash every key once
+  with the round's keyed SipHash (``hash_keys``): the least any cleaning pass must do;
+* ``compiled``: one LogCleaner round (CompactOffsetMap, compiled kernels);
+* for 100-byte values also ``reference`` (today's pure-Python path: SkimpyOffsetMap, decode.py,
+  the builder) and ``pure`` (the pure-Python kernels, the fallback without a compiler), each on
+  a copy of the same log.
+
+Times are CPU seconds of the process (``time.process_time``): this machine's 2 cores are shared
+with other jobs, so wall time mostly measures the neighbours; wall seconds are recorded too.
+MB/s = source bytes the round read / CPU seconds. ``BENCH_QUICK=1`` runs a tenth of the records
+and writes to bench/tmp/ (never over the committed results).
+
+Run: .venv/bin/python -m bench fastpath
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import RESULTS, quick, write_result  # noqa: E402
+
+BATCH = 1000
+KEYS = 100_000
+CODECS = ("none", "lz4", "zstd", "gzip")
+WORKLOADS = [(100, 1_000_000), (1024, 200_000)]
+VALUE_POOL = 4096
+
+
+def _build(data_dir: Path, codec_name: str, records: int, value_size: int) -> None:
+    from log.log_manager import LogManager
+    from log.record import CompressionType, RecordBatchBuilder
+    from log.types import TopicPartition
+
+    codec = CompressionType.from_name(codec_name)
+    lm = LogManager(data_dir)
+    lm.create_topic("t", 1, {"segment.bytes": 256 * 1024 * 1024, "max.message.bytes": 16 * 1024 * 1024})
+    log = lm.get_log(TopicPartition("t", 0))
+    rnd = random.Random(42)
+    # random values (a pool, so building is quick): codecs gain little, as on encrypted or packed data
+    pool = [rnd.randbytes(value_size) for _ in range(VALUE_POOL)]
+    ts = lm.clock.milliseconds()
+    for base in range(0, records, BATCH):
+        b = RecordBatchBuilder(0, compression=codec)
+        for i in range(min(BATCH, records - base)):
+            b.append(i, ts, b"key-%012d" % rnd.randrange(KEYS), pool[rnd.randrange(VALUE_POOL)])
+        log.append_batches(b.build())
+    log.roll()
+    log.flush()
+    lm.close()
+
+
+def _ceiling(data_dir: Path) -> dict[str, Any]:
+    from log.log_manager import LogManager
+    from log.record.fastpath import kernels
+    from log.types import TopicPartition
+
+    k = kernels()
+    lm = LogManager(data_dir)
+    log = lm.get_log(TopicPartition("t", 0))
+    seed = os.urandom(16)
+    c0, w0 = time.process_time(), time.perf_counter()
+    nbytes = nrec = nkeys = 0
+    for seg in log.all_segments():
+        for _pos, batch in seg.batches():
+            batch.ensure_valid()
+            data = batch._records_section()
+            _st, n, _acc = k.hash_keys(data, batch.records_count, batch.base_offset, seed)
+            nkeys += n
+            nbytes += batch.size_in_bytes
+            nrec += batch.records_count
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    lm.close()
+    return {"cpu_s": round(cpu, 3), "wall_s": round(wall, 3), "source_bytes": nbytes, "records": nrec,
+            "mb_per_cpu_s": round(nbytes / cpu / 1e6, 1), "records_per_cpu_s": round(nrec / cpu)}
+
+
+def _clean(data_dir: Path, engine: str) -> dict[str, Any]:
+    from cleaner.config import CleanerConfig
+    from cleaner.log_cleaner import LogCleaner
+    from cleaner.offset_map import CompactOffsetMap, SkimpyOffsetMap
+    from log.log_manager import LogManager
+    from log.record import fastpath
+    from log.types import TopicPartition
+
+    cfg = CleanerConfig()  # production defaults: 128 MiB dedupe buffer, load factor 0.9
+    if engine == "pure":
+        fastpath.use_kernels(fastpath.pure_kernels())
+    lm = LogManager(data_dir)
+    lc = LogCleaner(cfg, lm)
+    maps: list[Any] = []
+
+    def new_map(*, tiered: bool = False) -> Any:
+        m = SkimpyOffsetMap(cfg.dedupe_buffer_per_thread) if engine == "reference" else \
+            CompactOffsetMap(cfg.dedupe_buffer_per_thread)
+        maps.append(m)
+        return m
+
+    lc._new_map = new_map  # type: ignore[method-assign]
+    c0, w0 = time.process_time(), time.perf_counter()
+    stats = lc.clean_now(TopicPartition("t", 0))
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    lm.close()
+    m = maps[-1]
+    d = stats.as_dict()
+    return {"cpu_s": round(cpu, 3), "wall_s": round(wall, 3), "map_phase_wall_s": round(stats.elapsed_index_secs, 3),
+            "mb_per_cpu_s": round(d["bytes_read"] / cpu / 1e6, 1),
+            "records_per_cpu_s": round(d["records_read"] / cpu),
+            "bytes_read": d["bytes_read"], "records_read": d["records_read"], "bytes_written": d["bytes_written"],
+            "records_retained": d["records_retained"], "batches_copied": d["batches_copied"],
+            "batches_rebuilt": d["batches_rebuilt"], "map_keys": m.size, "map_slots": m.slots,
+            "map_bytes_allocated": m.memory_bytes}
+
+
+def _one(value_size: int, records: int, codec: str) -> dict[str, Any]:
+    """One workload, in this (child) process."""
+    out: dict[str, Any] = {"value_bytes": value_size, "records": records, "codec": codec}
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "src"
+        t0 = time.perf_counter()
+        _build(src, codec, records, value_size)
+        out["build_wall_s"] = round(time.perf_counter() - t0, 1)
+        engines = ["compiled"] + (["reference", "pure"] if value_size == 100 and codec in ("none", "lz4") else [])
+        copies = {}
+        for e in engines:
+            copies[e] = Path(tmp) / e
+            shutil.copytree(src, copies[e])
+        out["ceiling"] = _ceiling(src)
+        for e in engines:
+            out[e] = _clean(copies[e], e)
+            shutil.rmtree(copies[e])
+    c = out["compiled"]
+    out["compiled_vs_ceiling"] = round(out["ceiling"]["cpu_s"] / c["cpu_s"], 3)
+    if "reference" in out:
+        out["speedup_vs_reference"] = round(out["reference"]["cpu_s"] / c["cpu_s"], 2)
+    out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    return out
+
+
+def main() -> None:
+    from cleaner.config import CleanerConfig
+    from cleaner.offset_map import COMPACT_ENTRY_SIZE, ENTRY_SIZE
+    from log.record.fastpath import compiled_kernels
+
+    scale = 10 if quick() else 1
+    results = []
+    for value_size, records in WORKLOADS:
+        for codec in CODECS:
+            arg = json.dumps([value_size, records // scale, codec])
+            p = subprocess.run([sys.executable, "-m", "bench.bench_fastpath", "--one", arg], check=True,
+                               capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+            r = json.loads(p.stdout.strip().splitlines()[-1])
+            print(json.dumps(r), flush=True)
+            results.append(r)
+    lf = CleanerConfig().load_factor
+    payload = {
+        "workload": {"keys": KEYS, "key_bytes": 16, "records_per_batch": BATCH, "value_pool": VALUE_POOL,
+                     "values": "random bytes", "workloads": [{"value_bytes": v, "records": n // scale}
+                                                             for v, n in WORKLOADS]},
+        "compiled_kernels": compiled_kernels() is not None,
+        "key_hash": "SipHash-2-4-128 keyed per round, 96 bits kept (compiled); MD5-96 (pure-Python kernels)",
+        "offset_map": {
+            "compact_slot_bytes": COMPACT_ENTRY_SIZE, "skimpy_slot_bytes": ENTRY_SIZE, "load_factor": lf,
+            "compact_bytes_per_usable_entry": round(COMPACT_ENTRY_SIZE / lf, 2),
+            "skimpy_bytes_per_usable_entry": round(ENTRY_SIZE / lf, 2),
+            "compact_keys_per_mib": int((1 << 20) // COMPACT_ENTRY_SIZE * lf),
+            "skimpy_keys_per_mib": int((1 << 20) // ENTRY_SIZE * lf),
+        },
+        "results": results,
+        "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
+        "notes": "CPU seconds (time.process_time) of one process per workload; 2 shared cores, so wall "
+                 "times are noisy. MB/s = source bytes read by the round per CPU second. ceiling = read + "
+                 "CRC-32C + decompress once + one keyed SipHash per key over the same bytes.",
+    }
+    if quick():
+        tmp = RESULTS.parent / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        (tmp / "fastpath.json").write_text(json.dumps(payload, indent=2) + "\n")
+        print(f"quick run: wrote {tmp / 'fastpath.json'} (committed results untouched)")
+        return
+    write_result("fastpath", payload)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--one":
+        v, n, c = json.loads(sys.argv[2])
+        print(json.dumps(_one(v, n, c)))
+    else:
+        main()
