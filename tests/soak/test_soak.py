@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.soak.harness import TIERCOMPACT, SoakConfig, format_summary, run_soak
 
 BOUNDED_SECONDS = 150
@@ -20,12 +22,13 @@ SEED = 12
 TRUNCATE_HEADS = False
 
 
-def test_bounded_soak(tmp_path: Path) -> None:
+def test_bounded_soak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert TIERCOMPACT.exists(), f"{TIERCOMPACT} is missing: run `make test` (it installs the venv)"
     summary = run_soak(SoakConfig(run_dir=tmp_path / "soak", seconds=BOUNDED_SECONDS, seed=SEED,
                                   truncate_heads=TRUNCATE_HEADS))
     report = format_summary(summary)
-    print(report)
+    with capsys.disabled():  # the summary is the point of a soak: show it on a pass too
+        print("\n" + report)
     assert summary["restarts"] >= 2, report
     assert summary["checks"] >= summary["restarts"], report
     assert summary["requests"] > 500, report
