@@ -532,6 +532,8 @@ class Cleaner:
         self.check_done = check_done
         self.id = cleaner_id
         self.max_entries = max_map_entries(offset_map, config.load_factor)
+        #: the running (or last) round's stats, also when it raised
+        self.current_stats: CleanerStats | None = None
 
     def clean(self, ltc: LogToClean) -> tuple[int, CleanerStats]:
         return self.do_clean(ltc, self.clock.milliseconds())
@@ -541,6 +543,7 @@ class Cleaner:
         log = ltc.log
         tp = ltc.topic_partition
         stats = CleanerStats(self.clock, tp, first_dirty_offset=ltc.first_dirty_offset)
+        self.current_stats = stats  # what a failed round got through (its report)
         start = ltc.first_dirty_offset
         upper = ltc.first_uncleanable_offset
         check_done = self.check_done

@@ -39,11 +39,13 @@ from cleaner.config import CleanerConfig
 from cleaner.errors import LogCleaningAbortedError, LogCleaningError, ThreadShutdownError
 from cleaner.manager import LogCleanerManager
 from cleaner.offset_map import CompactOffsetMap, OffsetMap, SkimpyOffsetMap
+from cleaner.report import RoundReporter, build_report
 from cleaner.stats import CleanerStats
 from cleaner.throttler import Throttler
 from cleaner.tiered import TieredCleaner, TieredContext, tiered_log_to_clean
 from log.clock import SYSTEM_CLOCK, Clock
 from log.errors import CorruptRecordError, InvalidRequestError, TiercompactError
+from log.local_log import SimulatedCrash
 from log.locks import RANK_LEAF, ordered_lock
 from log.log_manager import LogManager
 from log.types import TopicPartition
@@ -137,6 +139,8 @@ class LogCleaner:
         if tiered is not None:
             self.manager.tiered_log_to_clean = (
                 lambda tp, log, cp, now: tiered_log_to_clean(tiered, tp, log, cp, now))
+        #: every round's report goes to the metadata store (when there is one: a tiered context's)
+        self.reporter: RoundReporter | None = RoundReporter(tiered.rlmm, clock=clock) if tiered is not None else None
         #: rounds rejected because this node's leader epoch was superseded (a zombie)
         self.fenced_rounds = 0
         self.segments_skipped_by_bloom_total = 0
@@ -205,16 +209,45 @@ class LogCleaner:
                              free_disk=ctx.free_disk, bloom_skip=ctx.bloom_skip,
                              check_done=check_done or self.manager.check_cleaning_aborted)
 
-    def _clean(self, cleaner: Cleaner | TieredCleaner, ltc: Any) -> tuple[int, CleanerStats]:
-        if isinstance(cleaner, TieredCleaner):
-            assert self.tiered is not None
-            tp = ltc.topic_partition
-            end, stats = cleaner.clean(ltc.log, leader_epoch=self.tiered.leader_epoch(tp),
-                                       local_checkpoint=self.manager.all_cleaner_checkpoints().get(tp))
-            with self._lock:
-                self.segments_skipped_by_bloom_total += stats.segments_skipped_by_bloom
-            return end, stats
-        return cleaner.clean(ltc)
+    def _clean(self, cleaner: Cleaner | TieredCleaner, ltc: Any, now: int | None = None) -> tuple[int, CleanerStats]:
+        """One round, reported (:mod:`cleaner.report`) whatever its outcome."""
+        tp = ltc.topic_partition
+        started = self.clock.milliseconds()
+        tiered = isinstance(cleaner, TieredCleaner)
+        cleaner.current_stats = None
+        epoch = -1
+        checkpoint_before = -1
+        try:
+            if isinstance(cleaner, TieredCleaner):
+                assert self.tiered is not None
+                checkpoint = self.manager.all_cleaner_checkpoints().get(tp)
+                checkpoint_before = checkpoint if checkpoint is not None else -1
+                epoch = self.tiered.leader_epoch(tp)
+                end, stats = cleaner.clean(ltc.log, leader_epoch=epoch, local_checkpoint=checkpoint)
+                with self._lock:
+                    self.segments_skipped_by_bloom_total += stats.segments_skipped_by_bloom
+            else:
+                epoch = ltc.log.leader_epoch
+                checkpoint_before = ltc.first_dirty_offset
+                end, stats = cleaner.clean(ltc) if now is None else cleaner.do_clean(ltc, now)
+        except SimulatedCrash:
+            raise  # a power cut writes nothing
+        except BaseException as e:
+            self._report(tp, tiered, epoch, started, checkpoint_before, None, cleaner.current_stats, e)
+            raise
+        self._report(tp, tiered, epoch, started, checkpoint_before, end, stats, None)
+        return end, stats
+
+    def _report(self, tp: TopicPartition, tiered: bool, epoch: int, started: int, checkpoint_before: int,
+                end: int | None, stats: CleanerStats | None, error: BaseException | None) -> None:
+        if self.reporter is None:
+            return
+        if stats is not None and stats.first_dirty_offset >= 0:
+            checkpoint_before = stats.first_dirty_offset  # the tiered round's planned start
+        self.reporter.record(build_report(
+            tp, engine="tiered" if tiered else "local", leader_epoch=epoch, started_ms=started,
+            ended_ms=self.clock.milliseconds(), checkpoint_before=checkpoint_before, checkpoint_after=end,
+            stats=stats, error=error))
 
     def run_round(self, cleaner: Cleaner | TieredCleaner, ltc: Any) -> CleanerStats | None:
         """Run one round on an IN_PROGRESS log and complete it in the manager (A.11).
@@ -291,7 +324,7 @@ class LogCleaner:
                 ltc = self.manager.log_to_clean(tp, log, self.manager.all_cleaner_checkpoints().get(tp), now)
                 cleaner = Cleaner(self._new_map(), self.config, throttler=self.throttler, clock=self.clock,
                                   check_done=self.manager.check_cleaning_aborted)
-                end_offset, stats = cleaner.do_clean(ltc, now)
+                end_offset, stats = self._clean(cleaner, ltc, now)
         except (LogCleaningError, FencedLeaderEpochError):
             raise
         except CorruptRecordError as e:

@@ -117,13 +117,16 @@ class CleanerStats:
         return max(self.map_complete_ms - self.start_ms, 0.0) / 1000.0
 
     # per-segment accounting
-    def account(self, segment_id: str, action: str, base_offset: int = -1, end_offset: int = -1) -> SegmentAccount:
-        """The account of ``segment_id`` (created on first use); ``action`` replaces the recorded one."""
+    def account(self, segment_id: str, action: str | None = None, base_offset: int = -1,
+                end_offset: int = -1) -> SegmentAccount:
+        """The account of ``segment_id``, created on first use (as "carried-forward" unless an
+        ``action`` is given); a given ``action`` replaces the recorded one."""
         for a in self.segment_accounts:
             if a.segment_id == segment_id:
-                a.action = action
+                if action is not None:
+                    a.action = action
                 return a
-        a = SegmentAccount(segment_id, action, base_offset, end_offset)
+        a = SegmentAccount(segment_id, action or "carried-forward", base_offset, end_offset)
         self.segment_accounts.append(a)
         return a
 

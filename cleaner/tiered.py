@@ -356,6 +356,8 @@ class TieredCleaner:
         self._round_txns: RoundTxnIndexes | None = None
         #: the last round's temp space (peak bytes for tests and stats)
         self.last_space: TempSpace | None = None
+        #: the running (or last) round's stats, also when it raised
+        self.current_stats: CleanerStats | None = None
         #: test hook called with a step name ("mapped", "uploaded", "before_publish", "published"); raising
         #: log.local_log.SimulatedCrash there stops the round as a power cut would
         self.crash_hook: Callable[[str], None] | None = None
@@ -383,6 +385,7 @@ class TieredCleaner:
         tp = log.topic_partition
         now = self.clock.milliseconds() if now is None else now
         stats = CleanerStats(self.clock, tp)
+        self.current_stats = stats  # what a failed round got through (its report)
         self._round_txns = None
         plan = plan_round(tp, log, self.rlmm, leader_epoch=leader_epoch, local_checkpoint=local_checkpoint, now=now)
         if plan is None or plan.upper <= plan.first_dirty_offset:
@@ -491,7 +494,14 @@ class TieredCleaner:
         def downloaded(n: int) -> None:
             stats.bytes_downloaded += n
 
-        return RoundTxnIndexes(log, plan.segments, self.rlmm, lambda md: self.rsm.fetch_index(md, IndexType.TRANSACTION),
+        def fetch(md: RemoteLogSegmentMetadata) -> bytes:
+            data = self.rsm.fetch_index(md, IndexType.TRANSACTION)
+            account = stats.account(md.id, None, md.start_offset, md.end_offset)
+            account.downloaded += len(data)
+            account.requests += 1
+            return data
+
+        return RoundTxnIndexes(log, plan.segments, self.rlmm, fetch,
                                local_copy=lambda md: self._local_copy(log, md), on_download=downloaded)
 
     def _open_source(self, log: LocalLog, md: RemoteLogSegmentMetadata, space: TempSpace, stats: CleanerStats,
@@ -514,6 +524,9 @@ class TieredCleaner:
         space.track(*files)
         stats.segments_downloaded += 1
         stats.bytes_downloaded += n
+        account = stats.account(md.id, None, md.start_offset, md.end_offset)
+        account.downloaded += n
+        account.requests += 1
         if self.throttler is not None:
             self.throttler.maybe_throttle(n)
         seg = LogSegment(space.dir, base, index_interval_bytes=int(log.config.get("index.interval.bytes")))
@@ -585,6 +598,7 @@ class TieredCleaner:
             skip, digests = self._can_skip(md, plan, now, digests)
             if skip:
                 stats.segments_skipped_by_bloom += 1
+                stats.account(md.id, "skipped-by-bloom", md.start_offset, md.end_offset)
                 if runs[-1]:
                     runs.append([])
             else:
@@ -611,7 +625,8 @@ class TieredCleaner:
                     src = self._open_source(log, md, space, stats, bound)
                     try:
                         ctx.txn_metadata.add_aborted(txns)
-                        with _naming([src]):
+                        with _naming([src]), stats.measure(
+                                stats.account(md.id, "rewritten", md.start_offset, md.end_offset)):
                             clean_into(src.segment, dest, self.offset_map, ctx, stats)
                         space.track(dest.log_path)
                     finally:
@@ -660,6 +675,11 @@ class TieredCleaner:
             raise
         uploaded = dest.size + dest.offset_index.size_in_bytes + dest.time_index.size_in_bytes
         stats.bytes_uploaded += uploaded
+        # the replaced segments' state objects were read for it (two GETs), its objects written
+        stats.account(max(group, key=lambda m: m.end_offset).id).requests += 2
+        account = stats.account(md.id, "uploaded", md.start_offset, md.end_offset)
+        account.bytes_out, account.uploaded = dest.size, uploaded
+        account.requests += 4 + (txn is not None) + (snapshot is not None)
         if self.throttler is not None:
             self.throttler.maybe_throttle(uploaded)
         return md
