@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.errors import error_body, install_error_handlers
 from service.metrics import make_registry, render
 from service.node import Node
-from service.routes import cleaner, partitions, topics
+from service.routes import cleaner, compactions, partitions, topics
 from service.routes.deps import READ
 from service.schemas import Health
 
@@ -195,4 +195,5 @@ def create_app(node: Node, *, manage_lifecycle: bool = False) -> FastAPI:
     app.include_router(topics.router)
     app.include_router(partitions.router)
     app.include_router(cleaner.router)
+    app.include_router(compactions.router)
     return app

@@ -108,6 +108,21 @@ def build_parser() -> argparse.ArgumentParser:
                        help="not supported: the service has no Spark endpoint (the command says what to do instead)")
     _add_option_flags(spark.add_argument_group("the data dir and stores to open"), DATA_DIR_OPTIONS)
 
+    report = sub.add_parser(
+        "report", allow_abbrev=False, help="print a partition's compaction rounds, newest first",
+        description="Print the reports of a partition's compaction rounds (local, tiered and Spark; completed, "
+                    "failed, aborted or fenced), newest first: per segment the action taken, records removed by "
+                    "reason, bytes in and out, downloads, uploads and requests. With --server URL it asks a running "
+                    "service; without, it reads the metadata store itself (safe beside a running service).")
+    report.add_argument("topic")
+    report.add_argument("partition", type=int)
+    report.add_argument("--limit", type=int, default=20, help="most rounds to print (default 20)")
+    report.add_argument("--before", metavar="ROUND_ID", default=None,
+                        help="only rounds recorded before this one (page back)")
+    report.add_argument("--json", action="store_true", help="print the rounds as JSON (GET .../compactions' shape)")
+    _add_server_flags(report)
+    _add_option_flags(report.add_argument_group("without --server: the stores to open"), DATA_DIR_OPTIONS)
+
     demo = sub.add_parser("demo", allow_abbrev=False, help="a self-contained tour: produce, tier, compact, read back")
     demo.add_argument("--records", type=int, default=20_000, help="records to produce (default 20000)")
     demo.add_argument("--keys", type=int, default=1_000, help="distinct keys (default 1000)")
@@ -263,6 +278,60 @@ def cmd_spark_clean(args: argparse.Namespace) -> int:
     return 0 if all(o.status in ("cleaned", "nothing-to-clean") for o in outcomes.values()) else 1
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """The partition's round reports: from the service with ``--server``, else from the metadata
+    store named by the options (reading it needs no data-dir lock)."""
+    _check_server_flags(args)
+    if not 1 <= args.limit <= 1000:
+        raise ServiceConfigError(f"--limit {args.limit} must be 1..1000")
+    if args.server is not None:
+        topic = urllib.parse.quote(args.topic, safe="")
+        query = {"limit": str(args.limit)}
+        if args.before is not None:
+            query["before"] = args.before
+        rounds = _server_request(args, "GET", f"/v1/topics/{topic}/partitions/{args.partition}/compactions?"
+                                 + urllib.parse.urlencode(query))
+    else:
+        from log.types import TopicPartition
+        from metadata import load_metadata_manager
+
+        config = _load(args)
+        with load_metadata_manager(config.metadata_url) as rlmm:
+            rounds = [r.as_dict() for r in rlmm.list_compaction_reports(
+                TopicPartition(args.topic, args.partition), limit=args.limit, before=args.before)]
+    if args.json:
+        _print_json(rounds)
+    else:
+        print(format_rounds(rounds, f"{args.topic}-{args.partition}"), end="")
+    return 0
+
+
+def format_rounds(rounds: list[dict[str, Any]], partition: str) -> str:
+    """Round reports (GET .../compactions' items) as text for a person."""
+    if not rounds:
+        return f"{partition}: no compaction rounds recorded\n"
+
+    def removed(d: dict[str, int]) -> str:
+        return ", ".join(f"{k} {v}" for k, v in d.items())
+
+    lines = []
+    for r in rounds:
+        after = r["checkpoint_after"] if r["checkpoint_after"] is not None else "-"
+        lines.append(f"round {r['round_id']}  {r['engine']}  epoch {r['leader_epoch']}  {r['outcome']}  "
+                     f"started {r['started_ms']}  {r['ended_ms'] - r['started_ms']} ms  "
+                     f"checkpoint {r['checkpoint_before']} -> {after}")
+        if r.get("error"):
+            lines.append(f"  error: {r['error']}")
+        lines.append(f"  removed: {removed(r['removed'])}; bytes in {r['bytes_in']} out {r['bytes_out']}; "
+                     f"downloaded {r['downloaded']} uploaded {r['uploaded']}; {r['requests']} requests")
+        for s in r["segments"]:
+            lines.append(f"  {s['action']:<20} {s['segment_id']} [{s['base_offset']}..{s['end_offset']}]  "
+                         f"removed {removed(s['removed'])}; in {s['bytes_in']} out {s['bytes_out']}; "
+                         f"down {s['downloaded']} up {s['uploaded']}; {s['requests']} requests")
+    lines.append(f"(older rounds: --before {rounds[-1]['round_id']})")
+    return "\n".join(lines) + "\n"
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from service.demo import run_demo
 
@@ -299,7 +368,7 @@ def cmd_config_docs(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"serve": cmd_serve, "clean": cmd_clean, "spark-clean": cmd_spark_clean, "demo": cmd_demo,
-            "dump-log": cmd_dump_log, "config-docs": cmd_config_docs}
+            "dump-log": cmd_dump_log, "config-docs": cmd_config_docs, "report": cmd_report}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

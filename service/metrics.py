@@ -65,7 +65,24 @@ COUNTERS: dict[str, str] = {
     REMOTE_STORE_OUTAGES_TOTAL: "Times the object store's circuit breaker opened after consecutive failures.",
 }
 
-METRIC_NAMES: tuple[str, ...] = (*GAUGES, *COUNTERS)
+CLEANER_RECORDS_REMOVED_TOTAL = "cleaner_records_removed_total"
+CLEANER_ROUNDS_TOTAL = "cleaner_rounds_total"
+CLEANER_REPORT_WRITE_FAILURES_TOTAL = "cleaner_report_write_failures_total"
+
+#: labelled counter name -> (labels, help text), from the round reports (cleaner/report.py)
+LABELLED_COUNTERS: dict[str, tuple[tuple[str, ...], str]] = {
+    CLEANER_RECORDS_REMOVED_TOTAL: (("engine", "reason"), "Records the cleaner removed, by engine (local, tiered, "
+                                    "spark) and reason (superseded, tombstone, aborted, marker)."),
+    CLEANER_ROUNDS_TOTAL: (("engine", "outcome"), "Cleaning rounds, by engine and outcome (completed, failed, "
+                           "fenced, aborted); each left a report (GET .../compactions)."),
+}
+#: counter name -> help text, from the round reporter
+REPORT_COUNTERS: dict[str, str] = {
+    CLEANER_REPORT_WRITE_FAILURES_TOTAL: "Round reports the metadata store could not take (the rounds themselves "
+                                         "were unaffected).",
+}
+
+METRIC_NAMES: tuple[str, ...] = (*GAUGES, *COUNTERS, *LABELLED_COUNTERS, *REPORT_COUNTERS)
 
 
 class NodeCollector(Collector):
@@ -84,6 +101,22 @@ class NodeCollector(Collector):
                 c = CounterMetricFamily(name, doc)
                 c.add_metric([], float(values[name]))
                 yield c
+        yield from self._report_counters()
+
+    def _report_counters(self) -> Iterator[Metric]:
+        reporter = self.node.cleaner.reporter
+        if reporter is None:
+            return
+        series = {CLEANER_RECORDS_REMOVED_TOTAL: reporter.records_removed(),
+                  CLEANER_ROUNDS_TOTAL: reporter.rounds()}
+        for name, (labels, doc) in LABELLED_COUNTERS.items():
+            c = CounterMetricFamily(name, doc, labels=list(labels))
+            for key, n in sorted(series[name].items()):
+                c.add_metric(list(key), float(n))
+            yield c
+        c = CounterMetricFamily(CLEANER_REPORT_WRITE_FAILURES_TOTAL, REPORT_COUNTERS[CLEANER_REPORT_WRITE_FAILURES_TOTAL])
+        c.add_metric([], float(reporter.failed_writes))
+        yield c
 
 
 def make_registry(node: Node) -> CollectorRegistry:

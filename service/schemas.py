@@ -269,3 +269,81 @@ class Health(BaseModel):
 
 class Error(BaseModel):
     error: str
+
+
+# ---- round reports and dry runs (#14) ------------------------------------------------------
+
+class RemovedByReason(BaseModel):
+    superseded: int = Field(description="Records dropped because a later record of the same key was mapped.")
+    tombstone: int = Field(description="Tombstones dropped after their delete horizon (delete.retention.ms).")
+    aborted: int = Field(description="Records of aborted transactions.")
+    marker: int = Field(description="Transaction markers dropped after their horizon.")
+
+
+class CompactionSegment(BaseModel):
+    segment_id: str = Field(description="Remote segment id, or a local segment's 20-digit base offset.")
+    action: str = Field(description="rewritten, cleaned-local, skipped-by-bloom, skipped-by-key-index, "
+                                    "carried-forward, or uploaded (the new segment of a rewrite).")
+    base_offset: int
+    end_offset: int
+    removed: RemovedByReason
+    bytes_in: int = Field(description="Bytes the round read from the segment.")
+    bytes_out: int = Field(description="Bytes the round wrote for it.")
+    downloaded: int = Field(description="Object-store bytes fetched for it.")
+    uploaded: int = Field(description="Object-store bytes written for it.")
+    requests: int = Field(description="Object-store calls made for it (one per object fetched or written).")
+
+
+class CompactionRound(BaseModel):
+    round_id: str
+    topic: str
+    partition: int
+    engine: Literal["local", "tiered", "spark"]
+    leader_epoch: int
+    started_ms: int
+    ended_ms: int
+    checkpoint_before: int
+    checkpoint_after: int | None = Field(description="The new cleaner checkpoint; null unless completed.")
+    outcome: Literal["completed", "failed", "fenced", "aborted"]
+    error: str | None = None
+    removed: RemovedByReason
+    bytes_in: int
+    bytes_out: int
+    downloaded: int
+    uploaded: int
+    requests: int
+    segments: list[CompactionSegment]
+
+
+class DryRunSegment(BaseModel):
+    segment_id: str
+    base_offset: int
+    end_offset: int
+    size_bytes: int
+    tier: Literal["local", "remote"]
+    action: Literal["rewrite", "skip"]
+    skipped_by: str | None = Field(default=None, description="The test that ruled the rewrite out: bloom, "
+                                   "key-index, or not-dirty (above the round's cleanable range).")
+    download: bool = Field(description="Whether the round downloads it.")
+    records_reclaimable: int
+    bytes_reclaimable: int
+
+
+class DryRunPlan(BaseModel):
+    dry_run: Literal[True]
+    topic: str
+    partition: int
+    engine: Literal["local", "tiered"]
+    leader_epoch: int
+    first_dirty_offset: int
+    end_offset: int = Field(description="Where the round would stop (the new cleaner checkpoint).")
+    map_full: bool
+    segments: list[DryRunSegment]
+    segments_to_download: list[str]
+    segments_to_rewrite: list[str]
+    segments_skipped: dict[str, str] = Field(description="segment id -> the test that skipped it.")
+    estimated_bytes_down: int
+    estimated_bytes_up: int
+    records_reclaimable: int
+    bytes_reclaimable: int
+    records_removed: RemovedByReason
