@@ -26,6 +26,7 @@ from log.types import TopicPartition
 from metadata.errors import FencedLeaderEpochError
 from metadata.manager import RemoteLogMetadataManager
 from metadata.reports import (
+    ACTION_UPLOADED,
     ENGINES,
     OUTCOME_ABORTED,
     OUTCOME_COMPLETED,
@@ -53,6 +54,8 @@ def outcome_of(error: BaseException | None) -> str:
 
 
 def segment_reports(accounts: Iterable[SegmentAccount]) -> tuple[SegmentReport, ...]:
+    """In offset order, each new (uploaded) segment after the sources it replaces."""
+    accounts = sorted(accounts, key=lambda a: (a.base_offset, a.action == ACTION_UPLOADED))
     return tuple(SegmentReport(
         segment_id=a.segment_id, action=a.action, base_offset=a.base_offset, end_offset=a.end_offset,
         superseded=a.superseded, tombstone=a.tombstone, aborted=a.aborted, marker=a.marker, bytes_in=a.bytes_in,

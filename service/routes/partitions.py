@@ -114,8 +114,15 @@ def roll(topic: TopicPath, partition: PartitionPath, node: NodeDep) -> dict:
 
 @router.post("/clean", dependencies=WRITE, status_code=200,
              responses={200: {"description": "cleaner stats"}, 202: {"model": JobAccepted}})
-def clean(topic: TopicPath, partition: PartitionPath, node: NodeDep, wait: bool = True) -> Any:
-    """One cleaning round now (ignores min.cleanable.dirty.ratio); wait=false runs it as a job."""
+def clean(topic: TopicPath, partition: PartitionPath, node: NodeDep, wait: bool = True,
+          dry_run: bool = False) -> Any:
+    """One cleaning round now (ignores min.cleanable.dirty.ratio); wait=false runs it as a job;
+    dry_run=true answers the round's plan (a DryRunPlan) and changes nothing."""
+    if dry_run:
+        from cleaner.dry_run import dry_run as plan_round_now
+        from service.schemas import DryRunPlan
+
+        return DryRunPlan.model_validate(plan_round_now(node.cleaner, node.log(topic, partition).topic_partition))
     if not wait:
         return JSONResponse({"job_id": node.submit_clean(topic, partition)}, status_code=202)
     return node.clean(topic, partition)

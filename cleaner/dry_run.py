@@ -1,0 +1,228 @@
+"""Dry runs: what a cleaning round on a partition would do, with nothing changed.
+
+``POST .../clean?dry_run=true`` answers :func:`dry_run`'s plan: the segments the round would
+download, rewrite and skip (and the test that skipped each), the estimated bytes down and up,
+and the records and bytes it would reclaim (by reason).
+
+The plan runs the round's own code, so it cannot drift from what a round does:
+
+* **local**: the cleanable range and the map pass as :meth:`~cleaner.cleaner.Cleaner.do_clean`
+  computes them, then :func:`~cleaner.cleaner.clean_into` into a sink that only counts bytes
+  (no file is written, no segment swapped, no checkpoint moved);
+* **tiered**: :func:`~cleaner.tiered.plan_round`, the map pass over the dirty range and the
+  rewrite with its skip tests, in a :class:`~cleaner.tiered.TieredCleaner` whose upload only
+  measures what it would upload. It reads what the round would read, so segments the skip
+  tests rule out are never downloaded; downloads and the cleaned output go to a private
+  temporary directory removed afterwards. Nothing is uploaded or published: no object,
+  metadata row, checkpoint or local file changes.
+
+The partition is held IN_PROGRESS in the cleaner manager meanwhile (a background round waits,
+as it would for a real round), and released without a checkpoint.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cleaner.cleaner import CleanContext, build_offset_map_from_segments, clean_into, group_segments_by_size
+from cleaner.log_to_clean import cleanable_offsets
+from cleaner.offset_map import max_map_entries
+from cleaner.stats import CleanerStats, SegmentAccount
+from cleaner.tiered import TempSpace, TieredCleaner, plan_round
+from cleaner.transactions import CleanedTransactionMetadata
+from log.errors import InvalidRequestError
+from log.local_log import LocalLog
+from log.segment import LogSegment
+from log.types import TopicPartition
+from metadata.errors import NotLeaderForPartitionError
+from metadata.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
+
+if TYPE_CHECKING:
+    from cleaner.log_cleaner import LogCleaner
+
+#: the tests that rule a segment's rewrite out (DryRunSegment.skipped_by)
+SKIP_TESTS = {"skipped-by-bloom": "bloom", "skipped-by-key-index": "key-index"}
+NOT_DIRTY = "not-dirty"
+
+
+def dry_run(lc: LogCleaner, tp: TopicPartition) -> dict[str, Any]:
+    """The plan of a round on ``tp`` now (ignoring min.cleanable.dirty.ratio, as the admin
+    API's clean does); see the module docstring.
+
+    Raises:
+        InvalidRequestError: the topic's cleanup.policy does not include compact.
+        CleanerStateError: a round is running on the partition, or it is paused.
+    """
+    log = lc.log_manager.get_log(tp)
+    if not log.config.compact:
+        raise InvalidRequestError(f"{tp}: cleanup.policy={log.config.get('cleanup.policy')} does not include "
+                                  f"'compact'; there is nothing to clean")
+    lc.manager.start_cleaning(tp)
+    try:
+        if lc.tiered is not None and log.config.remote_storage_enable:
+            return _tiered_plan(lc, tp, log)
+        return _local_plan(lc, tp, log)
+    finally:
+        lc.manager.done_cleaning(tp, None)
+
+
+# ---- local --------------------------------------------------------------------------------------
+
+class _CountingSink:
+    """A clean_into destination that keeps nothing but the byte count."""
+
+    index_interval_bytes = 4096
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def append(self, data: bytes | bytearray | memoryview, *, largest_offset: int, largest_timestamp: int,
+               offset_of_largest_timestamp: int) -> int:
+        pos = self.size
+        self.size += len(data)
+        return pos
+
+
+def _local_plan(lc: LogCleaner, tp: TopicPartition, log: LocalLog) -> dict[str, Any]:
+    now = lc.clock.milliseconds()
+    # cleanable_offsets, not the manager's log_to_clean: that one may rewrite an out-of-range checkpoint
+    offs = cleanable_offsets(log, lc.manager.all_cleaner_checkpoints().get(tp), now)
+    start, upper = offs.first_dirty_offset, offs.first_uncleanable_dirty_offset
+    stats = CleanerStats(lc.clock, tp, first_dirty_offset=start)
+    end = start
+    if upper > start:
+        omap = lc._new_map()
+        io_buf = lc.config.io_buffer_per_thread
+        map_txn = CleanedTransactionMetadata()
+        map_txn.add_aborted(log.collect_aborted_transactions(start, upper))
+        stats.map_full = build_offset_map_from_segments(
+            log.segments_in_range(start, upper), start, upper, omap, map_txn,
+            max_entries=max_map_entries(omap, lc.config.load_factor), stats=stats, io_buffer_size=io_buf)
+        end = max(omap.latest_offset + 1, start)
+        with log.lock:
+            producers = log.producer_state.active_producers()
+        delete_retention = int(log.config.get("delete.retention.ms"))
+        ctx = CleanContext(now_ms=now, delete_retention_ms=delete_retention, upper_bound_of_round=upper,
+                           active_producers=producers, txn_metadata=CleanedTransactionMetadata(),
+                           io_buffer_size=io_buf)
+        groups = group_segments_by_size(log.segments_in_range(0, end), log.config.segment_bytes,
+                                        int(log.config.get("segment.index.bytes")), upper)
+        for group in groups:
+            sink = _CountingSink()
+            for i, seg in enumerate(group):
+                seg_upper = group[i + 1].base_offset if i + 1 < len(group) else seg.read_next_offset()
+                ctx.txn_metadata.add_aborted(log.collect_aborted_transactions(seg.base_offset, seg_upper))
+                account = stats.account(f"{seg.base_offset:020d}", "cleaned-local", seg.base_offset, seg_upper - 1)
+                with stats.measure(account):
+                    clean_into(seg, sink, omap, ctx, stats)  # type: ignore[arg-type]
+    accounts = {a.segment_id: a for a in stats.segment_accounts}
+    with log.lock:
+        local = [(s.base_offset, s.read_next_offset() - 1, s.size) for s in log.all_segments()]
+    segments = []
+    for base, last, size in local:
+        a = accounts.get(f"{base:020d}")
+        segments.append(_segment(f"{base:020d}", base, last, size, "local", a, download=False))
+    return _plan(tp, "local", log.leader_epoch, start, end, stats, segments)
+
+
+# ---- tiered -------------------------------------------------------------------------------------
+
+class _DryRunTieredCleaner(TieredCleaner):
+    """The tiered round up to (not including) its uploads and publish."""
+
+    def _upload(self, log: LocalLog, group: list[RemoteLogSegmentMetadata], dest: LogSegment, fpp: float,
+                epoch: int, stats: CleanerStats) -> RemoteLogSegmentMetadata:
+        for index in (dest.offset_index, dest.time_index):
+            index.flush()
+        size = dest.size + dest.offset_index.size_in_bytes + dest.time_index.size_in_bytes
+        stats.bytes_uploaded += size
+        epochs: dict[int, int] = {}
+        for md in group:
+            for e, off in md.segment_leader_epochs.items():
+                epochs[e] = min(off, epochs.get(e, off))
+        return RemoteLogSegmentMetadata(
+            remote_log_segment_id=RemoteLogSegmentId.generate(log.topic_partition), start_offset=group[0].start_offset,
+            end_offset=group[-1].end_offset, max_timestamp_ms=max(m.max_timestamp_ms for m in group),
+            broker_id=self.broker_id, event_timestamp_ms=self.clock.milliseconds(), segment_size_in_bytes=dest.size,
+            segment_leader_epochs=epochs or {0: group[0].start_offset},
+            state=RemoteLogSegmentState.COPY_SEGMENT_STARTED)
+
+    def plan(self, log: LocalLog, *, leader_epoch: int, local_checkpoint: int | None,
+             now: int) -> tuple[Any, int, CleanerStats]:
+        tp = log.topic_partition
+        stats = CleanerStats(self.clock, tp)
+        plan = plan_round(tp, log, self.rlmm, leader_epoch=leader_epoch, local_checkpoint=local_checkpoint, now=now)
+        if plan is None or plan.upper <= plan.first_dirty_offset:
+            cp = plan.first_dirty_offset if plan else (local_checkpoint or 0)
+            stats.first_dirty_offset = stats.end_offset = cp
+            return plan, cp, stats
+        stats.first_dirty_offset = plan.first_dirty_offset
+        space = TempSpace(self.temp_root / tp.dir_name)
+        try:
+            self._round_txns = self._txn_indexes(log, plan, stats)
+            end = self._map_dirty_range(log, plan, space, stats)
+            self._rewrite(log, plan, end, now, space, stats, [], [])
+        finally:
+            space.cleanup()
+            self._round_txns = None
+        stats.end_offset = end
+        return plan, end, stats
+
+
+def _tiered_plan(lc: LogCleaner, tp: TopicPartition, log: LocalLog) -> dict[str, Any]:
+    ctx = lc.tiered
+    assert ctx is not None
+    try:
+        epoch = ctx.leader_epoch(tp)
+    except NotLeaderForPartitionError:
+        epoch = -1  # a follower may still ask what a round would do
+    temp = Path(ctx.temp_dir) / f"dry-run-{uuid.uuid4().hex}"  # never a real round's directory
+    cleaner = _DryRunTieredCleaner(ctx.rlmm, ctx.rsm, lc._new_map(tiered=True), lc.config, temp_dir=temp,
+                                   broker_id=ctx.broker_id, clock=lc.clock, free_disk=ctx.free_disk,
+                                   bloom_skip=ctx.bloom_skip)
+    try:
+        plan, end, stats = cleaner.plan(log, leader_epoch=epoch,
+                                        local_checkpoint=lc.manager.all_cleaner_checkpoints().get(tp),
+                                        now=lc.clock.milliseconds())
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    accounts = {a.segment_id: a for a in stats.segment_accounts}
+    segments = []
+    for md in (plan.segments if plan is not None else ()):
+        a = accounts.get(md.id)
+        segments.append(_segment(md.id, md.start_offset, md.end_offset, md.segment_size_in_bytes, "remote", a,
+                                 download=a is not None and a.downloaded > 0))
+    first = plan.first_dirty_offset if plan is not None else stats.first_dirty_offset
+    return _plan(tp, "tiered", epoch, first, end, stats, segments)
+
+
+# ---- the answer ---------------------------------------------------------------------------------
+
+def _segment(segment_id: str, base: int, last: int, size: int, tier: str, a: SegmentAccount | None, *,
+             download: bool) -> dict[str, Any]:
+    rewrite = a is not None and a.action in ("rewritten", "cleaned-local")
+    skipped_by = None if rewrite else SKIP_TESTS.get(a.action if a is not None else "", NOT_DIRTY)
+    return {"segment_id": segment_id, "base_offset": base, "end_offset": last, "size_bytes": size, "tier": tier,
+            "action": "rewrite" if rewrite else "skip", "skipped_by": skipped_by, "download": download,
+            "records_reclaimable": (a.superseded + a.tombstone + a.aborted + a.marker) if rewrite and a else 0,
+            "bytes_reclaimable": max(a.bytes_in - a.bytes_out, 0) if rewrite and a else 0}
+
+
+def _plan(tp: TopicPartition, engine: str, epoch: int, first_dirty: int, end: int, stats: CleanerStats,
+          segments: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "dry_run": True, "topic": tp.topic, "partition": tp.partition, "engine": engine, "leader_epoch": epoch,
+        "first_dirty_offset": first_dirty, "end_offset": end, "map_full": stats.map_full,
+        "segments": list(segments),
+        "segments_to_download": [s["segment_id"] for s in segments if s["download"]],
+        "segments_to_rewrite": [s["segment_id"] for s in segments if s["action"] == "rewrite"],
+        "segments_skipped": {s["segment_id"]: s["skipped_by"] for s in segments if s["action"] == "skip"},
+        "estimated_bytes_down": stats.bytes_downloaded, "estimated_bytes_up": stats.bytes_uploaded,
+        "records_reclaimable": sum(s["records_reclaimable"] for s in segments),
+        "bytes_reclaimable": sum(s["bytes_reclaimable"] for s in segments),
+        "records_removed": stats.records_removed,
+    }

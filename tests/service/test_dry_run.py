@@ -1,0 +1,127 @@
+"""POST .../clean?dry_run=true through the real app: the plan of the round (segments to download,
+rewrite and skip, and which test skipped each; bytes down and up; records and bytes reclaimable),
+with every file, object and metadata row unchanged, and the real round then doing what it said."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, select
+
+from metadata.sql import _meta, normalize_url
+from service.node import Node
+
+P0 = "/v1/topics/t/partitions/0"
+OLD = 1000  # record timestamps long past: local.retention.ms=0 expires tiered local copies at once
+
+
+def _produce(c: TestClient, records: list[tuple[str, str | None]]) -> None:
+    r = c.post(f"{P0}/records", json={"records": [{"key": k, "value": v, "timestamp": OLD} for k, v in records]})
+    assert r.status_code == 200, r.text
+
+
+def _files(root: Path) -> dict[str, str]:
+    """Every file under the data dir (the file:// object store included) and its content hash; the
+    SQLite database's own files are compared row by row instead."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.name.startswith("metadata.db")}
+
+
+def _rows(node: Node) -> dict[str, list[tuple[Any, ...]]]:
+    engine = create_engine(normalize_url(node.config.metadata_url))
+    try:
+        with engine.connect() as conn:
+            return {t.name: sorted(tuple(r) for r in conn.execute(select(t))) for t in _meta.sorted_tables}
+    finally:
+        engine.dispose()
+
+
+def _state(node: Node) -> tuple[dict[str, str], dict[str, list[tuple[Any, ...]]], dict[Any, int]]:
+    return _files(node.data_dir), _rows(node), dict(node.cleaner.manager.all_cleaner_checkpoints())
+
+
+def test_local_dry_run_plans_the_round_and_changes_nothing(client: TestClient, node: Node) -> None:
+    r = client.post("/v1/topics", json={"name": "t", "config": {"cleanup.policy": "compact", "segment.bytes": 1024,
+                                                                "delete.retention.ms": 0}})
+    assert r.status_code == 201
+    for n in range(2):
+        _produce(client, [(f"k{i}", f"v{n}-{i}" + "x" * 40) for i in range(20)])
+        assert client.post(f"{P0}/roll").status_code == 200
+    _produce(client, [("k0", None)])  # the active segment: above the cleanable range
+    before = _state(node)
+
+    r = client.post(f"{P0}/clean", params={"dry_run": "true"})
+    assert r.status_code == 200, r.text
+    plan = r.json()
+    assert _state(node) == before
+    assert (plan["dry_run"], plan["engine"], plan["first_dirty_offset"]) == (True, "local", 0)
+    assert plan["end_offset"] == 40 and not plan["map_full"]
+    assert plan["records_removed"] == {"superseded": 20, "tombstone": 0, "aborted": 0, "marker": 0}
+    assert plan["records_reclaimable"] == 20
+    assert plan["segments_to_download"] == [] and plan["estimated_bytes_down"] == plan["estimated_bytes_up"] == 0
+    active = [s for s in plan["segments"] if s["base_offset"] == 40]
+    assert active and active[0]["action"] == "skip" and plan["segments_skipped"] == {active[0]["segment_id"]:
+                                                                                      "not-dirty"}
+    assert set(plan["segments_to_rewrite"]) == {s["segment_id"] for s in plan["segments"] if s["base_offset"] < 40}
+    assert client.get(f"{P0}/compactions").json() == []  # a dry run is not a round
+
+    stats = client.post(f"{P0}/clean").json()  # the real round does what the plan said
+    assert stats["records_removed"] == plan["records_removed"]
+    assert stats["checkpoint"] == plan["end_offset"]
+    assert stats["bytes_read"] - stats["bytes_written"] == plan["bytes_reclaimable"]
+    (report,) = client.get(f"{P0}/compactions").json()
+    assert [s["segment_id"] for s in report["segments"]] == plan["segments_to_rewrite"]
+
+
+def test_tiered_dry_run_downloads_only_what_the_skip_tests_allow(client: TestClient, node: Node) -> None:
+    r = client.post("/v1/topics", json={"name": "t", "config": {
+        "cleanup.policy": "compact,delete", "retention.ms": -1, "remote.storage.enable": True,
+        "segment.bytes": 2048, "local.retention.ms": 0, "min.cleanable.dirty.ratio": 0.01}})
+    assert r.status_code == 201, r.text
+    for i in range(0, 300, 30):
+        _produce(client, [(f"cold-{j:04d}", "x" * 20) for j in range(i, i + 30)])
+    assert client.post(f"{P0}/roll").status_code == 200
+    assert client.post(f"{P0}/tier").json()["copied"]
+    assert client.post(f"{P0}/clean").status_code == 200
+    _produce(client, [("hot-1", "a"), ("hot-2", "b"), ("hot-1", "c"), ("cold-0007", "new")])
+    assert client.post(f"{P0}/roll").status_code == 200
+    assert client.post(f"{P0}/tier").json()["copied"]
+    before = _state(node)
+    down_before = node.object_store.bytes_downloaded
+    up_before = node.object_store.bytes_uploaded
+
+    r = client.post(f"{P0}/clean", params={"dry_run": "true"})
+    assert r.status_code == 200, r.text
+    plan = r.json()
+    assert _state(node) == before
+    assert node.object_store.bytes_uploaded == up_before
+    assert node.object_store.bytes_downloaded - down_before == plan["estimated_bytes_down"] > 0
+    assert plan["engine"] == "tiered" and plan["leader_epoch"] >= 0
+    skipped = plan["segments_skipped"]
+    assert "bloom" in skipped.values()
+    assert not set(skipped) & set(plan["segments_to_download"])  # ruled out: never downloaded
+    assert not set(skipped) & set(plan["segments_to_rewrite"])
+    assert all(s["tier"] == "remote" for s in plan["segments"])
+    # hot-1's first value and cold-0007's old value are superseded
+    assert plan["records_removed"] == {"superseded": 2, "tombstone": 0, "aborted": 0, "marker": 0}
+    assert plan["estimated_bytes_up"] > 0
+
+    down_before = node.object_store.bytes_downloaded
+    stats = client.post(f"{P0}/clean").json()
+    assert stats["records_removed"] == plan["records_removed"]
+    assert stats["checkpoint"] == plan["end_offset"]
+    assert stats["segments_skipped_by_bloom"] == list(skipped.values()).count("bloom")
+    assert stats["bytes_downloaded"] == plan["estimated_bytes_down"]
+    assert stats["bytes_uploaded"] == plan["estimated_bytes_up"]
+    report = client.get(f"{P0}/compactions", params={"limit": 1}).json()[0]
+    assert [s["segment_id"] for s in report["segments"] if s["action"] == "rewritten"] == plan["segments_to_rewrite"]
+
+
+def test_dry_run_errors(client: TestClient) -> None:
+    assert client.post("/v1/topics/nope/partitions/0/clean", params={"dry_run": "true"}).status_code == 404
+    client.post("/v1/topics", json={"name": "d", "config": {"cleanup.policy": "delete"}})
+    r = client.post("/v1/topics/d/partitions/0/clean", params={"dry_run": "true"})
+    assert r.status_code == 400 and "compact" in r.json()["error"]
