@@ -347,8 +347,16 @@ class S3ObjectStore(ObjectStore):
     # ------------------------------------------------------------------ reads
 
     def _head_size(self, key: str, full: str) -> int:
-        resp = self._call("head", key, lambda: self._client().head_object(Bucket=self.bucket, Key=full))
-        return int(resp["ContentLength"])
+        def head() -> int:
+            resp = self._client().head_object(Bucket=self.bucket, Key=full)
+            length = resp.get("ContentLength")
+            if length is None:
+                # botocore leaves the field out of a HEAD whose header block was cut off: a
+                # transient fault like a short read, never a builtin KeyError out of the adapter
+                raise _ShortRead(f"s3 head of {key!r} in {self.url} answered without a Content-Length", key=key)
+            return int(length)
+
+        return self._call("head", key, head)
 
     def size(self, key: str) -> int:
         return self._head_size(key, self._full(key))
