@@ -220,6 +220,16 @@ class RemoteLogMetadataManager(ABC):
     def get_bloom_filter(self, segment_id: RemoteLogSegmentId) -> bytes | None:
         """The stored bloom filter bytes, or None if none was built yet."""
 
+    @abstractmethod
+    def set_key_index(self, segment_id: RemoteLogSegmentId, size_bytes: int) -> None:
+        """Record that the segment's exact key index object now exists (``key_index_bytes`` in
+        its metadata), for a segment that got one after it was copied. Not fenced, like the
+        bloom filter: the index only describes immutable segment content.
+
+        Raises:
+            RemoteSegmentNotFoundError: no such segment, or it was deleted.
+        """
+
     # ------------------------------------------------------------------ admin
 
     @abstractmethod

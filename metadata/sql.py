@@ -88,7 +88,7 @@ from metadata.types import LeaderState, RemoteLogSegmentId, RemoteLogSegmentMeta
 
 T = TypeVar("T")
 S = RemoteLogSegmentState
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _meta = MetaData()
 leaders = Table(
@@ -131,6 +131,8 @@ segments = Table(
     Column("superseded_by", String(32), nullable=True),
     Column("writer_epoch", Integer, nullable=False),
     Column("created_ms", BigInteger, nullable=False),
+    # schema version 3: size of the segment's .keyindex object, NULL while it has none
+    Column("key_index_bytes", BigInteger, nullable=True),
     Index("ix_tc_segments_tp", "topic", "partition_id", "state", "start_offset"),
 )
 blooms = Table(
@@ -177,6 +179,8 @@ round_segments = Table(
 )
 #: tables each schema version added (a store opened at an older version gets them)
 _TABLES_SINCE = {2: (rounds, round_segments)}
+#: columns each schema version added to an existing table (ALTER TABLE ... ADD COLUMN, nullable)
+_COLUMNS_SINCE: dict[int, tuple[tuple[Table, str], ...]] = {3: ((segments, "key_index_bytes"),)}
 schema_version = Table(
     "tc_schema_version", _meta,
     Column("version", Integer, primary_key=True, autoincrement=False),
@@ -222,6 +226,7 @@ def _to_md(r: Row[Any]) -> RemoteLogSegmentMetadata:
         broker_id=m["broker_id"], event_timestamp_ms=m["event_timestamp_ms"],
         segment_size_in_bytes=m["size_bytes"], segment_leader_epochs=_load(m["leader_epochs"]),
         state=S(m["state"]), cleaner_offsets=_load(m["cleaner_offsets"]), superseded_by=m["superseded_by"],
+        key_index_bytes=m["key_index_bytes"],
     )
 
 
@@ -485,7 +490,7 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
                 event_timestamp_ms=md.event_timestamp_ms, size_bytes=md.segment_size_in_bytes,
                 state=md.state.value, leader_epochs=_dump(md.segment_leader_epochs),
                 cleaner_offsets=_dump(md.cleaner_offsets), superseded_by=None, writer_epoch=leader_epoch,
-                created_ms=self._clock.milliseconds()))
+                created_ms=self._clock.milliseconds(), key_index_bytes=md.key_index_bytes))
             return None, 0
 
         self._write(tp, "add_remote_log_segment_metadata", fn)
@@ -694,6 +699,21 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
 
         self._write(tp, "put_bloom_filter", fn)
 
+    def set_key_index(self, segment_id: RemoteLogSegmentId, size_bytes: int) -> None:
+        if size_bytes < 0:
+            raise InvalidRequestError(f"key index size {size_bytes} must be >= 0")
+        tp = segment_id.topic_partition
+
+        def fn(conn: Connection) -> tuple[None, int]:
+            row = self._segment_row(conn, segment_id)
+            if row.state == S.DELETE_SEGMENT_FINISHED.value:
+                raise RemoteSegmentNotFoundError(f"remote segment {segment_id} was deleted")
+            conn.execute(update(segments).where(segments.c.segment_id == segment_id.id)
+                         .values(key_index_bytes=size_bytes))
+            return None, 0
+
+        self._write(tp, "set_key_index", fn)
+
     def get_bloom_filter(self, segment_id: RemoteLogSegmentId) -> bytes | None:
         tp = segment_id.topic_partition
         stmt = select(blooms.c.data).where(blooms.c.segment_id == segment_id.id, _tp_where(blooms, tp))
@@ -836,10 +856,25 @@ def _create_schema(engine: Any) -> None:
         for version in sorted(v for v in _TABLES_SINCE if v > stored):
             for table in _TABLES_SINCE[version]:
                 table.create(engine, checkfirst=True)
+        for version in sorted(v for v in _COLUMNS_SINCE if v > stored):
+            for table, name in _COLUMNS_SINCE[version]:
+                _add_column(engine, table, name)
     with engine.begin() as conn:
         conn.execute(delete(schema_version).where(schema_version.c.version != SCHEMA_VERSION))
         if conn.execute(select(schema_version.c.version)).first() is None:
             conn.execute(insert(schema_version).values(version=SCHEMA_VERSION))
+
+
+def _add_column(engine: Any, table: Table, name: str) -> None:
+    """Add a nullable column an older schema lacks (probed first: a crashed upgrade is redone)."""
+    from sqlalchemy import inspect, text
+
+    if name in {c["name"] for c in inspect(engine).get_columns(table.name)}:
+        return
+    column = table.c[name]
+    ddl = f"ALTER TABLE {table.name} ADD COLUMN {name} {column.type.compile(engine.dialect)}"
+    with engine.begin() as conn:
+        conn.execute(text(ddl))
 
 
 def _report_rows(seq: int, report: CompactionReport) -> list[dict[str, Any]]:

@@ -114,6 +114,8 @@ class RemoteLogSegmentMetadata:
     plain tiered copy). ``superseded_by`` is None while the segment is referenced by
     readers; after a compaction replaced it, it names the replacing segment id ("" when
     compaction removed every record and nothing replaced it).
+    ``key_index_bytes`` says the segment's exact key index object exists (and its size), so
+    a planner knows it without an object-store call.
     """
 
     remote_log_segment_id: RemoteLogSegmentId
@@ -127,8 +129,14 @@ class RemoteLogSegmentMetadata:
     state: RemoteLogSegmentState = RemoteLogSegmentState.COPY_SEGMENT_STARTED
     cleaner_offsets: Mapping[int, int] = field(default_factory=dict)
     superseded_by: str | None = None
+    #: size of the segment's exact key index object (``.keyindex``), None if it has none yet
+    key_index_bytes: int | None = None
 
     def __post_init__(self) -> None:
+        if self.key_index_bytes is not None and (isinstance(self.key_index_bytes, bool)
+                                                 or not isinstance(self.key_index_bytes, int)
+                                                 or self.key_index_bytes < 0):
+            raise InvalidRequestError(f"key_index_bytes {self.key_index_bytes!r} must be None or an int >= 0")
         if self.start_offset < 0:
             raise InvalidRequestError(f"start_offset {self.start_offset} must be >= 0")
         if self.end_offset < self.start_offset:

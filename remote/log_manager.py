@@ -5,9 +5,11 @@ Lifecycle of a segment of a ``remote.storage.enable`` partition:
 
 1. **Copy** (:meth:`RemoteLogManager.copy_rolled_segments`). Every rolled segment whose end
    is below the last stable offset and that remote storage does not cover yet is copied,
-   oldest first: COPY_SEGMENT_STARTED metadata (fresh segment id, the segment's leader
-   epochs, fenced by our leader epoch) -> RemoteStorageManager upload of the log, its
-   indexes and its leader-epoch checkpoint -> the key bloom filter into the metadata store
+   oldest first: the key bloom filter and the exact key index are built from the local
+   copy in one pass -> COPY_SEGMENT_STARTED metadata (fresh segment id, the segment's leader
+   epochs, the key index's size, fenced by our leader epoch) -> RemoteStorageManager upload
+   of the log, its indexes (the key index included, written through to the read cache) and
+   its leader-epoch checkpoint -> the key bloom filter into the metadata store
    -> COPY_SEGMENT_FINISHED. "Covered" is decided from metadata (the highest end offset of
    the referenced remote segments), never from memory, so a restart does not copy again.
    The files are hard-linked (copied across filesystems) into a staging directory under
@@ -71,6 +73,7 @@ vanished under them (retention or compaction).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -83,7 +86,8 @@ from typing import Any
 
 from log.clock import Clock
 from log.errors import TiercompactError
-from log.index.bloom import build_segment_bloom
+from log.index.bloom import KeyBloomFilter
+from log.index.key_index import build_segment_indexes
 from log.local_log import LocalLog, retention_breached
 from log.locks import RANK_LEAF, RANK_RLM_PARTITION, ordered_lock, ordered_rlock
 from log.log_manager import LogManager
@@ -178,6 +182,8 @@ class RemoteLogManager:
         self._staging = self.cache_dir / "staging"
         shutil.rmtree(self._staging, ignore_errors=True)  # leftovers of a crashed copy
         self.cache = RemoteReadCache(self.cache_dir / "read-cache", cache_bytes, chunk_bytes=cache_chunk_bytes)
+        # key index objects share the remote cache budget (the tiered cleaner reads them through the RSM)
+        storage_manager.attach_index_cache(self.cache)
         self.reader = RemoteSegmentReader(storage_manager, self.cache)
         self.read_path = TieredReadPath(log_manager, metadata_manager, self.reader)
         self._cleaner_checkpoint = cleaner_checkpoint
@@ -405,10 +411,15 @@ class RemoteLogManager:
             if staged is None:
                 return None
             data, size, nxt = staged
+            bloom, key_index = self._build_indexes(tp, data.log_segment,
+                                                   float(log.config.get("remote.compaction.bloom.fpp")))
+            if key_index is not None:
+                data = dataclasses.replace(data, key_index=key_index)
             md = RemoteLogSegmentMetadata(
                 remote_log_segment_id=RemoteLogSegmentId.generate(tp), start_offset=seg.base_offset,
                 end_offset=nxt - 1, max_timestamp_ms=seg.largest_timestamp, broker_id=self.broker_id, event_timestamp_ms=self.clock.milliseconds(),
-                segment_size_in_bytes=size, segment_leader_epochs=log.epochs_for_range(seg.base_offset, nxt))
+                segment_size_in_bytes=size, segment_leader_epochs=log.epochs_for_range(seg.base_offset, nxt),
+                key_index_bytes=None if key_index is None else len(key_index))
             try:
                 self.metadata.add_remote_log_segment_metadata(md, leader_epoch=epoch)
             except FencedLeaderEpochError as e:
@@ -416,7 +427,8 @@ class RemoteLogManager:
                 raise
             try:
                 self.rsm.copy_log_segment_data(md, data)
-                self._put_bloom(md, data.log_segment, float(log.config.get("remote.compaction.bloom.fpp")))
+                if bloom is not None:
+                    self._put_bloom(md, bloom)
                 done = self.metadata.update_remote_log_segment_state(
                     md.remote_log_segment_id, S.COPY_SEGMENT_FINISHED, leader_epoch=epoch,
                     event_timestamp_ms=self.clock.milliseconds(), broker_id=self.broker_id)
@@ -430,6 +442,7 @@ class RemoteLogManager:
                 raise
             uploaded = sum(p.stat().st_size for p in (data.log_segment, data.offset_index, data.time_index,
                                                       data.transaction_index) if p is not None)
+            uploaded += len(data.key_index or b"")
             self._bump("bytes_uploaded", uploaded + len(data.leader_epoch_index))
             self._bump("segments_copied")
             logger.info("%s: copied segment [%d, %d] (%d bytes) as %s", tp, md.start_offset, md.end_offset,
@@ -438,11 +451,22 @@ class RemoteLogManager:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
-    def _put_bloom(self, md: RemoteLogSegmentMetadata, log_path: Path, fpp: float) -> None:
-        """A missing filter only costs the cleaner a download (it builds one lazily), so a
-        failure here is logged, not fatal to the copy."""
+    @staticmethod
+    def _build_indexes(tp: TopicPartition, log_path: Path, fpp: float) -> tuple[KeyBloomFilter | None, bytes | None]:
+        """The bloom filter and the serialized key index of a staged segment, from one scan. A
+        missing one only costs the cleaner a download (it builds them lazily), so a failure
+        here is logged, not fatal to the copy."""
         try:
-            self.metadata.put_bloom_filter(md.remote_log_segment_id, build_segment_bloom(log_path, fpp).to_bytes())
+            bloom, key_index = build_segment_indexes(log_path, fpp)
+        except TiercompactError as e:
+            logger.warning("%s: could not build the key indexes of %s: %s", tp, log_path, e)
+            return None, None
+        return bloom, key_index.to_bytes()
+
+    def _put_bloom(self, md: RemoteLogSegmentMetadata, bloom: KeyBloomFilter) -> None:
+        """Like a missing key index, a missing filter only costs the cleaner a download."""
+        try:
+            self.metadata.put_bloom_filter(md.remote_log_segment_id, bloom.to_bytes())
         except TiercompactError as e:
             logger.warning("%s: could not store the bloom filter of %s: %s", md.topic_partition, md.id, e)
 

@@ -106,6 +106,22 @@ class RemoteReadCache:
             self._store(key, data)
             return data
 
+    def put(self, key: str, data: bytes) -> None:
+        """Store bytes known without a fetch (write-through of an object just uploaded, e.g. a
+        key index built from the local copy). Entries are immutable: an existing one is kept."""
+        with self._lock:
+            if key in self._entries:
+                return
+        self._store(key, data)
+
+    def invalidate_key(self, key: str) -> None:
+        """Drop one entry (its bytes turned out corrupt, or are being replaced)."""
+        with self._lock:
+            size = self._entries.pop(key, None)
+            if size is not None:
+                self._path(key).unlink(missing_ok=True)
+                self._used -= size
+
     def _store(self, key: str, data: bytes) -> None:
         if len(data) > self.capacity_bytes:
             return
@@ -123,6 +139,7 @@ class RemoteReadCache:
                 self._used -= size
                 self._evictions += 1
             os.replace(tmp, self._path(key))
+            self._used -= self._entries.pop(key, 0)  # a concurrent put of the same key: count it once
             self._entries[key] = len(data)
             self._used += len(data)
 

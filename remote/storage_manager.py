@@ -8,10 +8,19 @@ Owns the key layout (Kafka's LocalTieredStorage naming)::
                                                  ...        .txnindex          (only if the segment has one)
                                                  ...        .snapshot          (producer state after the segment)
                                                  ...        .leader_epoch_checkpoint
+                                                 ...        .keyindex          (exact key index, if built)
 
 Because every upload attempt has a fresh segment id, objects are never shared between
 attempts: a failed copy deletes what it wrote and a retry writes under a new id. Bloom
 filters are not objects; they live in the metadata store.
+
+The exact key index (:mod:`log.index.key_index`) is an object beside its segment, written
+with the segment's other objects (or later, for a segment copied without one, by
+:meth:`RemoteStorageManager.put_key_index`). Like every object of a segment id it never
+changes, so it is cached on local disk: :meth:`RemoteStorageManager.attach_index_cache`
+gives the manager the node's remote read cache (the remote cache budget), every key index
+uploaded is written through to it, and :meth:`RemoteStorageManager.fetch_key_index` reads
+it from there before the store.
 
 The producer snapshot and the leader-epoch checkpoint travel with every segment, as in
 KIP-405's LogSegmentData, so a node that lost its data dir can rebuild producer state and
@@ -44,6 +53,7 @@ from remote.errors import (
     StoreUnavailableError,
 )
 from remote.object_store import ChecksummedData, ObjectStore, source_crc32c
+from remote.read_cache import RemoteReadCache
 
 T = TypeVar("T")
 
@@ -56,6 +66,7 @@ class IndexType(enum.Enum):
     PRODUCER_SNAPSHOT = ".snapshot"
     TRANSACTION = ".txnindex"
     LEADER_EPOCH = ".leader_epoch_checkpoint"
+    KEY_INDEX = ".keyindex"
 
 
 LOG_SUFFIX = ".log"
@@ -69,6 +80,8 @@ class LogSegmentData:
     the segment's end), as the checkpoint file's bytes. ``producer_snapshot``: the producer
     state after the segment's last offset in Kafka's ``.snapshot`` format (a file or its
     bytes); None only where it cannot be had (then the segment is copied without one).
+    ``key_index``: the serialized exact key index; its size must be the metadata's
+    ``key_index_bytes`` (None: copied without one, and the metadata must say so).
     """
 
     log_segment: Path
@@ -77,6 +90,7 @@ class LogSegmentData:
     transaction_index: Path | None
     leader_epoch_index: bytes
     producer_snapshot: Path | bytes | None = None
+    key_index: bytes | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.producer_snapshot, str | os.PathLike):
@@ -122,6 +136,11 @@ class RemoteStorageManager:
         self._backoff_ms = backoff_ms
         self._max_backoff_ms = max_backoff_ms
         self._clock = clock
+        self._index_cache: RemoteReadCache | None = None
+
+    def attach_index_cache(self, cache: RemoteReadCache) -> None:
+        """Cache key index objects in ``cache`` (the node's remote read cache and its budget)."""
+        self._index_cache = cache
 
     # ------------------------------------------------------------------ keys
 
@@ -167,6 +186,13 @@ class RemoteStorageManager:
             uploads.append((self.object_key(md, IndexType.TRANSACTION), data.transaction_index))
         if data.producer_snapshot is not None:
             uploads.append((self.object_key(md, IndexType.PRODUCER_SNAPSHOT), data.producer_snapshot))
+        if (None if data.key_index is None else len(data.key_index)) != md.key_index_bytes:
+            raise InvalidRequestError(
+                f"the key index given for segment {md.remote_log_segment_id} has "
+                f"{None if data.key_index is None else len(data.key_index)} bytes but its metadata says "
+                f"{md.key_index_bytes}")
+        if data.key_index is not None:
+            uploads.append((self.object_key(md, IndexType.KEY_INDEX), bytes(data.key_index)))
         try:
             for key, src in uploads:
                 expected = len(src) if isinstance(src, bytes) else os.path.getsize(src)
@@ -176,6 +202,51 @@ class RemoteStorageManager:
         except BaseException:
             self._cleanup(md)
             raise
+        if data.key_index is not None:
+            self._cache_key_index(md, bytes(data.key_index))
+
+    def put_key_index(self, md: RemoteLogSegmentMetadata, data: bytes) -> None:
+        """Upload (or replace a corrupt) key index of an already copied segment; the caller
+        then records it in the metadata store (``set_key_index``).
+
+        Raises:
+            RemoteStorageError: the upload failed after retries.
+        """
+        key = self.object_key(md, IndexType.KEY_INDEX)
+        crc = source_crc32c(data)
+        if self._index_cache is not None:
+            self._index_cache.invalidate_key(f"{md.id}{IndexType.KEY_INDEX.value}")
+        self._retry(f"upload {key}", lambda: self._put_verified(key, data, len(data), crc))
+        self._cache_key_index(md, data)
+
+    def _cache_key_index(self, md: RemoteLogSegmentMetadata, data: bytes) -> None:
+        if self._index_cache is not None:
+            self._index_cache.put(f"{md.id}{IndexType.KEY_INDEX.value}", data)
+
+    def fetch_key_index(self, md: RemoteLogSegmentMetadata) -> tuple[bytes, bool]:
+        """The segment's key index object, from the attached cache if it holds it; returns
+        (bytes, whether the object store was read).
+
+        Raises:
+            ObjectNotFoundError: the segment has no key index object.
+            RemoteStorageError: the read failed after retries.
+        """
+        key = self.object_key(md, IndexType.KEY_INDEX)
+        fetched = False
+
+        def load() -> bytes:
+            nonlocal fetched
+            fetched = True
+            return self._retry(f"fetch {key}", lambda: self.store.get(key))
+
+        if self._index_cache is None:
+            return load(), True
+        return self._index_cache.get(f"{md.id}{IndexType.KEY_INDEX.value}", load), fetched
+
+    def drop_cached_key_index(self, md: RemoteLogSegmentMetadata) -> None:
+        """Forget a cached key index (it did not decode: the next fetch reads the store)."""
+        if self._index_cache is not None:
+            self._index_cache.invalidate_key(f"{md.id}{IndexType.KEY_INDEX.value}")
 
     def _put_verified(self, key: str, src: Path | bytes, expected: int, crc: int) -> None:
         written = self.store.put(key, ChecksummedData(src, crc))
