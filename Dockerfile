@@ -4,19 +4,22 @@
 FROM python:3.11-slim-bookworm
 
 # Java for the Spark driver (spark-clean); PySpark runs executors on the cluster.
+# gcc + libc headers compile the record kernels (log/record/_fastpath.pyx, setup.py) at install.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/tiercompact
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY log ./log
 COPY metadata ./metadata
 COPY remote ./remote
 COPY cleaner ./cleaner
 COPY service ./service
 RUN python -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-cache-dir '.[spark]'
+ && /opt/venv/bin/pip install --no-cache-dir '.[spark]' \
+ && cd / && /opt/venv/bin/python -c "from log.record import _fastpath" \
+ && apt-get purge -y --auto-remove gcc libc6-dev
 ENV PATH=/opt/venv/bin:$PATH \
     TIERCOMPACT_DATA_DIR=/var/lib/tiercompact \
     TIERCOMPACT_HOST=0.0.0.0 \
