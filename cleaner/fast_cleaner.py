@@ -110,7 +110,7 @@ def build_for_segment_fast(seg: LogSegment, start: int, offset_map: CompactOffse
 
 
 def _count_removed(stats: CleanerStats, retain_records: Callable[..., tuple[int, int, bool, int]], table: object,
-                   data: bytes, count: int, base_offset: int, latest: int, retain_deletes: bool,
+                   data: bytes | memoryview, count: int, base_offset: int, latest: int, retain_deletes: bool,
                    retained: int) -> None:
     """Split a batch's dropped records into superseded and expired tombstones. Only a batch
     past its delete horizon drops tombstones: the kernel runs again on it keeping them (it

@@ -47,17 +47,17 @@ class RecordKernels(Protocol):
     CORRUPT: int
     KeyTable: Any  # a class whose instances are KeyTableLike; constructor KeyTable(capacity)
 
-    def map_records(self, table: Any, data: bytes, count: int, base_offset: int, start: int,
+    def map_records(self, table: Any, data: bytes | memoryview, count: int, base_offset: int, start: int,
                     max_entries: int) -> tuple[int, int, int]: ...
 
-    def retain_records(self, table: Any, data: bytes, count: int, base_offset: int, latest: int,
+    def retain_records(self, table: Any, data: bytes | memoryview, count: int, base_offset: int, latest: int,
                        retain_deletes: bool, keep: bytearray) -> tuple[int, int, bool, int]: ...
 
-    def rebuild_records(self, data: bytes, count: int, base_offset: int, base_timestamp: int, keep: bytes,
+    def rebuild_records(self, data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int, keep: bytes,
                         has_horizon: bool, horizon: int, log_append_time: bool, log_append_ts: int,
                         last_offset_delta: int) -> tuple[bytes, int, int, int] | None: ...
 
-    def hash_keys(self, data: bytes, count: int, base_offset: int, seed: bytes) -> tuple[int, int, int]: ...
+    def hash_keys(self, data: bytes | memoryview, count: int, base_offset: int, seed: bytes) -> tuple[int, int, int]: ...
 
 
 def _load_compiled() -> RecordKernels | None:
