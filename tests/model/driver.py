@@ -18,6 +18,7 @@ from tests.model.partition_model import PartitionModel
 KEYS = (b"a", b"b", b"c", b"d")
 IDEMPOTENT_PIDS = (1, 2)
 TXN_PIDS = (11, 12)
+CODECS = ("none", "gzip", "none", "lz4", "zstd", "snappy")
 
 #: a record to produce before its value is assigned: (key, kind); kind 0 makes a keyed record a tombstone
 Draft = tuple[bytes | None, int]
@@ -33,6 +34,7 @@ class Driver:
         self.model = model
         self.page = page
         self.values = 0
+        self.batches = 0
         #: called once per operation with its name (the state machine counts them)
         self.on_op: Callable[[str], None] = lambda name: None
 
@@ -48,8 +50,11 @@ class Driver:
         return out
 
     def _append(self, recs: list[tuple[bytes | None, bytes | None]], **kw: Any) -> None:
+        """Produce ``recs`` as one batch; the batches cycle through every codec (compression
+        changes no record, but the cleaner must rebuild compressed batches)."""
         want = self.model.append(recs, now=self.now, **kw)
-        got = self.e.produce(recs, **kw)
+        self.batches += 1
+        got = self.e.produce(recs, compression=CODECS[self.batches % len(CODECS)], **kw)
         if (got.base_offset, got.last_offset, got.duplicate) != (want.base_offset, want.last_offset, want.duplicate):
             raise ModelViolation(f"append {recs} {kw}: engine {got}, model {want}")
 

@@ -98,10 +98,12 @@ class Engine:
 
     # ---- operations ---------------------------------------------------------------------------
     def produce(self, records: list[tuple[bytes | None, bytes | None]], *, producer_id: int = -1,
-                producer_epoch: int = -1, base_sequence: int = -1, transactional: bool = False) -> AppendResult:
+                producer_epoch: int = -1, base_sequence: int = -1, transactional: bool = False,
+                compression: str = "none") -> AppendResult:
         specs = [RecordSpec(k, v) for k, v in records]
-        return self.node.produce(self.topic, 0, specs, producer_id=producer_id, producer_epoch=producer_epoch,
-                                 base_sequence=base_sequence, transactional=transactional)
+        return self.node.produce(self.topic, 0, specs, compression=compression, producer_id=producer_id,
+                                 producer_epoch=producer_epoch, base_sequence=base_sequence,
+                                 transactional=transactional)
 
     def marker(self, producer_id: int, producer_epoch: int, commit: bool) -> int:
         return self.node.append_marker(self.topic, 0, producer_id, producer_epoch, "commit" if commit else "abort")

@@ -70,6 +70,7 @@ def _engines() -> list[str]:
     return list(ENGINES)
 
 
+@pytest.mark.timeout(0 if FUZZING else 1800)  # 300 examples on a loaded 2-core machine outlast the default 600 s
 @pytest.mark.parametrize("kind", _engines())
 def test_state_machine(kind: str, request: pytest.FixtureRequest) -> None:
     if kind == "s3":
