@@ -26,20 +26,21 @@ import shutil
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from cleaner.cleaner import CleanContext, build_offset_map_from_segments, clean_into, group_segments_by_size
 from cleaner.log_to_clean import cleanable_offsets
 from cleaner.offset_map import max_map_entries
 from cleaner.stats import CleanerStats, SegmentAccount
-from cleaner.tiered import TempSpace, TieredCleaner, plan_round
+from cleaner.tiered import TieredCleaner, plan_round
 from cleaner.transactions import CleanedTransactionMetadata
 from log.errors import InvalidRequestError
 from log.local_log import LocalLog
-from log.segment import LogSegment
 from log.types import TopicPartition
 from metadata.errors import NotLeaderForPartitionError
-from metadata.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
+from metadata.manager import RemoteLogMetadataManager
+from metadata.types import RemoteLogSegmentMetadata
+from remote.storage_manager import RemoteSegmentState, RemoteStorageManager
 
 if TYPE_CHECKING:
     from cleaner.log_cleaner import LogCleaner
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 #: the tests that rule a segment's rewrite out (DryRunSegment.skipped_by)
 SKIP_TESTS = {"skipped-by-bloom": "bloom", "skipped-by-key-index": "key-index"}
 NOT_DIRTY = "not-dirty"
+COST_GATE = "cost-gate"
 
 
 def dry_run(lc: LogCleaner, tp: TopicPartition) -> dict[str, Any]:
@@ -125,52 +127,57 @@ def _local_plan(lc: LogCleaner, tp: TopicPartition, log: LocalLog) -> dict[str, 
     segments = []
     for base, last, size in local:
         a = accounts.get(f"{base:020d}")
-        segments.append(_segment(f"{base:020d}", base, last, size, "local", a, download=False))
+        segments.append(_segment(f"{base:020d}", base, last, size, "local", a, download=False, end=end))
     return _plan(tp, "local", log.leader_epoch, start, end, stats, segments)
 
 
 # ---- tiered -------------------------------------------------------------------------------------
 
+class _ReadOnlyMetadata:
+    """The metadata store as a dry run sees it: reads go through, writes are dropped."""
+
+    def __init__(self, inner: RemoteLogMetadataManager) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def _drop(self, *args: Any, **kw: Any) -> None:
+        return None
+
+    publish_compaction = publish_cleaner_offsets = add_remote_log_segment_metadata = _drop
+    update_remote_log_segment_state = put_bloom_filter = set_key_index = record_compaction_report = _drop
+
+
+class _ReadOnlyStorage:
+    """The remote storage manager as a dry run sees it: fetches go through, writes are dropped."""
+
+    def __init__(self, inner: RemoteStorageManager) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def _drop(self, *args: Any, **kw: Any) -> None:
+        return None
+
+    copy_log_segment_data = delete_log_segment_data = put_key_index = _drop
+
+    def fetch_segment_state(self, md: RemoteLogSegmentMetadata) -> RemoteSegmentState:
+        # read only to be uploaded with the new segment, and the round does not count those bytes
+        return RemoteSegmentState(None, None)
+
+
 class _DryRunTieredCleaner(TieredCleaner):
-    """The tiered round up to (not including) its uploads and publish."""
+    """A tiered round over stores that drop writes: it cleans, builds and measures each upload
+    as the round would, but nothing is uploaded or published, and local copies stay."""
 
-    def _upload(self, log: LocalLog, group: list[RemoteLogSegmentMetadata], dest: LogSegment, fpp: float,
-                epoch: int, stats: CleanerStats) -> RemoteLogSegmentMetadata:
-        for index in (dest.offset_index, dest.time_index):
-            index.flush()
-        size = dest.size + dest.offset_index.size_in_bytes + dest.time_index.size_in_bytes
-        stats.bytes_uploaded += size
-        epochs: dict[int, int] = {}
-        for md in group:
-            for e, off in md.segment_leader_epochs.items():
-                epochs[e] = min(off, epochs.get(e, off))
-        return RemoteLogSegmentMetadata(
-            remote_log_segment_id=RemoteLogSegmentId.generate(log.topic_partition), start_offset=group[0].start_offset,
-            end_offset=group[-1].end_offset, max_timestamp_ms=max(m.max_timestamp_ms for m in group),
-            broker_id=self.broker_id, event_timestamp_ms=self.clock.milliseconds(), segment_size_in_bytes=dest.size,
-            segment_leader_epochs=epochs or {0: group[0].start_offset},
-            state=RemoteLogSegmentState.COPY_SEGMENT_STARTED)
+    def _abandon(self, uploaded: list[RemoteLogSegmentMetadata], epoch: int, *, fenced: bool) -> None:
+        return None
 
-    def plan(self, log: LocalLog, *, leader_epoch: int, local_checkpoint: int | None,
-             now: int) -> tuple[Any, int, CleanerStats]:
-        tp = log.topic_partition
-        stats = CleanerStats(self.clock, tp)
-        plan = plan_round(tp, log, self.rlmm, leader_epoch=leader_epoch, local_checkpoint=local_checkpoint, now=now)
-        if plan is None or plan.upper <= plan.first_dirty_offset:
-            cp = plan.first_dirty_offset if plan else (local_checkpoint or 0)
-            stats.first_dirty_offset = stats.end_offset = cp
-            return plan, cp, stats
-        stats.first_dirty_offset = plan.first_dirty_offset
-        space = TempSpace(self.temp_root / tp.dir_name)
-        try:
-            self._round_txns = self._txn_indexes(log, plan, stats)
-            end = self._map_dirty_range(log, plan, space, stats)
-            self._rewrite(log, plan, end, now, space, stats, [], [])
-        finally:
-            space.cleanup()
-            self._round_txns = None
-        stats.end_offset = end
-        return plan, end, stats
+    @staticmethod
+    def drop_stale_local_copies(log: LocalLog, end: int) -> list[int]:
+        return []
 
 
 def _tiered_plan(lc: LogCleaner, tp: TopicPartition, log: LocalLog) -> dict[str, Any]:
@@ -181,13 +188,15 @@ def _tiered_plan(lc: LogCleaner, tp: TopicPartition, log: LocalLog) -> dict[str,
     except NotLeaderForPartitionError:
         epoch = -1  # a follower may still ask what a round would do
     temp = Path(ctx.temp_dir) / f"dry-run-{uuid.uuid4().hex}"  # never a real round's directory
-    cleaner = _DryRunTieredCleaner(ctx.rlmm, ctx.rsm, lc._new_map(tiered=True), lc.config, temp_dir=temp,
-                                   broker_id=ctx.broker_id, clock=lc.clock, free_disk=ctx.free_disk,
-                                   bloom_skip=ctx.bloom_skip)
+    rlmm = cast(RemoteLogMetadataManager, _ReadOnlyMetadata(ctx.rlmm))
+    cleaner = _DryRunTieredCleaner(rlmm, cast(RemoteStorageManager, _ReadOnlyStorage(ctx.rsm)),
+                                   lc._new_map(tiered=True), lc.config, temp_dir=temp, broker_id=ctx.broker_id,
+                                   clock=lc.clock, free_disk=ctx.free_disk, bloom_skip=ctx.bloom_skip)
+    checkpoint = lc.manager.all_cleaner_checkpoints().get(tp)
+    now = lc.clock.milliseconds()
+    plan = plan_round(tp, log, rlmm, leader_epoch=epoch, local_checkpoint=checkpoint, now=now)
     try:
-        plan, end, stats = cleaner.plan(log, leader_epoch=epoch,
-                                        local_checkpoint=lc.manager.all_cleaner_checkpoints().get(tp),
-                                        now=lc.clock.milliseconds())
+        end, stats = cleaner.clean(log, leader_epoch=epoch, local_checkpoint=checkpoint, now=now)
     finally:
         shutil.rmtree(temp, ignore_errors=True)
     accounts = {a.segment_id: a for a in stats.segment_accounts}
@@ -195,7 +204,7 @@ def _tiered_plan(lc: LogCleaner, tp: TopicPartition, log: LocalLog) -> dict[str,
     for md in (plan.segments if plan is not None else ()):
         a = accounts.get(md.id)
         segments.append(_segment(md.id, md.start_offset, md.end_offset, md.segment_size_in_bytes, "remote", a,
-                                 download=a is not None and a.downloaded > 0))
+                                 download=a is not None and a.downloaded > 0, end=end))
     first = plan.first_dirty_offset if plan is not None else stats.first_dirty_offset
     return _plan(tp, "tiered", epoch, first, end, stats, segments)
 
@@ -203,9 +212,13 @@ def _tiered_plan(lc: LogCleaner, tp: TopicPartition, log: LocalLog) -> dict[str,
 # ---- the answer ---------------------------------------------------------------------------------
 
 def _segment(segment_id: str, base: int, last: int, size: int, tier: str, a: SegmentAccount | None, *,
-             download: bool) -> dict[str, Any]:
+             download: bool, end: int) -> dict[str, Any]:
     rewrite = a is not None and a.action in ("rewritten", "cleaned-local")
-    skipped_by = None if rewrite else SKIP_TESTS.get(a.action if a is not None else "", NOT_DIRTY)
+    skipped_by = None
+    if not rewrite:
+        # inside the round's range a carried-forward segment was ruled out by the cost gate
+        skipped_by = (NOT_DIRTY if base >= end
+                      else SKIP_TESTS.get(a.action if a is not None else "", COST_GATE))
     return {"segment_id": segment_id, "base_offset": base, "end_offset": last, "size_bytes": size, "tier": tier,
             "action": "rewrite" if rewrite else "skip", "skipped_by": skipped_by, "download": download,
             "records_reclaimable": (a.superseded + a.tombstone + a.aborted + a.marker) if rewrite and a else 0,

@@ -61,7 +61,9 @@ from typing import Any
 from pyspark import StorageLevel, TaskContext
 from pyspark.sql import SparkSession
 
+from cleaner.report import RoundReporter
 from cleaner.spark.errors import SparkJobError
+from cleaner.spark.report import spark_report
 from cleaner.spark.tasks import (
     AbortedT,
     RewriteResult,
@@ -232,6 +234,9 @@ class _Part:
     #: the partition's transaction indexes over both tiers (as the in-process round reads them)
     txn_indexes: RoundTxnIndexes | None = None
     leased: bool = False
+    #: for the round report: segments the bloom test skipped, bytes each scan fetched
+    skipped: set[int] = field(default_factory=set)
+    scanned: dict[int, int] = field(default_factory=dict)
 
     def is_clean_region(self, md: RemoteLogSegmentMetadata) -> bool:
         return md.end_offset < self.plan.first_dirty_offset
@@ -300,8 +305,11 @@ class SparkCleanJob:
                  checkpoint: Callable[[TopicPartition], int | None] = lambda tp: None,
                  write_checkpoint: Callable[[TopicPartition, int], None] = lambda tp, off: None,
                  broker_id: int = 0, clock: Clock = SYSTEM_CLOCK, config: SparkCleanConfig | None = None,
-                 on_stage: Callable[[str, list[TopicPartition]], None] | None = None) -> None:
+                 on_stage: Callable[[str, list[TopicPartition]], None] | None = None,
+                 reporter: RoundReporter | None = None) -> None:
         self.spark = spark
+        #: every partition's round is reported through the metadata store (cleaner.report)
+        self.reporter = reporter or RoundReporter(rlmm, clock=clock)
         self.logs = logs
         self.rlmm = rlmm
         self.store = StoreSpec.of(store_url, store_options)
@@ -346,6 +354,10 @@ class SparkCleanJob:
             if plan is None or plan.upper <= plan.first_dirty_offset:
                 end = plan.first_dirty_offset if plan else (cp or 0)
                 outcomes[tp] = PartitionOutcome(tp, "nothing-to-clean", epoch, end, end)
+                self.reporter.record(spark_report(
+                    tp, leader_epoch=epoch, started_ms=now, ended_ms=self.clock.milliseconds(),
+                    status="nothing-to-clean", first_dirty_offset=end, end_offset=end, segments={}, skipped=set(),
+                    scanned={}, tasks=[], sources_of={}, results=[]))
                 continue
             out = outcomes[tp] = PartitionOutcome(tp, "cleaned", epoch, plan.first_dirty_offset, plan.upper)
             parts.append(_Part(len(parts), tp, log, epoch, plan, out))
@@ -358,6 +370,7 @@ class SparkCleanJob:
             for p in parts:
                 self._abandon(p, fenced=False)
                 self._release(p)
+                self._report(p, [], now, error=f"{type(e).__name__}: {e}", status="failed")
             if isinstance(e, Exception) and not isinstance(e, SparkJobError):
                 raise SparkJobError(f"the Spark clean of {[str(p.tp) for p in parts]} failed: {e}") from e
             raise
@@ -366,7 +379,17 @@ class SparkCleanJob:
                 self._publish(p, [results[t.key] for t in p.tasks], now)
             finally:
                 self._release(p)
+                self._report(p, [results[t.key] for t in p.tasks if t.key in results], now)
         return outcomes
+
+    def _report(self, p: _Part, results: list[RewriteResult], started_ms: int, *, error: str | None = None,
+                status: str | None = None) -> None:
+        out = p.outcome
+        self.reporter.record(spark_report(
+            p.tp, leader_epoch=p.epoch, started_ms=started_ms, ended_ms=self.clock.milliseconds(),
+            status=status or out.status, first_dirty_offset=p.plan.first_dirty_offset, end_offset=p.plan.upper,
+            segments=p.segs, skipped=p.skipped, scanned=p.scanned, tasks=p.tasks,
+            sources_of={t.key: self._numbers(p, t) for t in p.tasks}, results=results, error=error or out.error))
 
     # ---- stages -----------------------------------------------------------------------------------
     def _execute(self, parts: list[_Part], now: int) -> dict[int, RewriteResult]:
@@ -416,6 +439,7 @@ class SparkCleanJob:
                 if i in with_index:
                     fetched[i] = txns
                 owner[i].outcome.bytes_downloaded += nbytes
+                owner[i].scanned[i] = nbytes
             # the aborted transactions, collected forward over both tiers from the indexes the
             # scans fetched (and any later ones, fetched here), exactly as the in-process round
             for p in parts:
@@ -516,6 +540,7 @@ class SparkCleanJob:
                     and i not in hit_segments)
             if skip:
                 p.outcome.segments_skipped_by_bloom += 1
+                p.skipped.add(i)
                 if runs[-1]:
                     runs.append([])
             else:

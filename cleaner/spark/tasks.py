@@ -446,6 +446,10 @@ class RewriteResult:
     messages_read: int
     messages_written: int
     segments_cleaned: int
+    #: records removed by reason (superseded, tombstone, aborted, marker), for the round report
+    removed: tuple[int, int, int, int] = (0, 0, 0, 0)
+    #: object-store calls made: one per source fetched, two state reads, one per object written
+    requests: int = 0
 
 
 def run_rewrite(task: RewriteTask, entries: Iterable[tuple[bytes, int]],
@@ -500,7 +504,11 @@ def run_rewrite(task: RewriteTask, entries: Iterable[tuple[bytes, int]],
             uploaded = dest.size + dest.offset_index.size_in_bytes + dest.time_index.size_in_bytes
             return RewriteResult(task.key, task.new_segment_id, task.start_offset, task.end_offset, dest.size,
                                  max_ts, bloom, downloaded, uploaded, stats.messages_read,
-                                 stats.messages_written, len(task.sources))
+                                 stats.messages_written, len(task.sources),
+                                 removed=(stats.removed_superseded, stats.removed_tombstone, stats.removed_aborted,
+                                          stats.removed_marker),
+                                 requests=len(task.sources) + 2 + 4 + (txn_path is not None)
+                                 + (snapshot is not None))
         finally:
             txn.cleaned_index = None
             dest.close()
