@@ -9,12 +9,12 @@ The plan runs the round's own code, so it cannot drift from what a round does:
 * **local**: the cleanable range and the map pass as :meth:`~cleaner.cleaner.Cleaner.do_clean`
   computes them, then :func:`~cleaner.cleaner.clean_into` into a sink that only counts bytes
   (no file is written, no segment swapped, no checkpoint moved);
-* **tiered**: :func:`~cleaner.tiered.plan_round`, the map pass over the dirty range and the
-  rewrite with its skip tests, in a :class:`~cleaner.tiered.TieredCleaner` whose upload only
-  measures what it would upload. It reads what the round would read, so segments the skip
-  tests rule out are never downloaded; downloads and the cleaned output go to a private
-  temporary directory removed afterwards. Nothing is uploaded or published: no object,
-  metadata row, checkpoint or local file changes.
+* **tiered**: the round itself (:meth:`~cleaner.tiered.TieredCleaner.clean`: plan, map pass,
+  skip tests, rewrite, each upload built and measured) over a metadata store and a remote
+  storage manager that drop every write, and without removing stale local copies. It reads
+  what the round would read, so segments the skip tests rule out are never downloaded;
+  downloads and the cleaned output go to a private temporary directory removed afterwards.
+  Nothing is uploaded or published: no object, metadata row, checkpoint or local file changes.
 
 The partition is held IN_PROGRESS in the cleaner manager meanwhile (a background round waits,
 as it would for a real round), and released without a checkpoint.

@@ -323,7 +323,7 @@ class DryRunSegment(BaseModel):
     tier: Literal["local", "remote"]
     action: Literal["rewrite", "skip"]
     skipped_by: str | None = Field(default=None, description="The test that ruled the rewrite out: bloom, "
-                                   "key-index, or not-dirty (above the round's cleanable range).")
+                                   "key-index, cost-gate, or not-dirty (above the round's cleanable range).")
     download: bool = Field(description="Whether the round downloads it.")
     records_reclaimable: int
     bytes_reclaimable: int
