@@ -783,7 +783,9 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
                 leader_epoch=report.leader_epoch, started_ms=report.started_ms, ended_ms=report.ended_ms,
                 checkpoint_before=report.checkpoint_before, checkpoint_after=report.checkpoint_after,
                 outcome=report.outcome, error=report.error))
-            seq = int(result.inserted_primary_key[0])
+            pk = result.inserted_primary_key
+            assert pk is not None
+            seq = int(pk[0])
             if report.segments:
                 conn.execute(insert(round_segments), _report_rows(seq, report))
             cutoff = conn.execute(select(rounds.c.seq).where(_tp_where(rounds, tp)).order_by(rounds.c.seq.desc())
