@@ -27,7 +27,6 @@ from service.config import load_config
 from service.node import Node
 
 TOPIC = "m"
-TP = TopicPartition(TOPIC, 0)
 START_MS = 1_700_000_000_000
 ENGINES = ("local", "file", "s3")
 

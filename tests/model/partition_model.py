@@ -257,15 +257,6 @@ class PartitionModel:
             return r.committed and r.offset < self.last_stable_offset
         return r.offset < self.high_watermark
 
-    def expected(self, isolation: str) -> list[Observed]:
-        """What a consumer reads when nothing has been compacted."""
-        return [r.observed for r in self.records if self.visible(r, isolation)]
-
-    def must_see(self, isolation: str) -> list[Observed]:
-        newest = self.newest_committed()
-        return [r.observed for r in self.records
-                if self.visible(r, isolation) and self.must_keep(r, newest) is not None]
-
     def roll_due(self, active_first_offset: int | None, now: int) -> bool:
         """KIP-354: the active segment whose first record is older than max.compaction.lag.ms
         must be rolled (so it becomes cleanable)."""
