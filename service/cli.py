@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "without --server the command opens the data dir itself (the service must be stopped).")
     clean.add_argument("topic")
     clean.add_argument("partition", type=int)
+    clean.add_argument("--dry-run", action="store_true",
+                       help="print the round's plan (segments to download, rewrite and skip, bytes, records "
+                            "reclaimable) and change nothing")
     _add_server_flags(clean)
     _add_option_flags(clean.add_argument_group("without --server: the data dir and stores to open"),
                       DATA_DIR_OPTIONS)
@@ -224,7 +227,8 @@ def cmd_clean(args: argparse.Namespace) -> int:
     _check_server_flags(args)
     if args.server is not None:
         topic = urllib.parse.quote(args.topic, safe="")
-        _print_json(_server_request(args, "POST", f"/v1/topics/{topic}/partitions/{args.partition}/clean?wait=true"))
+        query = "dry_run=true" if args.dry_run else "wait=true"
+        _print_json(_server_request(args, "POST", f"/v1/topics/{topic}/partitions/{args.partition}/clean?{query}"))
         return 0
     from service.node import Node
 
@@ -236,7 +240,12 @@ def cmd_clean(args: argparse.Namespace) -> int:
     except DataDirInUseError as e:
         return _data_dir_in_use(e, args, "clean")
     with node:
-        _print_json(node.clean(args.topic, args.partition))
+        if args.dry_run:
+            from cleaner.dry_run import dry_run
+
+            _print_json(dry_run(node.cleaner, node.log(args.topic, args.partition).topic_partition))
+        else:
+            _print_json(node.clean(args.topic, args.partition))
     return 0
 
 

@@ -118,3 +118,34 @@ def test_report_errors(server: tuple[str, Path], capsys: pytest.CaptureFixture[s
     assert main(["report", "r", "0", "--server", url, "--token", TOKEN, "--limit", "0"]) == 2
     assert "--limit 0 must be 1..1000" in capsys.readouterr().err
     assert main(["report", "r", "0", "--server", url, "--data-dir", "/tmp/x"]) == 2
+
+
+def test_clean_dry_run_through_the_service_and_locally(server: tuple[str, Path], tmp_path: Path) -> None:
+    url, _data = server
+    _http(f"{url}/v1/topics/r/partitions/0/records", "POST", {"records": [{"key": "k1", "value": "again"}]})
+    _http(f"{url}/v1/topics/r/partitions/0/roll", "POST")
+    before = _http(f"{url}/v1/topics/r/partitions/0")
+    r = _cli("clean", "r", "0", "--dry-run", "--server", url, "--token", TOKEN)
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["dry_run"] is True and plan["engine"] == "local" and plan["records_removed"]["superseded"] >= 1
+    assert _http(f"{url}/v1/topics/r/partitions/0") == before  # nothing changed
+
+    # without --server, on a data dir no service owns
+    data = tmp_path / "own"
+    assert main(["clean", "r", "0", "--dry-run", "--data-dir", str(data)]) == 1  # no such topic yet
+    from service.config import load_config
+    from service.node import Node
+
+    with Node(load_config({"data_dir": data}, env={})) as node:
+        node.create_topic("r", 1, {"cleanup.policy": "compact"})
+        from log.local_log import RecordSpec
+
+        node.log("r", 0).append_records([RecordSpec(b"a", b"1"), RecordSpec(b"a", b"2")])
+        node.roll("r", 0)
+    r = _cli("clean", "r", "0", "--dry-run", "--data-dir", str(data))
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["records_removed"]["superseded"] == 1 and plan["end_offset"] == 2
+    r = _cli("report", "r", "0", "--data-dir", str(data), "--json")
+    assert json.loads(r.stdout) == []  # a dry run is not a round
