@@ -14,14 +14,20 @@ so the retention rules are exactly the local ones. A round over one partition:
    remote segments of a chunk that have no identical local copy are fetched into a temporary
    directory, mapped into the same offset map, and deleted before the next chunk. If the
    map fills, the round ends where it got (the next round continues from there).
+   The map pass also digests each dirty key once (:class:`~cleaner.key_skip.DirtyKeys`), and
+   a downloaded segment stays on disk for the rewrite while a keep budget allows (a third of
+   the free disk beyond one chunk and one output), so a dirty segment is downloaded once.
 3. **Rewrite** every referenced segment below the mapped end. A segment of the already
-   clean region is first tested against its bloom filter (stored by the metadata manager):
-   if none of the map's keys can be in it, and it holds no transactional batch and no
-   delete horizon that has passed, it is **skipped** and carried forward unchanged.
-   Otherwise consecutive segments to rewrite are grouped up to ``segment.bytes``; each
+   clean region is decided by :mod:`cleaner.key_skip`: rewritten if it holds transactional
+   batches or a delete horizon that has passed; else **skipped** and carried forward
+   unchanged if its bloom filter (metadata store) rules out every dirty key, or if its exact
+   key index (an object beside it, read through the read cache; built from a download if it
+   has none) holds none of them; else rewritten (or carried forward by the optional cost
+   gate). Consecutive segments to rewrite are grouped up to ``segment.bytes``; each
    group is fetched source by source (so local disk holds one source plus the output),
    cleaned into one new segment, and uploaded under a **new** RemoteLogSegmentId with
-   its new bloom filter, registered COPY_SEGMENT_STARTED under the round's leader epoch.
+   its new bloom filter and key index, registered COPY_SEGMENT_STARTED under the round's
+   leader epoch.
 4. **Publish once** through :meth:`RemoteLogMetadataManager.publish_compaction` with the
    cleaner-offset vector ``{..., epoch: end}``: the new segments become readable and the old
    ones unreferenced in one fenced transaction. A leader whose epoch was superseded while
@@ -49,6 +55,7 @@ different partitions may run in different TieredCleaners at once.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -56,7 +63,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from cleaner.cleaner import (
     CleanContext,
@@ -67,6 +73,7 @@ from cleaner.cleaner import (
 )
 from cleaner.config import CleanerConfig
 from cleaner.errors import InsufficientDiskError
+from cleaner.key_skip import REWRITE_DISABLED, Decision, DirtyKeys, SkipPolicy
 from cleaner.log_to_clean import CleanRatios
 from cleaner.offset_map import OffsetMap, max_map_entries
 from cleaner.stats import CleanerStats
@@ -75,7 +82,8 @@ from cleaner.transactions import CleanedTransactionMetadata
 from log.checkpoint import LeaderEpochCheckpointFile
 from log.clock import SYSTEM_CLOCK, Clock
 from log.errors import CorruptRecordError
-from log.index.bloom import KeyBloomFilter, build_segment_bloom
+from log.index.bloom import KeyBloomFilter
+from log.index.key_index import build_segment_indexes, scan_keys
 from log.index.txn_index import AbortedTxn, TxnIndexLink, collect_aborted_transactions, parse_txn_index
 from log.local_log import LocalLog, SimulatedCrash
 from log.segment import LogSegment
@@ -338,7 +346,7 @@ class TieredCleaner:
                  config: CleanerConfig, *, temp_dir: Path, broker_id: int = 0, clock: Clock = SYSTEM_CLOCK,
                  throttler: Throttler | None = None, free_disk: Callable[[Path], int] | None = None,
                  disk_hook: Callable[[int], None] | None = None, bloom_skip: bool = True,
-                 check_done: Callable[[TopicPartition], None] | None = None) -> None:
+                 check_done: Callable[[TopicPartition], None] | None = None, use_key_index: bool = True) -> None:
         self.rlmm = rlmm
         self.rsm = rsm
         self.offset_map = offset_map
@@ -350,7 +358,16 @@ class TieredCleaner:
         self.free_disk = free_disk or (lambda p: shutil.disk_usage(p).free)
         self.disk_hook = disk_hook
         self.bloom_skip = bloom_skip
+        #: False: the clean region is decided by bloom filters alone (the behaviour before key indexes)
+        self.use_key_index = use_key_index
         self.check_done = check_done
+        #: downloads of this round kept on disk for the rewrite (segment id -> source), within _keep_budget
+        self._kept: dict[str, _Source] = {}
+        self._keep_budget = 0
+        #: sources opened only to build a key index, closed once their segment is decided
+        self._deciding: list[_Source] = []
+        #: the round's dirty keys (collected by the map pass when a clean region is to be tested)
+        self._dirty_keys: DirtyKeys | None = None
         self.max_entries = max_map_entries(offset_map, config.load_factor)
         #: the round's transaction indexes (remote and local), each loaded at most once per round
         self._round_txns: RoundTxnIndexes | None = None
@@ -397,6 +414,7 @@ class TieredCleaner:
         stats.first_dirty_offset = plan.first_dirty_offset
         space = TempSpace(self.temp_root / tp.dir_name, self.disk_hook)
         self.last_space = space
+        self._start_round(log, plan)
         uploaded: list[RemoteLogSegmentMetadata] = []  # filled as uploads land, so a failure can undo them
         replaced: list[RemoteLogSegmentMetadata] = []
         try:
@@ -422,6 +440,7 @@ class TieredCleaner:
             self._abandon(uploaded, leader_epoch, fenced=isinstance(e, FencedLeaderEpochError))
             raise
         finally:
+            self._drop_kept(space)
             space.cleanup()
             self._round_txns = None
         self.drop_stale_local_copies(log, end)
@@ -455,9 +474,10 @@ class TieredCleaner:
                         [s.segment for s in sources], start, upper, self.offset_map, txn,
                         max_entries=self.max_entries, stats=stats, throttler=self.throttler,
                         check_done=self._check(tp), io_buffer_size=self.config.io_buffer_per_thread)
+                    self._collect_dirty_keys(sources, start, upper)
             finally:
                 for s in sources:
-                    self._close_source(s, space)
+                    self._keep_or_close(s, space)
             if full:
                 stats.map_full = True
                 return max(self.offset_map.latest_offset + 1, start)
@@ -506,6 +526,9 @@ class TieredCleaner:
 
     def _open_source(self, log: LocalLog, md: RemoteLogSegmentMetadata, space: TempSpace, stats: CleanerStats,
                      bound: int) -> _Source:
+        kept = self._kept.pop(md.id, None)
+        if kept is not None:  # downloaded earlier this round (map pass or key index build)
+            return kept
         linked = self._link_local_copy(log, md, space)
         if linked is not None:
             return linked
@@ -567,22 +590,73 @@ class TieredCleaner:
             space.release(*src.temp_files)
 
     # ---- phase 2: rewrite ---------------------------------------------------------------
-    def _can_skip(self, md: RemoteLogSegmentMetadata, plan: TieredRoundPlan, now: int,
-                  digests: Any) -> tuple[bool, Any]:
-        """Whether a clean-region segment provably needs no rewrite (bloom + summary)."""
-        if not self.bloom_skip or md.end_offset >= plan.first_dirty_offset:
-            return False, digests
-        blob = self.rlmm.get_bloom_filter(md.remote_log_segment_id)
-        if blob is None:
-            return False, digests  # built lazily: downloaded, cleaned, and the new one gets a filter
-        bloom = KeyBloomFilter.from_bytes(blob, source=md.id)
-        if bloom.has_transactional_batches or (bloom.min_delete_horizon_ms is not None
-                                               and bloom.min_delete_horizon_ms <= now):
-            return False, digests
-        if digests is None:  # once per round: an array where the map offers one (numpy bloom probes)
-            array = getattr(self.offset_map, "digest_array", None)
-            digests = array() if array is not None else self.offset_map.digests()
-        return not bloom.might_contain_any_digest(digests), digests
+    def _decide(self, md: RemoteLogSegmentMetadata, plan: TieredRoundPlan, policy: SkipPolicy) -> Decision:
+        """Dirty segments are rewritten; the clean region is decided by :mod:`cleaner.key_skip`."""
+        if not self.bloom_skip:
+            return REWRITE_DISABLED
+        if md.end_offset >= plan.first_dirty_offset:
+            return Decision(True, "dirty")
+        return policy.decide(md)
+
+    def _skip_policy(self, log: LocalLog, plan: TieredRoundPlan, now: int, space: TempSpace, stats: CleanerStats,
+                     bound: int) -> SkipPolicy:
+        def download(md: RemoteLogSegmentMetadata) -> Path:
+            src = self._open_source(log, md, space, stats, bound)
+            if not self._keep(src, space):
+                self._deciding.append(src)  # over the keep budget: closed once the segment is decided
+            return src.segment.log_path
+
+        return SkipPolicy(self.rlmm, self.rsm, self._dirty_keys or DirtyKeys(), now=now,
+                          max_compaction_lag_ms=int(log.config.get("max.compaction.lag.ms")),
+                          min_reclaimable_ratio=float(log.config.get("remote.compaction.min.reclaimable.ratio")),
+                          use_key_index=self.use_key_index, stats=stats, download=download)
+
+    # ---- downloads kept for the rewrite ----------------------------------------------------
+    def _start_round(self, log: LocalLog, plan: TieredRoundPlan) -> None:
+        """Size the keep budget: what a third of the free disk holds beyond one chunk and one
+        output (so the round's temp disk stays within the larger of that third and the chunk
+        bound plus an output), and decide whether the map pass collects dirty keys."""
+        bound = self.chunk_bound(log)
+        third = self.free_disk(self.temp_root) // 3
+        self._kept = {}
+        self._keep_budget = max(0, third - bound - log.config.segment_bytes)
+        has_clean_region = any(s.end_offset < plan.first_dirty_offset for s in plan.segments)
+        self._dirty_keys = DirtyKeys() if (self.bloom_skip and has_clean_region) else None
+
+    def _collect_dirty_keys(self, sources: Sequence[_Source], start: int, upper: int) -> None:
+        """Digest each dirty key once (a map that fills makes this a superset: safe)."""
+        if self._dirty_keys is None:
+            return
+        for src in sources:
+            scan = scan_keys(src.segment.log_path, start, upper)
+            self._dirty_keys.add(scan.digests, scan.tombstones)
+
+    def _keep(self, src: _Source, space: TempSpace) -> bool:
+        """Keep a downloaded source (not a linked local copy) for the rewrite if the budget allows."""
+        downloaded = bool(src.temp_files) and src.segment.log_path.parent == space.dir
+        kept = sum(k.md.segment_size_in_bytes for k in self._kept.values())
+        if downloaded and src.md.id not in self._kept and kept + src.md.segment_size_in_bytes <= self._keep_budget:
+            self._kept[src.md.id] = src
+            return True
+        return False
+
+    def _keep_or_close(self, src: _Source, space: TempSpace) -> None:
+        if not self._keep(src, space):
+            self._close_source(src, space)
+
+    def _release_kept(self, md: RemoteLogSegmentMetadata, space: TempSpace) -> None:
+        """After a decision: a carried-forward segment's download, and any source opened only to
+        build an index, leave the disk."""
+        src = self._kept.pop(md.id, None)
+        if src is not None:
+            self._close_source(src, space)
+        while self._deciding:
+            self._close_source(self._deciding.pop(), space)
+
+    def _drop_kept(self, space: TempSpace) -> None:
+        for src in [*self._kept.values(), *self._deciding]:
+            self._close_source(src, space)
+        self._kept, self._deciding = {}, []
 
     def _rewrite(self, log: LocalLog, plan: TieredRoundPlan, end: int, now: int, space: TempSpace,
                  stats: CleanerStats, uploaded: list[RemoteLogSegmentMetadata],
@@ -593,15 +667,19 @@ class TieredCleaner:
         bound = self.chunk_bound(log)
         candidates = [s for s in plan.segments if s.start_offset < end]
         runs: list[list[RemoteLogSegmentMetadata]] = [[]]
-        digests: Any = None
+        policy = self._skip_policy(log, plan, now, space, stats, bound)
         for md in candidates:
-            skip, digests = self._can_skip(md, plan, now, digests)
-            if skip:
-                stats.segments_skipped_by_bloom += 1
-                stats.account(md.id, "skipped-by-bloom", md.start_offset, md.end_offset)
+            decision = self._decide(md, plan, policy)
+            if not decision.rewrite:
+                if decision.action == "skipped-by-bloom":
+                    stats.segments_skipped_by_bloom += 1
+                stats.account(md.id, decision.action, md.start_offset, md.end_offset)
+                self._release_kept(md, space)  # if it was downloaded to build its index
                 if runs[-1]:
                     runs.append([])
             else:
+                while self._deciding:  # opened for its index but over the keep budget: fetched again
+                    self._close_source(self._deciding.pop(), space)
                 runs[-1].append(md)
         groups = [g for run in runs if run for g in group_remote_segments(run, min(log.config.segment_bytes, bound), end)]
         with log.lock:
@@ -656,6 +734,9 @@ class TieredCleaner:
             end_offset=group[-1].end_offset, max_timestamp_ms=max_ts, broker_id=self.broker_id,
             event_timestamp_ms=self.clock.milliseconds(), segment_size_in_bytes=dest.size,
             segment_leader_epochs=epochs, state=RemoteLogSegmentState.COPY_SEGMENT_STARTED)
+        bloom, key_index = build_segment_indexes(dest, fpp)  # one scan of the output: both key indexes
+        key_index_data = key_index.to_bytes()
+        md = dataclasses.replace(md, key_index_bytes=len(key_index_data))
         self.rlmm.add_remote_log_segment_metadata(md, leader_epoch=epoch)
         for index in (dest.offset_index, dest.time_index):  # an empty index is still uploaded
             index.flush()
@@ -666,20 +747,21 @@ class TieredCleaner:
             # KIP-405 LogSegmentData: the replaced segments' producer snapshot and epoch checkpoint
             checkpoint, snapshot = rewritten_segment_state(self.rsm, group, LeaderEpochCheckpointFile.render(entries))
             self.rsm.copy_log_segment_data(md, LogSegmentData(
-                dest.log_path, dest.offset_index.path, dest.time_index.path, txn, checkpoint, snapshot))
-            self.rlmm.put_bloom_filter(md.remote_log_segment_id, build_segment_bloom(dest, fpp).to_bytes())
+                dest.log_path, dest.offset_index.path, dest.time_index.path, txn, checkpoint, snapshot,
+                key_index=key_index_data))
+            self.rlmm.put_bloom_filter(md.remote_log_segment_id, bloom.to_bytes())
         except SimulatedCrash:
             raise
         except BaseException as e:
             self._abandon([md], epoch, fenced=isinstance(e, FencedLeaderEpochError))
             raise
-        uploaded = dest.size + dest.offset_index.size_in_bytes + dest.time_index.size_in_bytes
+        uploaded = dest.size + dest.offset_index.size_in_bytes + dest.time_index.size_in_bytes + len(key_index_data)
         stats.bytes_uploaded += uploaded
         # the replaced segments' state objects were read for it (two GETs), its objects written
         stats.account(max(group, key=lambda m: m.end_offset).id).requests += 2
         account = stats.account(md.id, "uploaded", md.start_offset, md.end_offset)
         account.bytes_out, account.uploaded = dest.size, uploaded
-        account.requests += 4 + (txn is not None) + (snapshot is not None)
+        account.requests += 5 + (txn is not None) + (snapshot is not None)
         if self.throttler is not None:
             self.throttler.maybe_throttle(uploaded)
         return md

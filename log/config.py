@@ -128,6 +128,10 @@ define("local.retention.bytes", int, -2, at_least(-2),
        "Tiered partitions: local bytes to keep (-2 = retention.bytes, -1 = no limit).")
 define("remote.compaction.bloom.fpp", float, 0.01, between(1e-6, 0.5),
        "False-positive rate of each remote segment's key bloom filter (tiercompact; seed 004 default 1%).")
+define("remote.compaction.min.reclaimable.ratio", float, 0.0, between(0.0, 1.0),
+       "Tiered cost gate (tiercompact; 0 = off): a clean remote segment whose superseded records are a smaller "
+       "share of its keyed records than this is carried forward instead of rewritten, unless "
+       "max.compaction.lag.ms or a tombstone's delete horizon requires the rewrite.")
 define("message.timestamp.difference.max.ms", int, LONG_MAX, at_least(0),
        "Reject records whose CreateTime differs from the broker clock by more than this.")
 

@@ -591,7 +591,8 @@ class SparkCleanJob:
         p.outcome.new_segment_ids = [t.new_segment_id for t in p.tasks]
         try:
             for task, res in zip(p.tasks, results, strict=True):
-                md = task.new_metadata(res.size, res.max_timestamp_ms, self.clock.milliseconds())
+                md = task.new_metadata(res.size, res.max_timestamp_ms, self.clock.milliseconds(),
+                                       key_index_bytes=res.key_index_bytes)
                 self.rlmm.add_remote_log_segment_metadata(md, leader_epoch=p.epoch)
                 registered.append(md)
                 self.rlmm.put_bloom_filter(md.remote_log_segment_id, res.bloom)

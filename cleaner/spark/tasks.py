@@ -37,7 +37,8 @@ from cleaner.stats import CleanerStats
 from cleaner.transactions import CleanedTransactionMetadata
 from log.checkpoint import LeaderEpochCheckpointFile
 from log.errors import CorruptRecordError
-from log.index.bloom import build_segment_bloom, key_digest
+from log.index.bloom import key_digest
+from log.index.key_index import build_segment_indexes
 from log.index.txn_index import AbortedTxn, parse_txn_index
 from log.locks import RANK_LEAF, ordered_lock
 from log.record import ControlRecordType
@@ -423,13 +424,15 @@ class RewriteTask:
                 epochs[e] = min(off, epochs.get(e, off))
         return epochs
 
-    def new_metadata(self, size: int, max_timestamp_ms: int, event_timestamp_ms: int) -> RemoteLogSegmentMetadata:
+    def new_metadata(self, size: int, max_timestamp_ms: int, event_timestamp_ms: int,
+                     key_index_bytes: int | None = None) -> RemoteLogSegmentMetadata:
         tp = self.sources[0].topic_partition
         return RemoteLogSegmentMetadata(
             remote_log_segment_id=RemoteLogSegmentId(tp, self.new_segment_id), start_offset=self.start_offset,
             end_offset=self.end_offset, max_timestamp_ms=max_timestamp_ms, broker_id=self.broker_id,
             event_timestamp_ms=event_timestamp_ms, segment_size_in_bytes=size,
-            segment_leader_epochs=self.leader_epochs(), state=RemoteLogSegmentState.COPY_SEGMENT_STARTED)
+            segment_leader_epochs=self.leader_epochs(), state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+            key_index_bytes=key_index_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -450,6 +453,8 @@ class RewriteResult:
     removed: tuple[int, int, int, int] = (0, 0, 0, 0)
     #: object-store calls made: one per source fetched, two state reads, one per object written
     requests: int = 0
+    #: size of the key index uploaded beside the new segment (the driver records it in its metadata)
+    key_index_bytes: int | None = None
 
 
 def run_rewrite(task: RewriteTask, entries: Iterable[tuple[bytes, int]],
@@ -489,7 +494,9 @@ def run_rewrite(task: RewriteTask, entries: Iterable[tuple[bytes, int]],
             finish_cleaned_segment(dest, task.now_ms)
             max_ts = (dest.max_timestamp_so_far if dest.max_timestamp_so_far >= 0
                       else max(s.max_timestamp_ms for s in task.sources))
-            md = task.new_metadata(dest.size, max_ts, task.now_ms)
+            bloom_filter, key_index = build_segment_indexes(dest, task.fpp)  # one scan: both key indexes
+            key_index_data = key_index.to_bytes()
+            md = task.new_metadata(dest.size, max_ts, task.now_ms, key_index_bytes=len(key_index_data))
             for index in (dest.offset_index, dest.time_index):  # an empty index is still uploaded
                 index.flush()
                 index.path.touch(exist_ok=True)
@@ -499,16 +506,18 @@ def run_rewrite(task: RewriteTask, entries: Iterable[tuple[bytes, int]],
             checkpoint, snapshot = rewritten_segment_state(rsm, [s.metadata() for s in task.sources],
                                                            LeaderEpochCheckpointFile.render(epochs))
             rsm.copy_log_segment_data(md, LogSegmentData(
-                dest.log_path, dest.offset_index.path, dest.time_index.path, txn_path, checkpoint, snapshot))
-            bloom = build_segment_bloom(dest, task.fpp).to_bytes()
-            uploaded = dest.size + dest.offset_index.size_in_bytes + dest.time_index.size_in_bytes
+                dest.log_path, dest.offset_index.path, dest.time_index.path, txn_path, checkpoint, snapshot,
+                key_index=key_index_data))
+            bloom = bloom_filter.to_bytes()
+            uploaded = (dest.size + dest.offset_index.size_in_bytes + dest.time_index.size_in_bytes
+                        + len(key_index_data))
             return RewriteResult(task.key, task.new_segment_id, task.start_offset, task.end_offset, dest.size,
                                  max_ts, bloom, downloaded, uploaded, stats.messages_read,
                                  stats.messages_written, len(task.sources),
                                  removed=(stats.removed_superseded, stats.removed_tombstone, stats.removed_aborted,
                                           stats.removed_marker),
-                                 requests=len(task.sources) + 2 + 4 + (txn_path is not None)
-                                 + (snapshot is not None))
+                                 requests=len(task.sources) + 2 + 5 + (txn_path is not None)
+                                 + (snapshot is not None), key_index_bytes=len(key_index_data))
         finally:
             txn.cleaned_index = None
             dest.close()

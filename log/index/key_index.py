@@ -83,6 +83,8 @@ class KeyScan:
     record's key in the scanned range, and the segment summary the skip policy needs."""
 
     digests: np.ndarray  # (n, 16) uint8
+    #: digests of the keys that have a tombstone (a record without a value) in the range
+    tombstones: np.ndarray  # (m, 16) uint8
     has_transactional_batches: bool
     min_delete_horizon_ms: int | None
     data_records: int
@@ -97,6 +99,7 @@ def scan_keys(path: str | Path, start: int = 0, end: int | None = None) -> KeySc
     size = path.stat().st_size
     md5 = hashlib.md5
     parts: list[bytes] = []
+    dead: list[bytes] = []
     transactional = False
     horizon: int | None = None
     records = 0
@@ -112,11 +115,19 @@ def scan_keys(path: str | Path, start: int = 0, end: int | None = None) -> KeySc
         records += batch.records_count
         if batch.last_offset < start or batch.base_offset >= stop:
             continue
-        parts.extend(md5(key).digest() for off, key, _v in batch.iter_key_offsets()
-                     if key is not None and start <= off < stop)
-    digests = (np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(-1, 16) if parts
-               else np.zeros((0, 16), dtype=np.uint8))
-    return KeyScan(digests, transactional, horizon, records)
+        for off, key, has_value in batch.iter_key_offsets():
+            if key is not None and start <= off < stop:
+                digest = md5(key).digest()
+                parts.append(digest)
+                if not has_value:
+                    dead.append(digest)
+    return KeyScan(_as_digests(parts), _as_digests(dead), transactional, horizon, records)
+
+
+def _as_digests(parts: list[bytes]) -> np.ndarray:
+    if not parts:
+        return np.zeros((0, 16), dtype=np.uint8)
+    return np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(-1, 16)
 
 
 class KeyIndex:

@@ -130,6 +130,7 @@ def test_scan_keys_restricts_to_an_offset_range_and_reads_the_horizon(tmp_path):
     scan = scan_keys(path, 1, 3)
     assert [bytes(d) for d in scan.digests] == [hashlib.md5(b"b").digest(), hashlib.md5(b"c").digest()]
     assert scan.has_transactional_batches and scan.min_delete_horizon_ms == 5_000 and scan.data_records == 3
+    assert [bytes(d) for d in scan.tombstones] == [hashlib.md5(b"c").digest()]  # c has no value
     idx = KeyIndex.from_bytes(build_segment_key_index(path).to_bytes())
     assert idx.min_delete_horizon_ms == 5_000 and len(idx) == 3
 

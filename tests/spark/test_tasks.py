@@ -104,3 +104,27 @@ def test_digest_offset_map_answers_by_key():
     m = DigestOffsetMap([(key_digest(b"a"), 5)], latest_offset=9)
     assert m.get_all([b"a", b"b"]) == [5, -1]
     assert m.latest_offset == 9 and m.size == 1
+
+
+def test_rewrite_uploads_a_key_index_beside_the_new_segment(tmp_path):
+    """A Spark rewrite task uploads the new segment's exact key index (#14) and reports its size,
+    which the driver records in the segment's metadata."""
+    from cleaner.spark.tasks import run_rewrite
+    from log.index.key_index import KeyIndex, build_segment_key_index
+    from remote.storage_manager import IndexType
+
+    w, tp = _world(tmp_path)
+    try:
+        md = w.rlmm.list_remote_log_segments(tp)[0]
+        task = RewriteTask(0, StoreSpec.of(w.store.url), "b" * 32, (SegmentRef.of(md),), ((),), 1, 0,
+                           md.end_offset + 1, md.end_offset, (), TxnState(), 0.01, 4096, 65536)
+        res = run_rewrite(task, [])
+        new = task.new_metadata(res.size, res.max_timestamp_ms, 1, key_index_bytes=res.key_index_bytes)
+        raw = w.store.get(w.rsm.object_key(new, IndexType.KEY_INDEX))
+        assert res.key_index_bytes == len(raw) == new.key_index_bytes
+        path = tmp_path / "new.log"
+        w.rsm.fetch_log_segment_to_file(new, path)
+        assert KeyIndex.from_bytes(raw).to_bytes() == build_segment_key_index(path).to_bytes()
+        assert len(KeyIndex.from_bytes(raw)) > 0
+    finally:
+        w.close()
