@@ -21,6 +21,7 @@ Run: .venv/bin/python -m bench fastpath
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -117,6 +118,11 @@ def _clean(data_dir: Path, engine: str) -> dict[str, Any]:
     c0, w0 = time.process_time(), time.perf_counter()
     stats = lc.clean_now(TopicPartition("t", 0))
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    digest = hashlib.sha256()
+    for seg in lm.get_log(TopicPartition("t", 0)).all_segments():
+        with open(seg.log_path, "rb") as f:  # in chunks: a whole-file read would show in peak RSS
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
     lm.close()
     m = maps[-1]
     d = stats.as_dict()
@@ -126,7 +132,7 @@ def _clean(data_dir: Path, engine: str) -> dict[str, Any]:
             "bytes_read": d["bytes_read"], "records_read": d["records_read"], "bytes_written": d["bytes_written"],
             "records_retained": d["records_retained"], "batches_copied": d["batches_copied"],
             "batches_rebuilt": d["batches_rebuilt"], "map_keys": m.size, "map_slots": m.slots,
-            "map_bytes_allocated": m.memory_bytes}
+            "map_bytes_allocated": m.memory_bytes, "output_sha256": digest.hexdigest()}
 
 
 def _one(value_size: int, records: int, codec: str) -> dict[str, Any]:
@@ -150,7 +156,45 @@ def _one(value_size: int, records: int, codec: str) -> dict[str, Any]:
     out["compiled_vs_ceiling"] = round(out["ceiling"]["cpu_s"] / c["cpu_s"], 3)
     if "reference" in out:
         out["speedup_vs_reference"] = round(out["reference"]["cpu_s"] / c["cpu_s"], 2)
+        out["identical_output"] = len({out[e]["output_sha256"] for e in engines}) == 1
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    return out
+
+
+def _key_hash_costs(n: int) -> dict[str, float]:
+    """CPU ns per 16-byte key: SipHash-2-4-128 inside the compiled scan (``hash_keys``, no Python
+    per key), and per Python call for SipHash (compiled) and MD5 (CPython's _md5, as
+    SkimpyOffsetMap and the pure kernels use it)."""
+    from log.record import RecordBatchBuilder
+    from log.record.batch import RECORDS_OFFSET
+    from log.record.fastpath import compiled_kernels
+
+    try:
+        from _md5 import md5  # type: ignore[import-not-found]
+    except ImportError:  # pragma: no cover
+        md5 = hashlib.md5
+    k: Any = compiled_kernels()
+    keys = [b"key-%012d" % i for i in range(n)]
+    seed = os.urandom(16)
+    out: dict[str, float] = {}
+    sections = []
+    for base in range(0, n, BATCH):
+        b = RecordBatchBuilder(0)
+        for i, key in enumerate(keys[base:base + BATCH]):
+            b.append(i, 0, key, b"")
+        sections.append((b.build()[RECORDS_OFFSET:], len(keys[base:base + BATCH])))
+    c0 = time.process_time()
+    for data, count in sections:
+        k.hash_keys(data, count, 0, seed)
+    out["siphash128_in_compiled_scan"] = round((time.process_time() - c0) / n * 1e9, 1)
+    c0 = time.process_time()
+    for key in keys:
+        k.siphash128(key, seed)
+    out["siphash128_python_call"] = round((time.process_time() - c0) / n * 1e9, 1)
+    c0 = time.process_time()
+    for key in keys:
+        md5(key).digest()
+    out["md5_python_call"] = round((time.process_time() - c0) / n * 1e9, 1)
     return out
 
 
@@ -170,12 +214,14 @@ def main() -> None:
             print(json.dumps(r), flush=True)
             results.append(r)
     lf = CleanerConfig().load_factor
+    hashes = _key_hash_costs(200_000 // scale)
     payload = {
         "workload": {"keys": KEYS, "key_bytes": 16, "records_per_batch": BATCH, "value_pool": VALUE_POOL,
                      "values": "random bytes", "workloads": [{"value_bytes": v, "records": n // scale}
                                                              for v, n in WORKLOADS]},
         "compiled_kernels": compiled_kernels() is not None,
         "key_hash": "SipHash-2-4-128 keyed per round, 96 bits kept (compiled); MD5-96 (pure-Python kernels)",
+        "key_hash_ns_per_16_byte_key": hashes,
         "offset_map": {
             "compact_slot_bytes": COMPACT_ENTRY_SIZE, "skimpy_slot_bytes": ENTRY_SIZE, "load_factor": lf,
             "compact_bytes_per_usable_entry": round(COMPACT_ENTRY_SIZE / lf, 2),
