@@ -85,3 +85,21 @@ def test_a_version_2_store_gets_the_key_index_column(tmp_path: Path, make_world)
     with engine.connect() as conn:
         assert [r[0] for r in conn.execute(text("SELECT version FROM tc_schema_version"))] == [SCHEMA_VERSION]
     engine.dispose()
+
+
+def test_read_cache_put_is_write_through_and_invalidate_key_drops_one_entry(tmp_path: Path):
+    from remote.read_cache import RemoteReadCache
+
+    cache = RemoteReadCache(tmp_path / "c", 100)
+    cache.put("a.keyindex", b"x" * 40)
+    cache.put("a.keyindex", b"y" * 40)  # immutable: the first bytes stay, counted once
+    cache.put("b.keyindex", b"z" * 40)
+    assert cache.get("a.keyindex", lambda: b"never") == b"x" * 40
+    assert cache.used_bytes == 80 == cache.disk_bytes() and cache.stats().misses == 0
+    cache.put("c.keyindex", b"w" * 40)  # over the budget: the least recently used entry goes
+    assert cache.used_bytes == 80 and cache.get("b.keyindex", lambda: b"refetched") == b"refetched"
+    cache.invalidate_key("a.keyindex")
+    cache.invalidate_key("missing")
+    assert cache.get("a.keyindex", lambda: b"fresh") == b"fresh"
+    cache.put("huge", b"h" * 500)  # larger than the whole budget: not kept
+    assert "huge" not in cache._entries and cache.used_bytes <= 100 and cache.disk_bytes() == cache.used_bytes
