@@ -204,7 +204,7 @@ def _tiered_plan(lc: LogCleaner, tp: TopicPartition, log: LocalLog) -> dict[str,
     for md in (plan.segments if plan is not None else ()):
         a = accounts.get(md.id)
         segments.append(_segment(md.id, md.start_offset, md.end_offset, md.segment_size_in_bytes, "remote", a,
-                                 download=a is not None and a.downloaded > 0, end=end))
+                                 download=a is not None and a.log_downloads > 0, end=end))
     first = plan.first_dirty_offset if plan is not None else stats.first_dirty_offset
     return _plan(tp, "tiered", epoch, first, end, stats, segments)
 

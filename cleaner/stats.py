@@ -40,6 +40,8 @@ class SegmentAccount:
     downloaded: int = 0
     uploaded: int = 0
     requests: int = 0
+    #: times the segment's log itself was fetched (``downloaded`` also counts its indexes)
+    log_downloads: int = 0
 
 
 @dataclass(slots=True)

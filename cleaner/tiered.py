@@ -550,6 +550,7 @@ class TieredCleaner:
         account = stats.account(md.id, None, md.start_offset, md.end_offset)
         account.downloaded += n
         account.requests += 1
+        account.log_downloads += 1
         if self.throttler is not None:
             self.throttler.maybe_throttle(n)
         seg = LogSegment(space.dir, base, index_interval_bytes=int(log.config.get("index.interval.bytes")))

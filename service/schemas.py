@@ -324,7 +324,8 @@ class DryRunSegment(BaseModel):
     action: Literal["rewrite", "skip"]
     skipped_by: str | None = Field(default=None, description="The test that ruled the rewrite out: bloom, "
                                    "key-index, cost-gate, or not-dirty (above the round's cleanable range).")
-    download: bool = Field(description="Whether the round downloads it.")
+    download: bool = Field(description="Whether the round downloads the segment (its indexes may be fetched "
+                                       "without it).")
     records_reclaimable: int
     bytes_reclaimable: int
 

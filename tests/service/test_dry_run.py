@@ -120,6 +120,36 @@ def test_tiered_dry_run_downloads_only_what_the_skip_tests_allow(client: TestCli
     assert [s["segment_id"] for s in report["segments"] if s["action"] == "rewritten"] == plan["segments_to_rewrite"]
 
 
+def test_segments_the_key_index_rules_out_are_skipped_without_a_download(client: TestClient, node: Node) -> None:
+    """With a bloom filter that matches half of all keys, the exact key index decides."""
+    r = client.post("/v1/topics", json={"name": "t", "config": {
+        "cleanup.policy": "compact,delete", "retention.ms": -1, "remote.storage.enable": True,
+        "segment.bytes": 2048, "local.retention.ms": 0, "min.cleanable.dirty.ratio": 0.01,
+        "remote.compaction.bloom.fpp": 0.5}})
+    assert r.status_code == 201, r.text
+    for i in range(0, 300, 30):
+        _produce(client, [(f"cold-{j:04d}", "x" * 20) for j in range(i, i + 30)])
+    assert client.post(f"{P0}/roll").status_code == 200
+    assert client.post(f"{P0}/tier").json()["copied"]
+    assert client.post(f"{P0}/clean").status_code == 200
+    _produce(client, [(f"hot-{i}", "a") for i in range(8)] + [("hot-1", "b")])
+    assert client.post(f"{P0}/roll").status_code == 200
+    assert client.post(f"{P0}/tier").json()["copied"]
+    before = _state(node)
+    plan = client.post(f"{P0}/clean", params={"dry_run": "true"}).json()
+    assert _state(node) == before
+    skipped = plan["segments_skipped"]
+    assert "key-index" in skipped.values()
+    assert not set(skipped) & set(plan["segments_to_download"])
+    assert plan["records_removed"]["superseded"] == 1
+    stats = client.post(f"{P0}/clean").json()
+    assert stats["records_removed"] == plan["records_removed"] and stats["checkpoint"] == plan["end_offset"]
+    report = client.get(f"{P0}/compactions", params={"limit": 1}).json()[0]
+    by_test = {"skipped-by-bloom": "bloom", "skipped-by-key-index": "key-index"}
+    assert {s["segment_id"]: by_test[s["action"]] for s in report["segments"] if s["action"] in by_test} == skipped
+    assert [s["segment_id"] for s in report["segments"] if s["action"] == "rewritten"] == plan["segments_to_rewrite"]
+
+
 def test_dry_run_errors(client: TestClient) -> None:
     assert client.post("/v1/topics/nope/partitions/0/clean", params={"dry_run": "true"}).status_code == 404
     client.post("/v1/topics", json={"name": "d", "config": {"cleanup.policy": "delete"}})
