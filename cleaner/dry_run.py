@@ -14,7 +14,8 @@ The plan runs the round's own code, so it cannot drift from what a round does:
   storage manager that drop every write, and without removing stale local copies. It reads
   what the round would read, so segments the skip tests rule out are never downloaded;
   downloads and the cleaned output go to a private temporary directory removed afterwards.
-  Nothing is uploaded or published: no object, metadata row, checkpoint or local file changes.
+  Nothing is uploaded or published: no object, metadata row, checkpoint or local file changes
+  (a key index the plan fetches may stay in the node's remote read cache, as any read's does).
 
 The partition is held IN_PROGRESS in the cleaner manager meanwhile (a background round waits,
 as it would for a real round), and released without a checkpoint.
