@@ -38,7 +38,7 @@ from cleaner.cleaner import Cleaner
 from cleaner.config import CleanerConfig
 from cleaner.errors import LogCleaningAbortedError, LogCleaningError, ThreadShutdownError
 from cleaner.manager import LogCleanerManager
-from cleaner.offset_map import CompactOffsetMap, OffsetMap, SkimpyOffsetMap
+from cleaner.offset_map import CompactOffsetMap, OffsetMap
 from cleaner.report import RoundReporter, build_report
 from cleaner.stats import CleanerStats
 from cleaner.throttler import Throttler
@@ -153,10 +153,8 @@ class LogCleaner:
 
     # ---- lifecycle ---------------------------------------------------------------------
     def _new_map(self, *, tiered: bool = False) -> OffsetMap:
-        # local rounds: 16-byte slots and the record kernels; tiered rounds test the map's MD5
-        # digests against bloom filters, which only SkimpyOffsetMap keeps
-        if tiered:
-            return SkimpyOffsetMap(self.config.dedupe_buffer_per_thread)
+        # 16-byte slots and the record kernels for local and tiered rounds alike: the tiered
+        # skip tests digest the dirty keys themselves (cleaner.key_skip.DirtyKeys), not the map
         return CompactOffsetMap(self.config.dedupe_buffer_per_thread)
 
     def start(self) -> None:

@@ -20,8 +20,10 @@ collision merges two keys, which Kafka accepts.
 4-byte offset delta from the round's first mapped offset) in the record kernels' key table
 (``log/record/fastpath.py``: compiled, or the pure-Python reference), the same probing and
 capacity rule, allocated as keys arrive. The cleaner recognises it and runs its compiled loops
-over it (``cleaner/fast_cleaner.py``). SkimpyOffsetMap stays for the tiered and Spark engines,
-whose bloom-filter skip tests the map's full MD5 digests.
+over it (``cleaner/fast_cleaner.py``); the LogCleaner gives one to local and tiered rounds.
+SkimpyOffsetMap is the reference path (any other OffsetMap, e.g. the Spark tasks' digest map,
+goes through the same reference code) and the one to use where the map's full MD5 digests are
+needed, since CompactOffsetMap keeps only keyed, truncated ones.
 
 The cleaner's hot loops go through :meth:`OffsetMap.put_all` / :meth:`OffsetMap.get_all`, which
 :class:`SkimpyOffsetMap` runs over whole chunks of keys with numpy (hash with hashlib, probe every
@@ -368,8 +370,8 @@ class CompactOffsetMap(OffsetMap):
     (Kafka's "multiple passes"). :meth:`put` raises OffsetMapFullError for it.
 
     The digests are keyed and truncated, so :meth:`digests` is not offered: a bloom filter of
-    MD5 digests cannot be tested with them (engines that skip segments by bloom filter use
-    :class:`SkimpyOffsetMap`). Not thread-safe.
+    MD5 digests cannot be tested with them (the tiered cleaner digests its dirty keys itself,
+    ``cleaner.key_skip.DirtyKeys``). Not thread-safe.
     """
 
     bytes_per_entry = COMPACT_ENTRY_SIZE
