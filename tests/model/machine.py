@@ -40,8 +40,6 @@ class PartitionMachine(RuleBasedStateMachine):
     expensive_budget: ClassVar[int | None] = None
     #: counts over every example run (examples, steps, operations by name), for the report
     stats: ClassVar[dict[str, int]]
-    #: markers may bump the producer epoch (the coordinator fencing a producer)
-    epoch_bumps: ClassVar[bool] = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -107,7 +105,7 @@ class PartitionMachine(RuleBasedStateMachine):
     @precondition(_ready)
     @rule(pid=st.sampled_from(TXN_PIDS), commit=st.booleans(), bump=st.sampled_from((False, False, True)))
     def end_transaction(self, pid: int, commit: bool, bump: bool) -> None:
-        self.drv.end_transaction(pid, commit, bump and self.epoch_bumps)
+        self.drv.end_transaction(pid, commit, bump)
 
     # ---- log maintenance -----------------------------------------------------------------------
     @precondition(_ready)
