@@ -97,6 +97,8 @@ from remote.storage_manager import IndexType, LogSegmentData, RemoteStorageManag
 logger = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
+#: downloads kept open for the rewrite at most (each holds file handles), whatever the disk allows
+MAX_KEPT_SOURCES = 256
 
 
 # ---- local disk accounting ------------------------------------------------------------------
@@ -636,7 +638,8 @@ class TieredCleaner:
         """Keep a downloaded source (not a linked local copy) for the rewrite if the budget allows."""
         downloaded = bool(src.temp_files) and src.segment.log_path.parent == space.dir
         kept = sum(k.md.segment_size_in_bytes for k in self._kept.values())
-        if downloaded and src.md.id not in self._kept and kept + src.md.segment_size_in_bytes <= self._keep_budget:
+        if (downloaded and src.md.id not in self._kept and len(self._kept) < MAX_KEPT_SOURCES
+                and kept + src.md.segment_size_in_bytes <= self._keep_budget):
             self._kept[src.md.id] = src
             return True
         return False

@@ -210,3 +210,28 @@ def test_cost_gate_is_off_by_default(make_world):
     target = w.rlmm.list_remote_log_segments(TP)[0]
     _updates(w, [b"cold-0000"])
     assert _actions(w.clean())[target.id] == "rewritten"
+
+
+@pytest.mark.parametrize("limit", ["disk", "count"])
+def test_dirty_segments_are_fetched_again_when_they_cannot_be_kept(make_world, tmp_path, monkeypatch, limit):
+    """The keep budget (a third of the free disk beyond one chunk and one output) and the cap on
+    kept sources bound what stays on disk; past them a dirty segment is fetched again for the
+    rewrite, as before, and the round is the same."""
+    import cleaner.tiered as tiered
+
+    w = make_world(config=LOOSE_BLOOM)
+    _base(w)
+    clean = {m.id for m in w.rlmm.list_remote_log_segments(TP)}
+    hot = [b"cold-0001"]
+    holding = _holding(w, tmp_path, hot)
+    _updates(w, hot, fresh=60)
+    dirty = [m for m in w.rlmm.list_remote_log_segments(TP) if m.id not in clean]
+    before = final_state(w.read_all())
+    if limit == "count":
+        monkeypatch.setattr(tiered, "MAX_KEPT_SOURCES", 0)
+        cleaner = w.cleaner()
+    else:
+        cleaner = w.cleaner(free_disk=lambda p: 3 * 2048)  # chunk bound = segment.bytes: no room to keep
+    stats = w.clean(cleaner)
+    assert stats.segments_downloaded == 2 * len(dirty) + len(holding)
+    assert final_state(w.read_all()) == before
