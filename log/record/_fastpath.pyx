@@ -28,9 +28,19 @@ Contract shared with ``_fastpath_py.py`` (see ``log/record/fastpath.py``'s Proto
 """
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport calloc, free
+from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define TC_PREFETCH(p) __builtin_prefetch((const void*)(p))
+    #else
+    #define TC_PREFETCH(p) ((void)0)
+    #endif
+    """
+    void TC_PREFETCH(const void* p) noexcept nogil
 
 cdef enum:
     SLOT = 16
@@ -249,13 +259,23 @@ cdef class KeyTable:
             self.collisions += 1
         return -1
 
+    cdef inline void _prefetch(self, const uint8_t* d) noexcept nogil:
+        """Start loading the first slot ``d`` probes (the kernels digest a whole batch first)."""
+        if self.slots:
+            TC_PREFETCH(self.buf + _position(d, 0, self.slots) * SLOT)
+
     cdef inline int64_t _get(self, const uint8_t* key, Py_ssize_t n) noexcept nogil:
         cdef uint8_t d[DIGEST]
+        if self.size == 0:
+            return -1
+        _digest(key, n, self.k0, self.k1, d)
+        return self._get_d(d)
+
+    cdef inline int64_t _get_d(self, const uint8_t* d) noexcept nogil:
         cdef Py_ssize_t pos
         cdef uint8_t* s
         if self.size == 0:
             return -1
-        _digest(key, n, self.k0, self.k1, d)
         pos = self._find(d)
         if pos < 0:
             return -1
@@ -268,6 +288,10 @@ cdef class KeyTable:
     cdef int _put(self, const uint8_t* key, Py_ssize_t n, int64_t offset, Py_ssize_t max_entries) except -2:
         """OK, FULL (size >= max_entries or every slot taken) or DELTA_OVERFLOW."""
         cdef uint8_t d[DIGEST]
+        _digest(key, n, self.k0, self.k1, d)
+        return self._put_d(d, offset, max_entries)
+
+    cdef int _put_d(self, const uint8_t* d, int64_t offset, Py_ssize_t max_entries) except -2:
         cdef Py_ssize_t pos
         cdef uint8_t* s
         cdef int64_t delta
@@ -281,7 +305,6 @@ cdef class KeyTable:
         # grow before the physical table passes 3/4 full (Kafka's load factor applies to capacity)
         if self.slots < self.capacity and (self.size + 1) * 4 > self.slots * 3:
             self._grow()
-        _digest(key, n, self.k0, self.k1, d)
         pos = self._find(d)
         if pos < 0:
             return FULL
@@ -390,31 +413,65 @@ cdef inline int _next_key_offset(const uint8_t* p, Py_ssize_t* pos, Py_ssize_t e
     return 0
 
 
+cdef struct Scanned:
+    int64_t offset
+    Py_ssize_t key_len   # -1: null key
+    bint has_value
+    bint hashed
+    uint8_t digest[12]
+
+
+cdef Scanned* _alloc_scanned(Py_ssize_t count) except? NULL:
+    if count <= 0:
+        return NULL
+    cdef Scanned* sc = <Scanned*>malloc(count * sizeof(Scanned))
+    if sc == NULL:
+        raise MemoryError()
+    return sc
+
+
 def map_records(KeyTable table, const uint8_t[::1] data, Py_ssize_t count, int64_t base_offset,
                 int64_t start, Py_ssize_t max_entries):
     """Put every keyed record at or after ``start`` (one batch's records section).
 
     Returns ``(status, index, last_put)``: status OK, or FULL / DELTA_OVERFLOW at record
     ``index`` (nothing from it on was put), or CORRUPT; ``last_put`` is the last offset put, -1
-    if none.
+    if none. The batch is scanned and hashed first, prefetching each key's slot, then put in
+    order: the same result as putting record by record, with the table's cache misses overlapped.
     """
     cdef const uint8_t* p = &data[0] if data.shape[0] else NULL
-    cdef Py_ssize_t end = data.shape[0], pos = 0, i
+    cdef Py_ssize_t end = data.shape[0], pos = 0, i, n_ok = count
     cdef KeySpan r
     cdef int64_t last_put = -1
     cdef int st
+    cdef bint corrupt = False
     cdef uint8_t dummy = 0
-    for i in range(count):
-        if p == NULL or _next_key_offset(p, &pos, end, base_offset, &r) < 0:
-            return CORRUPT, i, last_put
-        if r.key_len >= 0 and r.offset >= start:
-            st = table._put(p + r.key_pos if r.key_len else &dummy, r.key_len, r.offset, max_entries)
-            if st != OK:
-                return st, i, last_put
-            last_put = r.offset
-    if pos != end:
-        return CORRUPT, count, last_put
-    return OK, count, last_put
+    cdef Scanned* sc = _alloc_scanned(count)
+    try:
+        for i in range(count):
+            if p == NULL or _next_key_offset(p, &pos, end, base_offset, &r) < 0:
+                n_ok = i
+                corrupt = True
+                break
+            sc[i].offset = r.offset
+            sc[i].key_len = r.key_len
+            sc[i].hashed = r.key_len >= 0 and r.offset >= start
+            if sc[i].hashed:
+                _digest(p + r.key_pos if r.key_len else &dummy, r.key_len, table.k0, table.k1, sc[i].digest)
+                table._prefetch(sc[i].digest)
+        for i in range(n_ok):
+            if sc[i].hashed:
+                st = table._put_d(sc[i].digest, sc[i].offset, max_entries)
+                if st != OK:
+                    return st, i, last_put
+                last_put = sc[i].offset
+        if corrupt:
+            return CORRUPT, n_ok, last_put
+        if pos != end:
+            return CORRUPT, count, last_put
+        return OK, count, last_put
+    finally:
+        free(sc)
 
 
 def retain_records(KeyTable table, const uint8_t[::1] data, Py_ssize_t count, int64_t base_offset,
@@ -423,7 +480,7 @@ def retain_records(KeyTable table, const uint8_t[::1] data, Py_ssize_t count, in
     records kept). Writes 1/0 per record into ``keep`` (resized to ``count``).
 
     Returns ``(status, retained, tombstone_kept, keyless_in_range)``; status CORRUPT if the
-    records would not decode.
+    records would not decode. Scans and hashes the batch first (prefetching), then decides.
     """
     cdef const uint8_t* p = &data[0] if data.shape[0] else NULL
     cdef Py_ssize_t end = data.shape[0], pos = 0, i, retained = 0, invalid = 0
@@ -434,25 +491,37 @@ def retain_records(KeyTable table, const uint8_t[::1] data, Py_ssize_t count, in
     if len(keep) != count:
         keep[:] = bytes(count)
     cdef uint8_t* out = <uint8_t*>(<char*>keep) if count else &dummy
-    for i in range(count):
-        if p == NULL or _next_key_offset(p, &pos, end, base_offset, &r) < 0:
+    cdef Scanned* sc = _alloc_scanned(count)
+    try:
+        for i in range(count):
+            if p == NULL or _next_key_offset(p, &pos, end, base_offset, &r) < 0:
+                return CORRUPT, 0, False, 0
+            sc[i].offset = r.offset
+            sc[i].key_len = r.key_len
+            sc[i].has_value = r.has_value
+            sc[i].hashed = r.offset <= latest and r.key_len >= 0 and table.size > 0
+            if sc[i].hashed:
+                _digest(p + r.key_pos if r.key_len else &dummy, r.key_len, table.k0, table.k1, sc[i].digest)
+                table._prefetch(sc[i].digest)
+        if pos != end:
             return CORRUPT, 0, False, 0
-        if r.offset > latest:
-            k = True
-        elif r.key_len < 0:
-            invalid += 1
-            k = True
-        else:
-            found = table._get(p + r.key_pos if r.key_len else &dummy, r.key_len)
-            k = r.offset >= found and (r.has_value or retain_deletes)
-        if k:
-            retained += 1
-            if not r.has_value and r.key_len >= 0:
-                tomb = True
-        out[i] = k
-    if pos != end:
-        return CORRUPT, 0, False, 0
-    return OK, retained, tomb, invalid
+        for i in range(count):
+            if sc[i].offset > latest:
+                k = True
+            elif sc[i].key_len < 0:
+                invalid += 1
+                k = True
+            else:
+                found = table._get_d(sc[i].digest) if sc[i].hashed else -1
+                k = sc[i].offset >= found and (sc[i].has_value or retain_deletes)
+            if k:
+                retained += 1
+                if not sc[i].has_value and sc[i].key_len >= 0:
+                    tomb = True
+            out[i] = k
+        return OK, retained, tomb, invalid
+    finally:
+        free(sc)
 
 
 # ---- writing retained records -------------------------------------------------------------------
