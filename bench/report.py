@@ -128,21 +128,28 @@ def _tiered() -> list[str]:
     if d is None:
         return ["**Tiered round** (`bench tiered`): _not measured yet_"]
     w = d["workload"]
-    p = d["results"]["partition"]
-    out = [f"**Tiered round** (`bench tiered`){_scale(d)}: {_mb(p['base_bytes'])} in {p['base_segments']} remote "
-           f"segments ({w['keys']:,} keys, {w['value_bytes']} B values) plus {p['dirty_segments']} dirty segments "
-           f"updating {w['hot_keys']:,} hot keys (10%). Minimum possible download: {p['min_download_segments']} "
-           f"segment fetches, {_mb(p['min_download_bytes'])} (dirty segments twice, map and rewrite, plus the "
-           f"{p['segments_really_holding_a_superseded_key']} clean segments really holding a superseded key).",
-           "", "| variant | wall s | downloaded | segments fetched | skipped by bloom | uploaded | requests | "
-           "peak temp disk | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|"]
-    for key, r in d["results"].items():
-        if key == "partition":
-            continue
-        label = key.replace("_", " ")
-        out.append(f"| {label} | {r['wall_s']} | {_mb(r['bytes_downloaded'])} | {r['segments_downloaded']} | "
-                   f"{r['segments_skipped_by_bloom']} | {_mb(r['bytes_uploaded'])} | "
-                   f"{r['object_store_requests_total']} | {_mb(r['peak_temp_disk_bytes'])} | {r['peak_rss_mb']} |")
+    out = [f"**Tiered round** (`bench tiered`){_scale(d)}: {w['keys']:,} keys written in key order, copied to "
+           f"moto's S3 server over HTTP ({_mb(w['segment_bytes'])} segments) and marked clean, then one update to "
+           f"each of the first N keys; default configuration (bloom false-positive rate {w['fpp']:.0%}). "
+           "Downloaded bytes include key index objects; the minimum is the dirty segments once plus the clean "
+           "segments that really hold a superseded record. *key index*: bloom filter then exact key index, with "
+           "the read cache as the node's copies left it (each copy writes its key index through to it); *cold "
+           "cache*: the same round after a restart (every index the bloom filter cannot rule out is fetched); "
+           "*bloom only*: the behaviour before key indexes. Wall time is noisy (2 shared cores).",
+           "", "| values | dirty keys | segments | minimum | key index: downloaded | segments fetched | skipped by "
+           "bloom / key index | requests | wall s | cold cache: downloaded | requests | bloom only: downloaded | "
+           "key index size |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in d["results"].items():  # "<value bytes>B_values_<N>_dirty_keys"
+        p, k, c, b = r["partition"], r["key_index"], r["key_index_cold_cache"], r.get("bloom_only")
+        value = f"{int(name.split('B_', 1)[0]):,} B"
+        before = f"{_mb(b['bytes_downloaded'])} ({b['downloaded_over_minimum']}x)" if b else "-"
+        out.append(f"| {value} | {p['dirty_keys']:,} | {p['base_segments']} + {p['dirty_segments']} | "
+                   f"{_mb(p['min_download_bytes'])} | {_mb(k['bytes_downloaded'])} ({k['downloaded_over_minimum']}x) "
+                   f"| {k['segments_downloaded']} | {k['segments_skipped_by_bloom']} / "
+                   f"{k['segments_skipped_by_key_index']} | {k['object_store_requests_total']} | {k['wall_s']} | "
+                   f"{_mb(c['bytes_downloaded'])} ({c['downloaded_over_minimum']}x) | "
+                   f"{c['object_store_requests_total']} | {before} | "
+                   f"{p['key_index_share_of_segment_bytes']:.2%} |")
     return out
 
 
