@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
 import io
 import os
 import time
@@ -187,6 +188,7 @@ class S3ObjectStore(ObjectStore):
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _translate(self, e: Exception, key: str | None, op: str) -> RemoteStorageError:
+        import urllib3.exceptions
         from botocore import exceptions as bx
 
         where = f"s3 {op} of {key!r} in {self.url}" if key is not None else f"s3 {op} in {self.url}"
@@ -217,7 +219,9 @@ class S3ObjectStore(ObjectStore):
                                         f"AWS_SECRET_ACCESS_KEY or pass access_key_id/secret_access_key)", key=key)
         if isinstance(e, bx.BotoCoreError):
             return RemoteStorageIOError(f"{where} failed: {e}", key=key)
-        if isinstance(e, OSError):
+        if isinstance(e, OSError | urllib3.exceptions.HTTPError | http.client.HTTPException):
+            # urllib3's ProtocolError ("Connection broken: ConnectionResetError") can escape
+            # botocore while a body is read; it is a broken connection like any other
             return RemoteStorageTransientError(f"{where} failed: {e}", key=key)
         raise e
 

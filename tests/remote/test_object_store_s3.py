@@ -159,3 +159,23 @@ def test_a_head_answer_cut_before_its_content_length_is_transient_not_a_key_erro
     _wrap(s3, "head_object", lambda n, real, kw: {k: v for k, v in real(**kw).items() if k != "ContentLength"})
     with pytest.raises(RemoteStorageTransientError, match="Content-Length"):
         s3.size("k.log")
+
+
+def test_a_connection_broken_while_reading_a_body_is_transient(s3: S3ObjectStore) -> None:
+    """Regression (soak F5): urllib3's ProtocolError ("Connection broken: ConnectionResetError")
+    escaped the adapter while a body was read, and a clean answered 500. It is retried."""
+    import urllib3.exceptions
+
+    s3.put("k.log", b"12345")
+
+    def reset_first(n: int, real: Any, kw: dict[str, Any]) -> Any:
+        if n == 1:
+            raise urllib3.exceptions.ProtocolError("Connection broken: ConnectionResetError(104)")
+        return real(**kw)
+
+    _wrap(s3, "get_object", reset_first)
+    assert s3.get("k.log") == b"12345"
+    _wrap(s3, "get_object", lambda n, real, kw: (_ for _ in ()).throw(
+        urllib3.exceptions.ProtocolError("Connection broken")))
+    with pytest.raises(RemoteStorageTransientError, match="Connection broken"):
+        s3.get("k.log")
