@@ -340,6 +340,8 @@ class LogCleaner:
                 raise  # e.g. the object store is unavailable: the caller may simply retry
             raise LogCleaningError(f"cleaning failed: {type(e).__name__}: {e}", tp) from e
         except Exception as e:
+            # not a project error: a bug or an untranslated library error; keep where it came from
+            logger.exception("%s: cleaning failed with an unexpected %s", tp, type(e).__name__)
             raise LogCleaningError(f"cleaning failed: {type(e).__name__}: {e}", tp) from e
         finally:
             self.manager.done_cleaning(tp, end_offset)
