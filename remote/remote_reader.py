@@ -13,6 +13,7 @@ our disk. Thread-safe (stateless apart from the thread-safe cache and counters).
 from __future__ import annotations
 
 import bisect
+import logging
 import struct
 from collections.abc import Iterable
 
@@ -24,6 +25,8 @@ from metadata.types import RemoteLogSegmentMetadata
 from remote.errors import RemoteStorageIOError
 from remote.read_cache import RemoteReadCache
 from remote.storage_manager import IndexType, RemoteStorageManager
+
+logger = logging.getLogger(__name__)
 
 MIN_WINDOW = 64 * 1024
 _INDEX_READ_ATTEMPTS = 3
@@ -104,7 +107,20 @@ class RemoteSegmentReader:
     def read(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int) -> list[RecordBatch]:
         """Batches of the segment holding offsets >= ``offset``, up to ``max_bytes`` (at least
         one batch if any remains). An empty list means the segment holds nothing at or after
-        ``offset`` (compaction removed its tail)."""
+        ``offset`` (compaction removed its tail).
+
+        Bytes that fail a check (CRC, or offsets outside the segment's range, which the CRC does
+        not cover) may have been damaged on the way: the cached ranges are dropped and the
+        segment is fetched once more before the corruption is reported.
+        """
+        try:
+            return self._read(md, offset, max_bytes)
+        except CorruptRecordError as e:
+            logger.warning("%s: %s; fetching the segment again", md.id, e)
+            self.cache.invalidate_segment(md.id)
+            return self._read(md, offset, max_bytes)
+
+    def _read(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int) -> list[RecordBatch]:
         size = md.segment_size_in_bytes
         source = self.rsm.object_key(md)
         pos = self.position_for(md, offset)
@@ -128,6 +144,12 @@ class RemoteSegmentReader:
                 if out and total + batch.size_in_bytes > max_bytes:
                     return out
                 batch.ensure_valid(source=source, position=pos + p)
+                if batch.base_offset < md.start_offset or batch.last_offset > md.end_offset \
+                        or (out and batch.base_offset <= out[-1].last_offset):
+                    raise CorruptRecordError(
+                        f"batch offsets [{batch.base_offset}, {batch.last_offset}] lie outside the segment's "
+                        f"[{md.start_offset}, {md.end_offset}] or overlap the previous batch", source=source,
+                        position=pos + p)
                 out.append(batch)
                 total += batch.size_in_bytes
             if rescan:

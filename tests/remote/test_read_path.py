@@ -239,3 +239,43 @@ def test_cache_directory_is_emptied_on_start(tmp_path: Path) -> None:
     assert first.disk_bytes() == 4
     second = RemoteReadCache(d, 1 << 20)
     assert second.disk_bytes() == 0 and second.used_bytes == 0
+
+
+def _tiered_segment(env: TierEnv):
+    log = env.create(local_retention_ms=0)
+    produce(log, batches=20, clock=env.clock)
+    log.roll()
+    env.clock.advance(1)
+    expected = local_records(log, READ_UNCOMMITTED)
+    env.rlm.tier(TP)
+    return env.rlm.remote_segments(TP)[0], expected
+
+
+def test_a_base_offset_damaged_outside_the_crc_is_reported_not_served(env: TierEnv) -> None:
+    """Regression (soak F3): a batch's base offset lies outside its CRC, so a flipped byte
+    there was served (a record at offset 25332747903959836 for one acked at 796)."""
+    md, _ = _tiered_segment(env)
+    key = env.rsm.object_key(md)
+    data = bytearray(env.inner.get(key))
+    data[1] ^= 0x5A  # high bytes of the first batch's base offset
+    env.inner.put(key, bytes(data))
+    with pytest.raises(CorruptRecordError, match="outside the segment"):
+        env.rlm.read(TP, 0)
+
+
+def test_bytes_damaged_on_the_way_once_are_fetched_again(env: TierEnv, monkeypatch) -> None:
+    md, expected = _tiered_segment(env)
+    real = env.inner.get_range
+    damaged = []
+
+    def flip_once(key: str, start: int, end: int) -> bytes:
+        data = real(key, start, end)
+        if key.endswith(".log") and not damaged:
+            damaged.append(key)
+            data = bytearray(data)
+            data[70] ^= 0xFF  # CRC mismatch in the first batch
+        return bytes(data)
+
+    monkeypatch.setattr(env.inner, "get_range", flip_once)
+    assert read_all(env.rlm, TP, READ_UNCOMMITTED) == expected
+    assert damaged
