@@ -609,7 +609,8 @@ class TieredCleaner:
                 self._deciding.append(src)  # over the keep budget: closed once the segment is decided
             return src.segment.log_path
 
-        return SkipPolicy(self.rlmm, self.rsm, self._dirty_keys or DirtyKeys(), now=now,
+        keys = self._dirty_keys if self._dirty_keys is not None else DirtyKeys()
+        return SkipPolicy(self.rlmm, self.rsm, keys, now=now,
                           max_compaction_lag_ms=int(log.config.get("max.compaction.lag.ms")),
                           min_reclaimable_ratio=float(log.config.get("remote.compaction.min.reclaimable.ratio")),
                           use_key_index=self.use_key_index, stats=stats, download=download)
