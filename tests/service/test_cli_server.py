@@ -61,7 +61,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
                 break
             except OSError:
                 if proc.poll() is not None:
-                    raise AssertionError(f"serve exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+                    raise AssertionError(
+                        f"serve exited: {proc.stderr.read().decode() if proc.stderr else ''}") from None
                 time.sleep(0.1)
         _http(f"{url}/v1/topics", "POST", {"name": "t", "config": {"cleanup.policy": "compact"}})
         for i in range(40):
