@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import functools
 import json
+import random
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
@@ -840,7 +842,47 @@ def _replacement(old: Row[Any], new_rows: list[Row[Any]]) -> str:
     return best
 
 
+_SCHEMA_LOCK_KEY = 0x74636D70  # "tcmp": PostgreSQL advisory lock serialising schema creation
+_SCHEMA_ATTEMPTS = 10  # each lost race still leaves the winner's tables: a few rounds converge
+
+
 def _create_schema(engine: Any) -> None:
+    """Create or upgrade the schema, safely when several nodes open one store at once.
+
+    On PostgreSQL the nodes serialise on an advisory lock (two concurrent CREATE TABLEs of the
+    same name fail there: "already exists" or a duplicate key in pg_type); on any backend a
+    creator that still loses such a race probes again and finds the tables made.
+    """
+    for attempt in range(_SCHEMA_ATTEMPTS):
+        try:
+            with _schema_lock(engine):
+                _create_or_upgrade_schema(engine)
+            return
+        except (sa_exc.ProgrammingError, sa_exc.OperationalError, sa_exc.IntegrityError) as e:
+            raced = "already exists" in str(e) or "duplicate key" in str(e)
+            if not raced or attempt == _SCHEMA_ATTEMPTS - 1:
+                raise
+            time.sleep(random.uniform(0.01, 0.05))  # let the concurrent creator finish its table
+
+
+@contextmanager
+def _schema_lock(engine: Any) -> Iterator[None]:
+    if engine.dialect.name != "postgresql":
+        yield
+        return
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _SCHEMA_LOCK_KEY})
+        conn.commit()
+        try:
+            yield
+        finally:
+            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _SCHEMA_LOCK_KEY})
+            conn.commit()
+
+
+def _create_or_upgrade_schema(engine: Any) -> None:
     """Create a new store at SCHEMA_VERSION, or bring an older one up to it: probe the stored
     version and create the tables every later version added (pyiceberg's _ensure_tables_exist)."""
     schema_version.create(engine, checkfirst=True)

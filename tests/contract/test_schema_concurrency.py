@@ -1,0 +1,76 @@
+"""Several nodes opening one fresh metadata store at once all get a working schema.
+
+Regression (found by the two-process zombie test on PostgreSQL): two servers started
+together both created the schema and one died with 'relation "tc_schema_version" already
+exists'. PostgreSQL nodes now serialise schema creation on an advisory lock, and any
+backend re-probes after losing such a race.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, select
+
+from metadata.sql import SCHEMA_VERSION, SqlRemoteLogMetadataManager, normalize_url, schema_version
+from tests.contract.conftest import postgres_url
+
+OPENERS = 6
+
+
+@pytest.fixture(params=["sqlite-file", pytest.param("postgres", marks=pytest.mark.postgres)])
+def fresh_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite-file":
+        (tmp_path / "md").mkdir()
+        yield f"sqlite:///{tmp_path}/md/metadata.db"
+        return
+    import psycopg
+
+    base = postgres_url()
+    schema = f"tc_race_{uuid.uuid4().hex[:10]}"
+    conninfo = normalize_url(base).replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield f"{base}?options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def test_nodes_opening_a_fresh_store_together_all_succeed(fresh_store_url: str) -> None:
+    barrier = threading.Barrier(OPENERS)
+    errors: list[BaseException] = []
+    managers: list[SqlRemoteLogMetadataManager] = []
+    lock = threading.Lock()
+
+    def open_store() -> None:
+        barrier.wait()
+        try:
+            m = SqlRemoteLogMetadataManager(fresh_store_url)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            with lock:
+                errors.append(e)
+            return
+        with lock:
+            managers.append(m)
+
+    threads = [threading.Thread(target=open_store) for _ in range(OPENERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    try:
+        assert errors == []
+        assert len(managers) == OPENERS
+        engine = create_engine(normalize_url(fresh_store_url))
+        with engine.connect() as conn:
+            assert [r[0] for r in conn.execute(select(schema_version.c.version))] == [SCHEMA_VERSION]
+        engine.dispose()
+    finally:
+        for m in managers:
+            m.close()
