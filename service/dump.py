@@ -21,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from log.checkpoint import LeaderEpochCheckpointFile
-from log.errors import CorruptRecordError
+from log.errors import CorruptIndexError, CorruptRecordError
+from log.index.key_index import KeyIndex
 from log.producer_snapshot import decode_snapshot
 from log.record import ControlRecordType, RecordBatch, decode_end_txn_marker_value, iter_file_batches
 from log.types import TimestampType
@@ -169,8 +170,26 @@ def dump_file(path: Path, out: Out, *, print_records: bool = False) -> bool:
         return dump_producer_snapshot(path, out)
     if kind == "leader_epoch_checkpoint" or path.name.startswith("leader-epoch-checkpoint"):
         return dump_epoch_checkpoint(path, out)
+    if kind == "keyindex":
+        return dump_key_index(path, out)
     raise ValueError(f"{path.name}: not a segment file (.log, .index, .timeindex, .txnindex, .snapshot, "
-                     f"leader-epoch-checkpoint)")
+                     f".keyindex, leader-epoch-checkpoint)")
+
+
+def dump_key_index(path: Path, out: Out) -> bool:
+    """A remote segment's exact key index (log/index/key_index.py): its summary and hashes."""
+    out(f"Dumping {path}")
+    try:
+        index = KeyIndex.from_bytes(path.read_bytes(), source=str(path))
+    except CorruptIndexError as e:
+        out(f"Corrupt key index: {e}")
+        return False
+    horizon = "none" if index.min_delete_horizon_ms is None else index.min_delete_horizon_ms
+    out(f"entries: {len(index)} hashId: {index.hash_id} transactional: "
+        f"{str(index.has_transactional_batches).lower()} minDeleteHorizonMs: {horizon}")
+    for h in index.entries:
+        out(f"keyHash: {int(h):016x}")
+    return True
 
 
 def dump_producer_snapshot(path: Path, out: Out) -> bool:

@@ -170,10 +170,11 @@ def test_dump_log_reads_remote_objects_named_with_a_segment_id(tmp_path: Path,
     first_index = next(p for p in objects if p.name.endswith(".index"))
     assert f"Dumping {first_index}" in out and "offset: " in out and "position: " in out
     assert "Log starting offset: 0" in out
-    for kind in ("snapshot", "leader_epoch_checkpoint"):  # the state that travels with every segment
+    for kind in ("snapshot", "leader_epoch_checkpoint", "keyindex"):  # what travels with every segment
         obj = next(p for p in objects if p.name.endswith(f".{kind}"))
         assert f"Dumping {obj}" in out
     assert "epoch: " in out and "startOffset: 0" in out
+    assert "hashId: 1" in out and "keyHash: " in out
 
 
 def test_dump_log_into_head_exits_quietly(tmp_path: Path) -> None:
