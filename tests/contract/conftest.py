@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,26 @@ def postgres_url() -> str:
                         "`eval \"$(scripts/ci-postgres.sh)\"` first")
         pytest.skip("PostgreSQL contract tests need TIERCOMPACT_TEST_POSTGRES_URL (see scripts/ci-postgres.sh)")
     return url
+
+
+@contextmanager
+def private_postgres_schema(prefix: str = "tc") -> Iterator[str]:
+    """TIERCOMPACT_TEST_POSTGRES_URL with a fresh private schema (search_path), dropped afterwards:
+    for tests that start several stores or processes on one empty PostgreSQL store."""
+    import psycopg
+
+    from metadata.sql import normalize_url
+
+    base = postgres_url()
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    conninfo = normalize_url(base).replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield f"{base}?options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 METADATA_BACKENDS = [

@@ -9,7 +9,6 @@ backend re-probes after losing such a race.
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 from sqlalchemy import create_engine, select
 
 from metadata.sql import SCHEMA_VERSION, SqlRemoteLogMetadataManager, normalize_url, schema_version
-from tests.contract.conftest import postgres_url
+from tests.contract.conftest import private_postgres_schema
 
 OPENERS = 6
 
@@ -28,18 +27,8 @@ def fresh_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
         (tmp_path / "md").mkdir()
         yield f"sqlite:///{tmp_path}/md/metadata.db"
         return
-    import psycopg
-
-    base = postgres_url()
-    schema = f"tc_race_{uuid.uuid4().hex[:10]}"
-    conninfo = normalize_url(base).replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    try:
-        yield f"{base}?options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    with private_postgres_schema("tc_race") as url:
+        yield url
 
 
 def test_nodes_opening_a_fresh_store_together_all_succeed(fresh_store_url: str) -> None:

@@ -28,7 +28,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.contract.conftest import postgres_url
+from tests.contract.conftest import private_postgres_schema
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = {"cleanup.policy": "compact", "remote.storage.enable": True, "segment.bytes": 2048,
@@ -160,20 +159,8 @@ def metadata_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'shared-metadata.db'}"
         return
-    import psycopg
-
-    from metadata.sql import normalize_url
-
-    base = postgres_url()
-    schema = f"tc_zombie_{uuid.uuid4().hex[:10]}"
-    conninfo = normalize_url(base).replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    try:
-        yield f"{base}?options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    with private_postgres_schema("tc_zombie") as url:
+        yield url
 
 
 @pytest.fixture

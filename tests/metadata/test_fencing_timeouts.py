@@ -9,7 +9,6 @@ the API answers with 503 and a Retry-After header.
 from __future__ import annotations
 
 import sqlite3
-import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,7 @@ from metadata.sql import SqlRemoteLogMetadataManager, normalize_url
 from service.app import create_app
 from service.config import ServiceConfigError, load_config
 from service.node import Node
-from tests.contract.conftest import postgres_url
+from tests.contract.conftest import private_postgres_schema
 
 TP = TopicPartition("orders", 0)
 
@@ -97,18 +96,8 @@ def test_post_leadership_answers_503_with_retry_after_while_a_stalled_writer_hol
 @pytest.fixture
 def pg_schema_url() -> Iterator[str]:
     """TIERCOMPACT_TEST_POSTGRES_URL with a private schema (search_path), dropped afterwards."""
-    import psycopg
-
-    base = postgres_url()
-    schema = f"tc_{uuid.uuid4().hex[:12]}"
-    conninfo = normalize_url(base).replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    try:
-        yield f"{base}?options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    with private_postgres_schema() as url:
+        yield url
 
 
 @pytest.mark.postgres
