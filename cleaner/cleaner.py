@@ -310,6 +310,19 @@ class _Pending:
             self.max_timestamp = max_timestamp
             self.offset_of_max_timestamp = last_offset
 
+    def flush_to(self, dest: LogSegment, throttler: Throttler | None) -> None:
+        """Append what is pending to ``dest`` as one chunk (one index entry at most) and reset."""
+        if not self.parts:
+            return
+        data = b"".join(self.parts)
+        dest.append(data, largest_offset=self.largest_offset, largest_timestamp=self.max_timestamp,
+                    offset_of_largest_timestamp=self.offset_of_max_timestamp)
+        if throttler is not None:
+            throttler.maybe_throttle(len(data))
+        self.parts.clear()
+        self.size = 0
+        self.max_timestamp = self.offset_of_max_timestamp = -1
+
 
 def _is_last_of_producer(batch: RecordBatch, producers: Mapping[int, ProducerInfo]) -> bool:
     p = producers.get(batch.producer_id)
@@ -366,17 +379,6 @@ def clean_into(source: LogSegment, dest: LogSegment, offset_map: OffsetMap, ctx:
     get_many = offset_map.get_all
     pending = _Pending()
     flush_at = max(dest.index_interval_bytes, 1)
-
-    def flush() -> None:
-        if pending.parts:
-            data = b"".join(pending.parts)
-            dest.append(data, largest_offset=pending.largest_offset, largest_timestamp=pending.max_timestamp,
-                        offset_of_largest_timestamp=pending.offset_of_max_timestamp)
-            if throttler is not None:
-                throttler.maybe_throttle(len(data))
-            pending.parts.clear()
-            pending.size = 0
-            pending.max_timestamp = pending.offset_of_max_timestamp = -1
 
     for chunk, size in _chunks(source, 0, ctx.io_buffer_size):
         ctx.check_done()
@@ -471,8 +473,8 @@ def clean_into(source: LogSegment, dest: LogSegment, offset_map: OffsetMap, ctx:
             stats.recopy_messages(retained, len(data))
             pending.add(data, b.last_offset, max_ts)
             if pending.size > flush_at:
-                flush()
-    flush()
+                pending.flush_to(dest, throttler)
+    pending.flush_to(dest, throttler)
 
 
 def finish_cleaned_segment(cleaned: LogSegment, last_modified_ms: int) -> None:

@@ -169,17 +169,6 @@ def clean_into_fast(source: LogSegment, dest: LogSegment, offset_map: CompactOff
     DELETE, RETAIN_EMPTY, DELETE_EMPTY = (BatchRetention.DELETE, BatchRetention.RETAIN_EMPTY,
                                           BatchRetention.DELETE_EMPTY)
 
-    def flush() -> None:
-        if pending.parts:
-            data = b"".join(pending.parts)
-            dest.append(data, largest_offset=pending.largest_offset, largest_timestamp=pending.max_timestamp,
-                        offset_of_largest_timestamp=pending.offset_of_max_timestamp)
-            if throttler is not None:
-                throttler.maybe_throttle(len(data))
-            pending.parts.clear()
-            pending.size = 0
-            pending.max_timestamp = pending.offset_of_max_timestamp = -1
-
     for chunk, size in _chunks(source, 0, ctx.io_buffer_size):
         ctx.check_done()
         if throttler is not None:
@@ -251,5 +240,5 @@ def clean_into_fast(source: LogSegment, dest: LogSegment, offset_map: CompactOff
             stats.recopy_messages(retained, len(out))
             pending.add(out, b.last_offset, max_ts)
             if pending.size > flush_at:
-                flush()
-    flush()
+                pending.flush_to(dest, throttler)
+    pending.flush_to(dest, throttler)
