@@ -97,7 +97,8 @@ def segment_id_of_key(tp: TopicPartition, key: str) -> str | None:
 
 def sweep_orphan_objects(store: ObjectStore, rlmm: RemoteLogMetadataManager, tp: TopicPartition, *,
                          grace_ms: int, clock: Clock, protect: Collection[str] = ()) -> list[str]:
-    """Delete ``tp``'s segment objects whose id no metadata row and no live lease names.
+    """Delete ``tp``'s segment objects whose id no metadata row and no live lease names, and the
+    objects of segments whose deletion finished (an upload that landed after it).
 
     ``protect`` adds ids the caller itself is about to use. Returns the deleted keys (orphan
     objects first, then expired leases). Keys that are neither segment objects nor leases are
@@ -128,8 +129,11 @@ def sweep_orphan_objects(store: ObjectStore, rlmm: RemoteLogMetadataManager, tp:
             protected |= lease.segment_ids
         else:
             expired.append(key)
-    known = {md.id for md in rlmm.list_remote_log_segments(  # 3. metadata
-        tp, include_superseded=True, states=list(RemoteLogSegmentState))}
+    # 3. metadata: every segment not yet deleted. Objects of a DELETE_SEGMENT_FINISHED segment are
+    # dead (ids are never reused) and can still appear after the delete: a PUT the client gave
+    # up on (timeout, dropped answer) may land in the store later (found by the soak).
+    live_states = [st for st in RemoteLogSegmentState if st is not RemoteLogSegmentState.DELETE_SEGMENT_FINISHED]
+    known = {md.id for md in rlmm.list_remote_log_segments(tp, include_superseded=True, states=live_states)}
     deleted: list[str] = []
     for key in keys:
         sid = segment_id_of_key(tp, key)

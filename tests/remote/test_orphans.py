@@ -57,3 +57,26 @@ def test_protect_and_release(tmp_path):
     assert sorted(sweep_orphan_objects(store, rlmm, TP, grace_ms=10**9, clock=clock)) == sorted(mine)
     assert segment_id_of_key(TP, mine[0]) == "d" * 32
     assert segment_id_of_key(TP, f"{TP.dir_name}/_leases/x.json") is None
+
+
+def test_objects_of_a_finished_deletion_that_land_late_are_swept(tmp_path):
+    """Regression (found by the soak): a PUT the client gave up on landed in the store after
+    the segment's deletion finished; the sweep treated the DELETE_SEGMENT_FINISHED id as known
+    and the object leaked forever."""
+    from metadata.types import RemoteLogSegmentState as S
+
+    store = load_object_store(f"file://{tmp_path / 'obj'}")
+    rlmm = load_metadata_manager("sqlite:///:memory:")
+    clock = MockClock()
+    rlmm.become_leader(TP, 0, 0)
+    gone = RemoteLogSegmentId.generate(TP)
+    rlmm.add_remote_log_segment_metadata(RemoteLogSegmentMetadata(gone, 0, 9, 1, 0, 1, 1, {0: 0}), leader_epoch=0)
+    for st in (S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED):
+        rlmm.update_remote_log_segment_state(gone, st, leader_epoch=0, event_timestamp_ms=1, broker_id=0)
+    late = _objects(store, gone.id)  # the late PUTs
+    live = RemoteLogSegmentId.generate(TP)
+    rlmm.add_remote_log_segment_metadata(RemoteLogSegmentMetadata(live, 10, 19, 1, 0, 1, 1, {0: 0}),
+                                         leader_epoch=0)
+    keep = _objects(store, live.id, 10)
+    assert sorted(sweep_orphan_objects(store, rlmm, TP, grace_ms=10**9, clock=clock)) == sorted(late)
+    assert set(keep) <= set(store.list(""))
