@@ -859,7 +859,9 @@ def _create_schema(engine: Any) -> None:
                 _create_or_upgrade_schema(engine)
             return
         except (sa_exc.ProgrammingError, sa_exc.OperationalError, sa_exc.IntegrityError) as e:
-            raced = "already exists" in str(e) or "duplicate key" in str(e)
+            message = str(e)
+            # "database is locked": SQLite's busy timeout ran out while other openers held the lock
+            raced = any(m in message for m in ("already exists", "duplicate key", "database is locked"))
             if not raced or attempt == _SCHEMA_ATTEMPTS - 1:
                 raise
             time.sleep(random.uniform(0.01, 0.05))  # let the concurrent creator finish its table
