@@ -4,72 +4,37 @@ and reading the metadata store itself beside it."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from service.cli import main
+from tests.support.serve import TIERCOMPACT, clean_env, http, serving
 
-TIERCOMPACT = Path(sys.executable).with_name("tiercompact")
 TOKEN = "r3port-token-456"
 
 
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("TIERCOMPACT_", "AWS_"))}
-
-
 def _http(url: str, method: str = "GET", body: dict | None = None) -> object:
-    req = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode(),
-                                 headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:  # noqa: S310 - loopback test server
-        return json.loads(r.read() or b"null")
+    return http(url, method, body, token=TOKEN)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(TIERCOMPACT), *args], capture_output=True, text=True, env=_env(), timeout=120)
+    return subprocess.run([str(TIERCOMPACT), *args], capture_output=True, text=True, env=clean_env(), timeout=120)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """A real `tiercompact serve` with a token; topic r with 40 records over 4 keys, rolled."""
-    import socket
-
     data = tmp_path_factory.mktemp("serve-report") / "data"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    proc = subprocess.Popen([str(TIERCOMPACT), "serve", "--data-dir", str(data), "--port", str(port),
-                             "--token", TOKEN, "--cleaner-threads", "0", "--log-level", "warning"],
-                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"{url}/healthz", timeout=1).close()  # noqa: S310
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    raise AssertionError(f"serve exited: {proc.stderr.read().decode() if proc.stderr else ''}") from None
-                time.sleep(0.1)
+    with serving(data, ["--token", TOKEN, "--cleaner-threads", "0", "--log-level", "warning"]) as served:
+        url = served.url
         _http(f"{url}/v1/topics", "POST", {"name": "r", "config": {"cleanup.policy": "compact"}})
         for i in range(40):
             _http(f"{url}/v1/topics/r/partitions/0/records", "POST", {"records": [{"key": f"k{i % 4}", "value": str(i)}]})
         _http(f"{url}/v1/topics/r/partitions/0/roll", "POST")
         yield url, data
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def test_report_through_a_running_service(server: tuple[str, Path]) -> None:

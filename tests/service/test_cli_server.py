@@ -8,13 +8,7 @@ and dump-log reads remote objects and stops quietly when its reader goes away.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,61 +20,30 @@ from log.local_log import LocalLog, RecordSpec
 from service.cli import build_parser, main
 from service.config import load_config
 from service.node import Node
+from tests.support.serve import TIERCOMPACT, clean_env, free_port, http, serving
 
-TIERCOMPACT = Path(sys.executable).with_name("tiercompact")
 TOKEN = "s3cret-token-123"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _http(url: str, method: str = "GET", body: dict | None = None) -> dict:
-    req = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode(),
-                                 headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:  # noqa: S310 - loopback test server
-        return json.loads(r.read() or b"null")
+    return http(url, method, body, token=TOKEN)  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """A real `tiercompact serve` on a free port with a token; topic t with dirty records."""
     data = tmp_path_factory.mktemp("serve") / "data"
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TIERCOMPACT_", "AWS_"))}
-    proc = subprocess.Popen([str(TIERCOMPACT), "serve", "--data-dir", str(data), "--port", str(port),
-                             "--token", TOKEN, "--cleaner-threads", "0", "--log-level", "warning"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"{url}/healthz", timeout=1).close()  # noqa: S310
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    raise AssertionError(
-                        f"serve exited: {proc.stderr.read().decode() if proc.stderr else ''}") from None
-                time.sleep(0.1)
+    with serving(data, ["--token", TOKEN, "--cleaner-threads", "0", "--log-level", "warning"]) as served:
+        url = served.url
         _http(f"{url}/v1/topics", "POST", {"name": "t", "config": {"cleanup.policy": "compact"}})
         for i in range(40):
             _http(f"{url}/v1/topics/t/partitions/0/records", "POST", {"records": [{"key": f"k{i % 4}", "value": str(i)}]})
         _http(f"{url}/v1/topics/t/partitions/0/roll", "POST")
         yield url, data
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TIERCOMPACT_", "AWS_"))}
-    return subprocess.run([str(TIERCOMPACT), *args], capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run([str(TIERCOMPACT), *args], capture_output=True, text=True, env=clean_env(), timeout=120)
 
 
 def test_clean_through_a_running_service(server: tuple[str, Path]) -> None:
@@ -101,7 +64,7 @@ def test_clean_through_the_service_reports_its_errors(server: tuple[str, Path], 
     assert "401" in err and "Traceback" not in err
     assert main(["clean", "nope", "0", "--server", url, "--token", TOKEN]) == 1
     assert "404" in capsys.readouterr().err
-    port = _free_port()
+    port = free_port()
     assert main(["clean", "t", "0", "--server", f"http://127.0.0.1:{port}", "--token", TOKEN]) == 1
     assert "cannot reach" in capsys.readouterr().err
 

@@ -19,6 +19,7 @@ from log.clock import MockClock
 from service.app import create_app
 from service.config import load_config
 from service.node import Node
+from tests.support.serve import ServeProcess, http, serving
 
 P0, P1 = "/v1/topics/t/partitions/0", "/v1/topics/t/partitions/1"
 
@@ -177,60 +178,36 @@ def test_real_serve_after_kill_9_starts_with_one_bad_partition_offline(tmp_path:
     """The reporter's flow on the real process: produce, kill -9, damage one partition and leave
     temp files behind, start again; the node serves, the damaged partition is offline."""
     import json
-    import signal
-    import socket
-    import time
     import urllib.error
     import urllib.request
 
-    exe = Path(sys.executable).with_name("tiercompact")
     data = tmp_path / "data"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TIERCOMPACT_", "AWS_"))}
-
-    def start() -> tuple[subprocess.Popen[bytes], str]:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        proc = subprocess.Popen([str(exe), "serve", "--data-dir", str(data), "--port", str(port),
-                                 "--cleaner-threads", "0", "--log-level", "warning"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"{url}/healthz", timeout=1).close()  # noqa: S310
-                return proc, url
-            except OSError:
-                assert proc.poll() is None, "serve exited at start"
-                time.sleep(0.1)
-        raise AssertionError("serve did not answer /healthz")
+    args = ["--cleaner-threads", "0", "--log-level", "warning"]
 
     def call(url: str, method: str = "GET", body: dict | None = None) -> tuple[int, dict]:
-        req = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=30) as r:  # noqa: S310
-                return r.status, json.loads(r.read() or b"null")
+            return 200, http(url, method, body)
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read())
 
-    proc, url = start()
+    served = ServeProcess(data, args).start()
     try:
+        url = served.url
         call(f"{url}/v1/topics", "POST", {"name": "t", "partitions": 2, "config": {"segment.bytes": 400}})
         for p in (0, 1):
             for i in range(20):
                 assert call(f"{url}/v1/topics/t/partitions/{p}/records", "POST",
                             {"records": [{"key": f"k{i}", "value": "v"}]})[0] == 200
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        served.kill()
     part = data / "t-0"
     sorted(part.glob("*.log"))[1].write_bytes(b"")
     leftovers = [part / "00000000000000000005.snapshot.tmp", data / "remote" / ".tiercompact-tmp" / ".tmp-999999999-x"]
     for f in leftovers:
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_bytes(b"partial")
-    proc, url = start()
-    try:
+    with serving(data, args) as served:
+        url = served.url
         status, doc = call(f"{url}/v1/topics/t/partitions/0")
         assert status == 200 and doc["state"] == "offline" and ".log" in doc["error"]
         status, doc = call(f"{url}/v1/topics/t/partitions/0/records?offset=0")
@@ -240,13 +217,6 @@ def test_real_serve_after_kill_9_starts_with_one_bad_partition_offline(tmp_path:
         with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:  # noqa: S310
             assert "offline_partitions_count 1.0" in r.read().decode()
         assert [f for f in leftovers if f.exists()] == []
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def test_an_offline_partition_keeps_its_cleaner_checkpoint(tmp_path: Path, clock: MockClock) -> None:
