@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from log.errors import InvalidConfigError
 from log.locks import RANK_LEAF, ordered_lock
 from remote.errors import RemoteStorageChecksumError, RemoteStorageTransientError, StoreUnavailableError
-from remote.object_store import ObjectStore, PutData
+from remote.object_store import ForwardingObjectStore, ObjectStore, PutData
 
 T = TypeVar("T")
 
@@ -118,17 +118,12 @@ class CircuitBreaker:
         return result
 
 
-class BreakerObjectStore(ObjectStore):
-    """Delegates to ``inner`` through a :class:`CircuitBreaker`."""
+class BreakerObjectStore(ForwardingObjectStore):
+    """Forwards to ``inner`` through a :class:`CircuitBreaker`."""
 
     def __init__(self, inner: ObjectStore, breaker: CircuitBreaker | None = None) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.breaker = breaker if breaker is not None else CircuitBreaker()
-        self.verifies_writes = inner.verifies_writes
-
-    @property
-    def url(self) -> str:
-        return self.inner.url
 
     def put(self, key: str, data: PutData) -> int:
         return self.breaker.call("put", key, lambda: self.inner.put(key, data))
@@ -153,9 +148,3 @@ class BreakerObjectStore(ObjectStore):
 
     def list(self, prefix: str = "") -> Iterator[str]:
         return self.breaker.call("list", prefix, lambda: self.inner.list(prefix))
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def __repr__(self) -> str:
-        return f"BreakerObjectStore({self.inner!r})"

@@ -198,3 +198,50 @@ class ObjectStore(ABC):
     def _check_range(start: int, end: int | None) -> None:
         if start < 0 or (end is not None and end < start):
             raise InvalidRequestError(f"invalid byte range [{start}, {end}): need 0 <= start <= end")
+
+
+class ForwardingObjectStore(ObjectStore):
+    """An ObjectStore that forwards every call to ``inner``: the base of wrappers (counting,
+    circuit breaking, fault injection) that override only the calls they change.
+
+    ``put_file`` is not forwarded: the base class's version calls :meth:`put`, so a wrapper's
+    ``put`` sees file uploads too.
+    """
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.verifies_writes = inner.verifies_writes  # forwarding changes nothing about verification
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    def put(self, key: str, data: PutData) -> int:
+        return self.inner.put(key, data)
+
+    def get(self, key: str) -> bytes:
+        return self.inner.get(key)
+
+    def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
+        return self.inner.get_range(key, start, end_exclusive)
+
+    def get_to_file(self, key: str, path: str | os.PathLike[str], start: int = 0, end: int | None = None) -> int:
+        return self.inner.get_to_file(key, path, start, end)
+
+    def size(self, key: str) -> int:
+        return self.inner.size(key)
+
+    def exists(self, key: str) -> bool:
+        return self.inner.exists(key)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        return self.inner.list(prefix)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.inner!r})"

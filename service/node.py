@@ -25,7 +25,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
 from remote import load_object_store
 from remote.breaker import BreakerObjectStore, CircuitBreaker
 from remote.log_manager import COUNTED_BY_RLM, RemoteLogManager
-from remote.object_store import ObjectStore, PutData
+from remote.object_store import ForwardingObjectStore, ObjectStore, PutData
 from remote.storage_manager import RemoteStorageManager
 from remote.tiered_read import ReadResult
 from service.config import ServiceConfig
@@ -69,12 +69,11 @@ CLEAN_BUSY_RETRIES = 600
 SHUTDOWN_TIMEOUT_S = 5.0
 
 
-class CountingObjectStore(ObjectStore):
-    """Delegates to a store and counts the bytes moved (remote_bytes_*_total metrics)."""
+class CountingObjectStore(ForwardingObjectStore):
+    """Forwards to a store and counts the bytes moved (remote_bytes_*_total metrics)."""
 
     def __init__(self, inner: ObjectStore) -> None:
-        self.inner = inner
-        self.verifies_writes = inner.verifies_writes  # counting changes nothing about verification
+        super().__init__(inner)
         self._lock = ordered_lock("service.counting_store", RANK_LEAF)
         self.bytes_uploaded = 0
         self.bytes_downloaded = 0
@@ -89,15 +88,8 @@ class CountingObjectStore(ObjectStore):
             self.bytes_downloaded += n
         return n
 
-    @property
-    def url(self) -> str:
-        return self.inner.url
-
     def put(self, key: str, data: PutData) -> int:
         return self._up(self.inner.put(key, data))
-
-    def put_file(self, key: str, path: str | os.PathLike[str]) -> int:
-        return self._up(self.inner.put_file(key, path))
 
     def get(self, key: str) -> bytes:
         data = self.inner.get(key)
@@ -111,21 +103,6 @@ class CountingObjectStore(ObjectStore):
 
     def get_to_file(self, key: str, path: str | os.PathLike[str], start: int = 0, end: int | None = None) -> int:
         return self._down(self.inner.get_to_file(key, path, start, end))
-
-    def size(self, key: str) -> int:
-        return self.inner.size(key)
-
-    def exists(self, key: str) -> bool:
-        return self.inner.exists(key)
-
-    def delete(self, key: str) -> None:
-        self.inner.delete(key)
-
-    def list(self, prefix: str = "") -> Iterator[str]:
-        return self.inner.list(prefix)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def decode_field(value: str | None, encoding: str, what: str) -> bytes | None:

@@ -20,21 +20,25 @@ keep-alive connection is served in a loop; ``Expect: 100-continue`` is answered 
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import struct
 import threading
-from collections.abc import Iterator
 
-from remote.object_store import ChecksummedData, ObjectStore, PutData, open_put_data, split_checksum
+from remote.object_store import (
+    ChecksummedData,
+    ForwardingObjectStore,
+    ObjectStore,
+    PutData,
+    open_put_data,
+    split_checksum,
+)
 
 
-class CorruptingStore(ObjectStore):
-    """Delegates to ``inner``; the next ``n`` puts (see :meth:`corrupt_next`) arrive damaged."""
+class CorruptingStore(ForwardingObjectStore):
+    """Forwards to ``inner``; the next ``n`` puts (see :meth:`corrupt_next`) arrive damaged."""
 
     def __init__(self, inner: ObjectStore) -> None:
-        self.inner = inner
-        self.verifies_writes = inner.verifies_writes
+        super().__init__(inner)
         self._lock = threading.Lock()
         self._to_corrupt = 0
         self.corrupted: list[str] = []
@@ -42,10 +46,6 @@ class CorruptingStore(ObjectStore):
     def corrupt_next(self, n: int) -> None:
         with self._lock:
             self._to_corrupt = n
-
-    @property
-    def url(self) -> str:
-        return self.inner.url
 
     def put(self, key: str, data: PutData) -> int:
         with self._lock:
@@ -66,30 +66,6 @@ class CorruptingStore(ObjectStore):
         body[len(body) // 2] ^= 0x01
         self.corrupted.append(key)
         return self.inner.put(key, bytes(body) if crc is None else ChecksummedData(bytes(body), crc))
-
-    def get(self, key: str) -> bytes:
-        return self.inner.get(key)
-
-    def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
-        return self.inner.get_range(key, start, end_exclusive)
-
-    def get_to_file(self, key: str, path: str | os.PathLike[str], start: int = 0, end: int | None = None) -> int:
-        return self.inner.get_to_file(key, path, start, end)
-
-    def size(self, key: str) -> int:
-        return self.inner.size(key)
-
-    def exists(self, key: str) -> bool:
-        return self.inner.exists(key)
-
-    def delete(self, key: str) -> None:
-        self.inner.delete(key)
-
-    def list(self, prefix: str = "") -> Iterator[str]:
-        return self.inner.list(prefix)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def _read_until(sock: socket.socket, buf: bytearray, marker: bytes) -> bytes | None:

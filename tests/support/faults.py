@@ -27,7 +27,7 @@ from remote.errors import (
     RemoteStorageTimeoutError,
     RemoteStorageTransientError,
 )
-from remote.object_store import ObjectStore, PutData, open_put_data
+from remote.object_store import ForwardingObjectStore, ObjectStore, PutData, open_put_data
 
 OPS = ("put", "get", "get_range", "get_to_file", "size", "exists", "delete", "list")
 KINDS = ("transient", "timeout", "error", "not_found", "truncate", "crash")
@@ -50,11 +50,12 @@ class Fault:
         return self.key_contains is None or self.key_contains in key
 
 
-class FaultyObjectStore(ObjectStore):
-    """Delegates to ``inner`` except where an injected fault matches."""
+class FaultyObjectStore(ForwardingObjectStore):
+    """Forwards to ``inner`` except where an injected fault matches."""
 
     def __init__(self, inner: ObjectStore, *faults: Fault) -> None:
-        self.inner = inner
+        super().__init__(inner)
+        self.verifies_writes = False  # a "truncate" fault stores less than put() answers
         self.faults: list[Fault] = list(faults)
         self.calls: Counter[str] = Counter()
         self.log: list[tuple[str, str, str | None]] = []  # (op, key, fault kind or None)
@@ -95,10 +96,6 @@ class FaultyObjectStore(ObjectStore):
             raise ObjectNotFoundError(msg, key=key)
         if kind == "crash":
             raise RuntimeError(f"{msg} of {key!r}")
-
-    @property
-    def url(self) -> str:
-        return self.inner.url
 
     def put(self, key: str, data: PutData) -> int:
         kind = self._fault("put", key)
@@ -167,6 +164,3 @@ class FaultyObjectStore(ObjectStore):
         if kind is not None and kind != "truncate":
             self._raise(kind, "list", prefix)
         return self.inner.list(prefix)
-
-    def close(self) -> None:
-        self.inner.close()
