@@ -11,6 +11,7 @@ how ``tiercompact serve`` turns uvicorn's SIGTERM/SIGINT handling into a gracefu
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -95,11 +96,7 @@ class BodyLimitMiddleware:
 
     @staticmethod
     async def _reject(send: Send, status: int, message: str) -> None:
-        body = json.dumps(error_body(message)).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
-        await send({"type": "http.response.body", "body": body})
+        await _answer(send, status, message, [(b"connection", b"close")])
 
 
 class UnexpectedErrorMiddleware:
@@ -130,16 +127,31 @@ class UnexpectedErrorMiddleware:
 
         try:
             await self.app(scope, receive, tracking_send)
+        except asyncio.CancelledError:
+            # uvicorn cancels the requests still running when a stop's drain time is over, and
+            # would answer them with a plain-text 500: the outcome is unknown, not a server bug
+            if started:
+                raise
+            await _answer(send, 503, STOPPING_MESSAGE, [(b"retry-after", b"1"), (b"connection", b"close")])
         except Exception as exc:
             if started:
                 raise  # half a response went out: only closing the connection can signal the failure
             logger.exception("%s %s failed unexpectedly", scope.get("method"), scope.get("path"))
-            body = json.dumps(error_body(f"internal error ({type(exc).__name__}); the server log has the "
-                                         f"details")).encode()
-            await send({"type": "http.response.start", "status": 500,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
+            await _answer(send, 500, f"internal error ({type(exc).__name__}); the server log has the details")
+
+
+#: the answer to a request the server stopped before it finished
+STOPPING_MESSAGE = ("the service is stopping and this request did not finish in time: its outcome is unknown; "
+                    "retry it once the service is back (an idempotent producer's retry is deduplicated)")
+
+
+async def _answer(send: Send, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    """Send a complete ``{"error": message}`` JSON response."""
+    body = json.dumps(error_body(message)).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
 
 
 #: served by FastAPI itself; with auth_reads they need the token like every read endpoint

@@ -172,3 +172,36 @@ def test_sigterm_during_a_long_throttled_clean_exits_0_within_10_s(tmp_path: Pat
         assert offset == end + 1
         rc, _ = sigterm_and_wait(served)
         assert rc == 0
+
+
+def test_a_request_still_running_when_the_drain_time_ends_gets_a_503(tmp_path: Path) -> None:
+    """Regression: uvicorn cancels requests still running once a stop's drain time is over, and
+    answered them with a plain-text 500 "Internal Server Error" (the CancelledError reached it).
+    Such a request now gets the API's JSON error with 503 and Retry-After: its outcome is
+    unknown and a retry is the client's move, not a server bug."""
+    with serve(tmp_path, "--io-max-bytes-per-second", "50", "--cleaner-threads", "0") as served:
+        with httpx.Client(base_url=served.url, timeout=30) as c:
+            assert c.post("/v1/topics", json={"name": "slow", "config": {
+                "cleanup.policy": "compact", "segment.bytes": 4096, "min.cleanable.dirty.ratio": 0.01}}).status_code == 201
+            for r in range(10):
+                produce(c, "slow", r)
+                c.post("/v1/topics/slow/partitions/0/roll")
+        time.sleep(0.5)  # past the throttler's first check interval (see the test above)
+        answer: list[httpx.Response] = []
+
+        def clean_and_wait() -> None:
+            with httpx.Client(base_url=served.url, timeout=30) as c:
+                answer.append(c.post("/v1/topics/slow/partitions/0/clean", params={"wait": "true"}))
+
+        t = threading.Thread(target=clean_and_wait)
+        t.start()
+        time.sleep(2.0)  # the request is inside the round, sleeping in the throttle
+        rc, _ = sigterm_and_wait(served)
+        t.join(30)
+        assert rc == 0, served.log()[-4000:]
+        assert answer, "the waiting request got no answer at all"
+        r = answer[0]
+        assert r.status_code == 503, (r.status_code, r.text)
+        assert "stopping" in r.json()["error"] and "retry" in r.json()["error"]
+        assert r.headers.get("retry-after")
+        assert "Exception in ASGI application" not in served.log()
