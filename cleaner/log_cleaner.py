@@ -334,7 +334,8 @@ class LogCleaner:
             self.manager.mark_uncleanable(tp, reason)
             self._record({"topic": tp.topic, "partition": tp.partition, "error": reason,
                           "end_ms": self.clock.milliseconds()})
-            raise LogCleaningError(f"cleaning failed: {reason}", tp) from e
+            raise LogCleaningError(f"cleaning failed: {reason}; the partition is uncleanable until a clean "
+                                   f"succeeds: repair or restore the named file, then clean it again", tp) from e
         except TiercompactError as e:
             if e.retriable:
                 raise  # e.g. the object store is unavailable: the caller may simply retry
@@ -345,6 +346,10 @@ class LogCleaner:
             raise LogCleaningError(f"cleaning failed: {type(e).__name__}: {e}", tp) from e
         finally:
             self.manager.done_cleaning(tp, end_offset)
+        if tp in self.manager.uncleanable_partitions():
+            # the operator's way back: a round asked for after the damage was dealt with succeeded
+            logger.info("%s: cleaned successfully; no longer uncleanable", tp)
+            self.manager.clear_uncleanable(tp)
         d = stats.as_dict()
         d["end_ms"] = self.clock.milliseconds()
         self._record(d)

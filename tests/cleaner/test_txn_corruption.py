@@ -110,6 +110,7 @@ def test_clean_through_the_api_marks_the_partition_uncleanable_with_the_file_and
                 assert r.status_code == 200 and r.json()["base_offset"] == i
             assert c.post(f"{P0}/roll").json() == {"base_offset": 4}
             path = node.log("t", 0).all_segments()[0].log_path
+            original = path.read_bytes()
             pos = flip_byte(path, b"two")
             corrupted = path.read_bytes()
             r = c.post(f"{P0}/clean", params={"wait": "true"})
@@ -124,5 +125,15 @@ def test_clean_through_the_api_marks_the_partition_uncleanable_with_the_file_and
             assert sorted(p.name for p in path.parent.glob("*.log")) == [
                 "00000000000000000000.log", "00000000000000000004.log"]
             assert not list(path.parent.glob("*.cleaned")) and not list(path.parent.glob("*.swap"))
+            assert "clean it again" in r.text  # what to do about it
+            # The way back (regression: the mark stayed until a restart): the operator repairs
+            # the file, cleans again, and the partition is cleanable once more.
+            path.write_bytes(original)
+            r = c.post(f"{P0}/clean", params={"wait": "true"})
+            assert r.status_code == 200, r.text
+            status = c.get("/v1/cleaner").json()
+            assert status["uncleanable_partitions"] == [] and status["uncleanable_reasons"] == {}
+            assert [rec["value"] for rec in c.get(f"{P0}/records", params={"offset": 0}).json()["records"]] == [
+                "two", "three", "four"]
     finally:
         node.shutdown()
