@@ -79,7 +79,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -548,6 +548,32 @@ class RemoteLogManager:
                 raise first_error
             return deleted
 
+    def delete_replaced_now(self, tp: TopicPartition, segment_ids: Sequence[str]) -> dict[str, int]:
+        """Delete these unreferenced segments now, ahead of the deferred-delete loop (an
+        erasure's replaced objects, #15); returns segment id -> time its objects were deleted.
+
+        The same validation as :meth:`delete_unreferenced`: the fenced DELETE_SEGMENT_STARTED
+        tombstone under this node's epoch first, never a segment readers still see. Segments
+        not named keep their schedule. An id already deleted (DELETE_SEGMENT_FINISHED) or
+        unknown is skipped.
+        """
+        wanted = set(segment_ids)
+        if not wanted:
+            return {}
+        with self._lock(tp):
+            epoch = self.leader_epoch(tp)
+            todo = [m for m in self.metadata.list_remote_log_segments(
+                tp, include_superseded=True,
+                states=[S.COPY_SEGMENT_FINISHED, S.DELETE_SEGMENT_STARTED])  # never an upload in flight
+                if m.id in wanted and not m.is_referenced]
+            out: dict[str, int] = {}
+            for md in sorted(todo, key=lambda m: (m.start_offset, m.id)):
+                self._delete_remote(md, epoch)
+                out[md.id] = self.clock.milliseconds()
+                logger.info("%s: deleted replaced segment %s [%d, %d] now (erasure)", tp, md.id, md.start_offset,
+                            md.end_offset)
+            return out
+
     def recover_orphans(self, tp: TopicPartition) -> list[str]:
         """At startup: delete every unfinished upload of ``tp`` now (no grace period)."""
         return self.delete_unreferenced(tp, _all_unfinished=True)
@@ -765,9 +791,10 @@ class RemoteLogManager:
         return self.reader.position_for(md, offset)
 
     def close(self) -> None:
-        """Empty the read cache. Idempotent; the log, metadata and storage managers are the
-        caller's to close."""
+        """Close the read cache: its entries stay on disk for the next start (all immutable,
+        re-adopted and checked then). Idempotent; the log, metadata and storage managers are
+        the caller's to close."""
         if self._closed:
             return
         self._closed = True
-        self.cache.clear()
+        self.cache.close()

@@ -232,13 +232,16 @@ def test_cache_concurrent_misses_fetch_once(tmp_path: Path) -> None:
     assert results == [b"payload"] * 8 and len(calls) == 1
 
 
-def test_cache_directory_is_emptied_on_start(tmp_path: Path) -> None:
+def test_cache_directory_is_adopted_on_start(tmp_path: Path) -> None:
+    """Entries are immutable, so a restart keeps them (tests/remote/test_read_cache_persistence.py)."""
     d = tmp_path / "c"
     first = RemoteReadCache(d, 1 << 20)
     first.get("a", lambda: b"1234")
     assert first.disk_bytes() == 4
+    first.close()
     second = RemoteReadCache(d, 1 << 20)
-    assert second.disk_bytes() == 0 and second.used_bytes == 0
+    assert second.disk_bytes() == 4 and second.used_bytes == 4
+    assert second.get("a", lambda: b"never") == b"1234" and second.stats().misses == 0
 
 
 def _tiered_segment(env: TierEnv):
