@@ -25,7 +25,8 @@ import logging
 from log.errors import CorruptRecordError
 from log.local_log import LocalLog
 from log.producer_snapshot import decode_snapshot, encode_snapshot, list_snapshots, snapshot_path
-from log.producer_state import ProducerStateManager
+from log.producer_state import ProducerStateEntry, ProducerStateManager
+from log.record import iter_batches
 from log.types import EpochEntry
 from metadata.types import RemoteLogSegmentMetadata
 from remote.storage_manager import RemoteStorageManager
@@ -125,31 +126,90 @@ def needs_restore(log: LocalLog, remote: list[RemoteLogSegmentMetadata]) -> bool
     return log.log_end_offset <= max(m.end_offset for m in remote)
 
 
+def _decoded_state(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata
+                   ) -> tuple[dict[int, ProducerStateEntry], list[EpochEntry], bool]:
+    """(producers, epoch entries, whether a snapshot was there) copied with ``md``.
+
+    Raises:
+        CorruptRecordError: the snapshot or the checkpoint is damaged.
+        RemoteStorageError: a read failed after retries.
+    """
+    state = rsm.fetch_segment_state(md)
+    producers = {} if state.producer_snapshot is None else decode_snapshot(
+        state.producer_snapshot, source=rsm.object_key(md) + " (producer snapshot)")
+    if state.leader_epoch_checkpoint is not None:
+        entries = parse_epoch_checkpoint(state.leader_epoch_checkpoint, source=rsm.object_key(md))
+    else:  # copied without one: the segment's own epochs are the best lineage there is
+        entries = [EpochEntry(e, o) for e, o in sorted(md.segment_leader_epochs.items())]
+    return producers, entries, state.producer_snapshot is not None
+
+
+def _state_after(rsm: RemoteStorageManager, remote: list[RemoteLogSegmentMetadata]
+                 ) -> tuple[dict[int, ProducerStateEntry], list[EpochEntry], bool]:
+    """The producer state and epoch lineage after the newest remote segment.
+
+    Normally that segment's own snapshot and checkpoint. Where they are damaged, the newest
+    older segment whose state is intact is the base (none: empty state), and the segments
+    after it are downloaded and replayed on top, as Kafka rebuilds producer state from the log
+    when a snapshot is unusable; their epochs extend the lineage.
+
+    Raises:
+        CorruptRecordError: a replayed segment is damaged too (nothing was changed).
+        RemoteStorageError: a read failed after retries.
+    """
+    ordered = sorted(remote, key=lambda m: (m.end_offset, m.start_offset), reverse=True)
+    replay: list[RemoteLogSegmentMetadata] = []
+    producers: dict[int, ProducerStateEntry] = {}
+    entries: list[EpochEntry] = []
+    had_snapshot = False
+    for md in ordered:
+        try:
+            producers, entries, had_snapshot = _decoded_state(rsm, md)
+            break
+        except CorruptRecordError as e:
+            logger.warning("%s: %s; rebuilding that state from the segments before it", md.topic_partition, e)
+            replay.append(md)
+    if not replay:
+        return producers, entries, had_snapshot
+    state = ProducerStateManager()
+    state.load(producers)
+    for md in reversed(replay):  # oldest first
+        key = rsm.object_key(md)
+        for pos, batch in iter_batches(rsm.fetch_log_segment(md, 0)):
+            if not batch.is_valid():
+                raise CorruptRecordError("record batch is corrupt (CRC mismatch) while rebuilding producer state",
+                                         source=key, position=pos)
+            if batch.is_control:
+                state.on_control_batch(batch)
+            else:
+                state.on_data_batch(batch)
+        last = entries[-1].epoch if entries else -1
+        entries += [EpochEntry(e, o) for e, o in sorted(md.segment_leader_epochs.items()) if e > last]
+    logger.info("%s: producer state rebuilt by replaying %d remote segment(s) after a damaged snapshot",
+                ordered[0].topic_partition, len(replay))
+    return state.producers, entries, True
+
+
 def restore_from_remote(log: LocalLog, rsm: RemoteStorageManager, remote: list[RemoteLogSegmentMetadata]) -> bool:
     """If the local log is behind the remote tier, restart it after the newest remote segment
     with that segment's producer state and leader-epoch cache; returns whether it did.
+    A damaged snapshot or checkpoint is rebuilt from older segments (see :func:`_state_after`).
 
     Raises:
         RemoteStorageError: the state objects could not be read (nothing was changed).
-        CorruptRecordError: they are damaged (nothing was changed).
+        CorruptRecordError: they and the segments to rebuild them from are damaged (nothing was changed).
     """
     if not needs_restore(log, remote):
         return False
     newest = max(remote, key=lambda m: (m.end_offset, m.start_offset))
-    state = rsm.fetch_segment_state(newest)
-    producers = {} if state.producer_snapshot is None else decode_snapshot(
-        state.producer_snapshot, source=rsm.object_key(newest) + " (producer snapshot)")
-    if state.leader_epoch_checkpoint is not None:
-        entries = parse_epoch_checkpoint(state.leader_epoch_checkpoint, source=rsm.object_key(newest))
-    else:  # copied without one: the segment's own epochs are the best lineage there is
-        entries = [EpochEntry(e, o) for e, o in sorted(newest.segment_leader_epochs.items())]
+    producers, entries, had_snapshot = _state_after(rsm, remote)
     start = newest.end_offset + 1
     with log.lock:
         if not needs_restore(log, remote):
             return False
         dropped = log.log_end_offset - log.log_start_offset
         log.truncate_fully_and_start_at(start, producers, entries)
-    if state.producer_snapshot is None:
+    if not had_snapshot:
         logger.warning("%s: remote segment %s has no producer snapshot (copied by an older version); producer "
                        "state starts empty at %d", log.topic_partition, newest.id, start)
     logger.info("%s: local log was behind the remote tier; restarted at %d with %d producers and %d leader "

@@ -267,3 +267,36 @@ def test_a_stale_data_dir_behind_the_remote_tier_is_truncated_and_restored(tmp_p
     offsets = [rec[0] for rec in read_all(env.rlm, TP, READ_UNCOMMITTED)]
     assert offsets == sorted(set(offsets)) and offsets[0] == 0 and offsets[-1] == end  # no offset reused
     env.close()
+
+
+@pytest.mark.parametrize("damage", ["snapshot", "checkpoint", "two newest"])
+def test_a_damaged_remote_snapshot_is_rebuilt_from_older_segments(tmp_path: Path, clock: MockClock,
+                                                                   damage: str) -> None:
+    """Regression: a node restoring from the remote tier refused (CorruptRecordError, the
+    partition unusable) when the newest remote segment's producer snapshot or epoch checkpoint
+    was damaged. It now takes the newest intact state and replays the segments after it, as
+    Kafka rebuilds producer state from the log, and ends with the same producers and epochs."""
+    env = TierEnv(tmp_path, clock)
+    log = env.create()
+    last, last_seq = _workload(env, log)
+    end = log.log_end_offset
+    producers = {pid: _fields(e) for pid, e in log.producer_state.active_producers().items()}
+    epochs = list(log.epoch_entries)
+    clock.advance(1)
+    env.rlm.tier(TP)
+    remote = sorted(env.md.list_remote_log_segments(TP), key=lambda m: m.end_offset)
+    assert len(remote) >= 3
+    damaged = remote[-2:] if damage == "two newest" else remote[-1:]
+    for md in damaged:
+        for index in ((IndexType.LEADER_EPOCH,) if damage == "checkpoint" else (IndexType.PRODUCER_SNAPSHOT,)):
+            env.inner.put(env.rsm.object_key(md, index), b"\x00garbage\xff" * 3)
+
+    _lose_data_dir(env)
+    log2 = env.create()
+    assert env.rlm.leader_epoch(TP) == 2
+    assert (log2.log_start_offset, log2.log_end_offset) == (end, end)
+    assert {pid: _fields(e) for pid, e in log2.producer_state.active_producers().items()} == producers
+    assert log2.epoch_entries == epochs
+    dup = log2.append_records(last, producer_id=PID, producer_epoch=PEPOCH, base_sequence=last_seq)
+    assert dup.duplicate and (dup.base_offset, dup.last_offset) == (end - 2, end - 1)
+    env.close()
