@@ -20,7 +20,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 
 from log.types import TopicPartition
+from metadata.erasures import ErasurePartition, ErasureRecord
 from metadata.reports import DEFAULT_REPORTS_KEPT, CompactionReport
+from metadata.topic_configs import StoredTopic
 from metadata.types import (
     LeaderState,
     RemoteLogSegmentId,
@@ -286,6 +288,53 @@ class RemoteLogMetadataManager(ABC):
         Raises:
             InvalidRequestError: ``before`` names no round of ``tp``, or ``limit`` is not positive.
         """
+
+    # ------------------------------------------------------------------ erasure receipts (#15)
+
+    @abstractmethod
+    def create_erasure(self, record: ErasureRecord) -> None:
+        """Store a new erasure with its partitions' initial parts, in one transaction."""
+
+    @abstractmethod
+    def get_erasure(self, erasure_id: str) -> ErasureRecord | None:
+        """The erasure with its partitions' parts, or None if there is none."""
+
+    @abstractmethod
+    def list_erasures(self, *, topic: str | None = None, states: Sequence[str] | None = None,
+                      limit: int = 1000) -> list[ErasureRecord]:
+        """Erasures, newest first; ``states`` filters by any partition's state."""
+
+    @abstractmethod
+    def update_erasure_partition(self, erasure_id: str, topic: str, part: ErasurePartition, *,
+                                 leader_epoch: int | None = None) -> None:
+        """Replace one partition's part of an erasure receipt.
+
+        With ``leader_epoch`` the write is fenced in its transaction like any other write of
+        the partition (a superseded leader's progress is rejected); ``None`` for partitions
+        without remote storage, which only their own node writes.
+
+        Raises:
+            FencedLeaderEpochError: ``leader_epoch`` is not the partition's registered epoch.
+        """
+
+    # ------------------------------------------------------------------ topic configs (#16)
+
+    @abstractmethod
+    def put_topic_config(self, topic: StoredTopic) -> None:
+        """Create or replace a topic's partition count and config overrides (shared by every
+        node and Spark job; a node keeps a local copy as a cache)."""
+
+    @abstractmethod
+    def get_topic_config(self, name: str) -> StoredTopic | None:
+        """The topic's stored config, or None if the store holds none."""
+
+    @abstractmethod
+    def list_topic_configs(self) -> list[StoredTopic]:
+        """Every stored topic, by name."""
+
+    @abstractmethod
+    def delete_topic_config(self, name: str) -> None:
+        """Forget a topic's config (a no-op when there is none)."""
 
     @abstractmethod
     def close(self) -> None:

@@ -75,6 +75,7 @@ from log.locks import (
     ordered_rlock,
 )
 from log.types import TopicPartition
+from metadata.erasures import ErasurePartition, ErasureRecord
 from metadata.errors import (
     FencedLeaderEpochError,
     InvalidStateTransitionError,
@@ -86,11 +87,12 @@ from metadata.errors import (
 from metadata.lineage import is_segment_within_leader_epochs, resolve_checkpoint, validate_cleaner_offsets
 from metadata.manager import DEFAULT_ORPHAN_GRACE_MS, RemoteLogMetadataManager
 from metadata.reports import DEFAULT_REPORTS_KEPT, CompactionReport, SegmentReport
+from metadata.topic_configs import StoredTopic
 from metadata.types import LeaderState, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
 
 T = TypeVar("T")
 S = RemoteLogSegmentState
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _meta = MetaData()
 leaders = Table(
@@ -179,8 +181,37 @@ round_segments = Table(
     Column("uploaded", BigInteger, nullable=False),
     Column("requests", BigInteger, nullable=False),
 )
+#: erasure receipts (schema version 4, #15): one row per erasure, one per partition of it
+erasures = Table(
+    "tc_erasures", _meta,
+    Column("erasure_id", String(32), primary_key=True),
+    Column("topic", String(255), nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("deadline_ms", BigInteger, nullable=False),
+    Column("keys", Text, nullable=False),  # JSON list of the keys as requested
+    Column("encoding", String(16), nullable=False),
+    Index("ix_tc_erasures_created", "created_ms"),
+)
+erasure_partitions = Table(
+    "tc_erasure_partitions", _meta,
+    Column("erasure_id", String(32), primary_key=True),
+    Column("partition_id", Integer, primary_key=True, autoincrement=False),
+    Column("state", String(16), nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+    Column("detail", Text, nullable=False),  # JSON: per key segments, rounds, deletions, verification
+    Column("error", Text, nullable=True),
+    Index("ix_tc_erasure_partitions_state", "state"),
+)
+#: topic configs (schema version 4, #16): shared by every node and Spark job
+topic_configs = Table(
+    "tc_topic_configs", _meta,
+    Column("topic", String(255), primary_key=True),
+    Column("partitions", Integer, nullable=False),
+    Column("config", Text, nullable=False),  # JSON object of the overrides
+    Column("updated_ms", BigInteger, nullable=False),
+)
 #: tables each schema version added (a store opened at an older version gets them)
-_TABLES_SINCE = {2: (rounds, round_segments)}
+_TABLES_SINCE = {2: (rounds, round_segments), 4: (erasures, erasure_partitions, topic_configs)}
 #: columns each schema version added to an existing table (ALTER TABLE ... ADD COLUMN, nullable)
 _COLUMNS_SINCE: dict[int, tuple[tuple[Table, str], ...]] = {3: ((segments, "key_index_bytes"),)}
 schema_version = Table(
@@ -824,6 +855,114 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
             return [_to_report(r, segs[r.seq]) for r in rows]
 
         return self._read("list_compaction_reports", fn)
+
+    # ------------------------------------------------------------------ erasure receipts (#15)
+
+    def _write_any(self, what: str, fn: Callable[[Connection], T]) -> T:
+        """A write transaction not tied to one partition's lock."""
+        if self._closed:
+            raise MetadataStoreError("metadata manager is closed")
+        with self._errors(what), self._all_lock, self._write_lock, self._engine.begin() as conn:
+            return fn(conn)
+
+    def create_erasure(self, record: ErasureRecord) -> None:
+        def fn(conn: Connection) -> None:
+            conn.execute(insert(erasures).values(
+                erasure_id=record.erasure_id, topic=record.topic, created_ms=record.created_ms,
+                deadline_ms=record.deadline_ms, keys=json.dumps(list(record.keys)), encoding=record.encoding))
+            if record.partitions:
+                conn.execute(insert(erasure_partitions), [
+                    {"erasure_id": record.erasure_id, "partition_id": p.partition, "state": p.state,
+                     "updated_ms": p.updated_ms, "detail": json.dumps(p.detail), "error": p.error}
+                    for p in record.partitions])
+
+        self._write_any("create_erasure", fn)
+
+    def _erasure_records(self, conn: Connection, rows: Sequence[Row[Any]]) -> list[ErasureRecord]:
+        if not rows:
+            return []
+        parts: dict[str, list[ErasurePartition]] = {r.erasure_id: [] for r in rows}
+        for p in conn.execute(select(erasure_partitions).where(erasure_partitions.c.erasure_id.in_(list(parts)))
+                              .order_by(erasure_partitions.c.erasure_id, erasure_partitions.c.partition_id)):
+            parts[p.erasure_id].append(ErasurePartition(p.partition_id, p.state, p.updated_ms, json.loads(p.detail),
+                                                        p.error))
+        return [ErasureRecord(r.erasure_id, r.topic, r.created_ms, r.deadline_ms, tuple(json.loads(r.keys)),
+                              r.encoding, tuple(parts[r.erasure_id])) for r in rows]
+
+    def get_erasure(self, erasure_id: str) -> ErasureRecord | None:
+        def fn(conn: Connection) -> ErasureRecord | None:
+            rows = conn.execute(select(erasures).where(erasures.c.erasure_id == erasure_id)).all()
+            found = self._erasure_records(conn, rows)
+            return found[0] if found else None
+
+        return self._read("get_erasure", fn)
+
+    def list_erasures(self, *, topic: str | None = None, states: Sequence[str] | None = None,
+                      limit: int = 1000) -> list[ErasureRecord]:
+        if limit < 1:
+            raise InvalidRequestError(f"limit={limit} must be >= 1")
+
+        def fn(conn: Connection) -> list[ErasureRecord]:
+            stmt = select(erasures)
+            if topic is not None:
+                stmt = stmt.where(erasures.c.topic == topic)
+            if states is not None:
+                stmt = stmt.where(erasures.c.erasure_id.in_(
+                    select(erasure_partitions.c.erasure_id).where(erasure_partitions.c.state.in_(list(states)))))
+            rows = conn.execute(stmt.order_by(erasures.c.created_ms.desc(), erasures.c.erasure_id)
+                                .limit(limit)).all()
+            return self._erasure_records(conn, rows)
+
+        return self._read("list_erasures", fn)
+
+    def update_erasure_partition(self, erasure_id: str, topic: str, part: ErasurePartition, *,
+                                 leader_epoch: int | None = None) -> None:
+        tp = TopicPartition(topic, part.partition)
+
+        def fn(conn: Connection) -> tuple[None, int]:
+            if leader_epoch is not None:
+                self._fence(conn, tp, leader_epoch, "erasure progress")
+            where = and_(erasure_partitions.c.erasure_id == erasure_id,
+                         erasure_partitions.c.partition_id == part.partition)
+            conn.execute(update(erasure_partitions).where(where).values(
+                state=part.state, updated_ms=part.updated_ms, detail=json.dumps(part.detail), error=part.error))
+            return None, 0
+
+        self._write(tp, "update_erasure_partition", fn)
+
+    # ------------------------------------------------------------------ topic configs
+
+    def _write_global(self, what: str, fn: Callable[[Connection], T]) -> T:
+        """One write transaction not tied to a partition (topic configs)."""
+        if self._closed:
+            raise MetadataStoreError("metadata manager is closed")
+        with self._errors(what), self._all_lock, self._write_lock, self._engine.begin() as conn:
+            return fn(conn)
+
+    def put_topic_config(self, topic: StoredTopic) -> None:
+        values = {"partitions": topic.partitions, "config": topic.config_json(),
+                  "updated_ms": topic.updated_ms or self._clock.milliseconds()}
+
+        def fn(conn: Connection) -> None:
+            done = conn.execute(update(topic_configs).where(topic_configs.c.topic == topic.name).values(**values))
+            if not done.rowcount:
+                conn.execute(insert(topic_configs).values(topic=topic.name, **values))
+
+        self._write_global("put_topic_config", fn)
+
+    def get_topic_config(self, name: str) -> StoredTopic | None:
+        stmt = select(topic_configs).where(topic_configs.c.topic == name)
+        row = self._read("get_topic_config", lambda c: c.execute(stmt).first())
+        return None if row is None else StoredTopic.from_row(row.topic, row.partitions, row.config, row.updated_ms)
+
+    def list_topic_configs(self) -> list[StoredTopic]:
+        rows = self._read("list_topic_configs",
+                          lambda c: c.execute(select(topic_configs).order_by(topic_configs.c.topic)).all())
+        return [StoredTopic.from_row(r.topic, r.partitions, r.config, r.updated_ms) for r in rows]
+
+    def delete_topic_config(self, name: str) -> None:
+        self._write_global("delete_topic_config",
+                           lambda c: c.execute(delete(topic_configs).where(topic_configs.c.topic == name)))
 
     def close(self) -> None:
         if not self._closed:

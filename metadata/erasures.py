@@ -1,0 +1,65 @@
+"""Erasure receipts (#15): the state of an on-demand key erasure, kept in the metadata store.
+
+An erasure covers some keys of one topic on some of its partitions. Its receipt has one
+:class:`ErasureRecord` (what was asked, when, by which deadline) and one
+:class:`ErasurePartition` per partition, each written only by that partition's leader (the
+tiered ones fenced by its leader epoch), so two nodes never overwrite each other's
+progress. The overall state is derived from the partitions' (:func:`overall_state`).
+``detail`` is a JSON-able dict the service layer owns (per key: segments that held older
+records, rounds, deleted objects and files, verification); this layer only stores it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+PENDING = "pending"
+VALUES_REMOVED = "values_removed"
+COMPLETE = "complete"
+FAILED = "failed"
+STATES: tuple[str, ...] = (PENDING, VALUES_REMOVED, COMPLETE, FAILED)
+#: progress order of the non-failed states
+_ORDER = {PENDING: 0, VALUES_REMOVED: 1, COMPLETE: 2}
+
+
+@dataclass(frozen=True, slots=True)
+class ErasurePartition:
+    """One partition's part of an erasure receipt."""
+
+    partition: int
+    state: str
+    updated_ms: int
+    detail: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureRecord:
+    """An erasure as asked for, with its partitions' progress."""
+
+    erasure_id: str
+    topic: str
+    created_ms: int
+    deadline_ms: int
+    keys: tuple[str, ...]  # as given in the request
+    encoding: str
+    partitions: tuple[ErasurePartition, ...] = ()
+
+    @property
+    def state(self) -> str:
+        return overall_state([p.state for p in self.partitions])
+
+    @property
+    def error(self) -> str | None:
+        errors = [f"partition {p.partition}: {p.error}" for p in self.partitions if p.error]
+        return "; ".join(errors) or None
+
+
+def overall_state(states: list[str]) -> str:
+    """failed if any partition failed, else the least advanced partition's state."""
+    if not states:
+        return PENDING
+    if FAILED in states:
+        return FAILED
+    return min(states, key=lambda s: _ORDER.get(s, 0))
