@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import mmap
 import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
@@ -91,6 +92,7 @@ from log.types import EpochEntry, TopicPartition
 from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
 from metadata.manager import RemoteLogMetadataManager
 from metadata.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
+from remote.remote_reader import verify_segment_bytes
 from remote.segment_state import rewritten_segment_state
 from remote.storage_manager import IndexType, LogSegmentData, RemoteStorageManager
 
@@ -542,7 +544,7 @@ class TieredCleaner:
                 f"of the free disk under {self.temp_root} is smaller; free disk space and the round is retried")
         base = md.start_offset
         log_path = space.dir / f"{base:020d}.log"
-        n = self.rsm.fetch_log_segment_to_file(md, log_path)
+        n = self._fetch_verified(md, log_path)
         # only the .log: aborted transactions reach the cleaner through the round's
         # RoundTxnIndexes (forward over both tiers), never through the source's own index
         files = [log_path]
@@ -558,6 +560,30 @@ class TieredCleaner:
         seg = LogSegment(space.dir, base, index_interval_bytes=int(log.config.get("index.interval.bytes")))
         return _Source(md, seg, tuple(files + [seg.offset_index.path, seg.time_index.path]),
                        name=f"remote segment {self.rsm.object_key(md)}")
+
+    def _fetch_verified(self, md: RemoteLogSegmentMetadata, path: Path) -> int:
+        """Download the segment's log to ``path`` and check it whole (CRCs, offsets). Bytes damaged
+        on the way are fetched once more, as the read path does; damage that persists is in the
+        store and is reported against the object (the partition becomes uncleanable)."""
+        name = f"remote segment {self.rsm.object_key(md)}"
+        n = self.rsm.fetch_log_segment_to_file(md, path)
+        if n == 0:
+            return n  # nothing to check (mmap refuses an empty file)
+        for attempt in (1, 2):
+            error: CorruptRecordError | None = None
+            with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                try:
+                    verify_segment_bytes(mm, md, name)
+                except CorruptRecordError as e:
+                    # without its traceback: its frames hold views of the map, which must close
+                    error = e.with_traceback(None)
+            if error is None:
+                return n
+            if attempt == 2:
+                raise error
+            logger.warning("%s: %s; fetching the segment again", md.id, error)
+            n = self.rsm.fetch_log_segment_to_file(md, path)
+        raise AssertionError("unreachable")
 
     @staticmethod
     def _link_local_copy(log: LocalLog, md: RemoteLogSegmentMetadata, space: TempSpace) -> _Source | None:

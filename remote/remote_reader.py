@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import mmap
 import struct
 from collections.abc import Iterable
 
@@ -169,6 +170,20 @@ class RemoteSegmentReader:
             if total >= max_bytes:
                 break
         return out
+
+
+def verify_segment_bytes(buf: bytes | memoryview | mmap.mmap, md: RemoteLogSegmentMetadata, source: str) -> None:
+    """Check a whole downloaded segment as :meth:`RemoteSegmentReader.read` checks a range: every
+    batch's CRC, and offsets inside the segment's range and increasing (a base offset lies
+    outside the CRC). Raises CorruptRecordError naming ``source`` and the byte position."""
+    last = -1
+    for pos, batch in iter_batches(memoryview(buf), source=source):
+        batch.ensure_valid(source=source, position=pos)
+        if batch.base_offset < md.start_offset or batch.last_offset > md.end_offset or batch.base_offset <= last:
+            raise CorruptRecordError(
+                f"batch offsets [{batch.base_offset}, {batch.last_offset}] lie outside the segment's "
+                f"[{md.start_offset}, {md.end_offset}] or overlap the previous batch", source=source, position=pos)
+        last = batch.last_offset
 
 
 def collect_aborted(txns: Iterable[AbortedTxn], start: int, upper: int) -> tuple[list[AbortedTxn], bool]:

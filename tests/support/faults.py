@@ -30,7 +30,8 @@ from remote.errors import (
 from remote.object_store import ForwardingObjectStore, ObjectStore, PutData, open_put_data
 
 OPS = ("put", "get", "get_range", "get_to_file", "size", "exists", "delete", "list")
-KINDS = ("transient", "timeout", "error", "not_found", "truncate", "crash")
+#: "flip" damages one bit in the middle of what a read returns (corruption in transit)
+KINDS = ("transient", "timeout", "error", "not_found", "truncate", "crash", "flip")
 
 
 @dataclass
@@ -132,6 +133,15 @@ class FaultyObjectStore(ForwardingObjectStore):
 
     def get_to_file(self, key: str, path: str | os.PathLike[str], start: int = 0, end: int | None = None) -> int:
         kind = self._fault("get_to_file", key)
+        if kind == "flip":
+            n = self.inner.get_to_file(key, path, start, end)
+            if n:
+                with Path(path).open("r+b") as f:
+                    f.seek(n // 2)
+                    b = f.read(1)
+                    f.seek(n // 2)
+                    f.write(bytes([b[0] ^ 0x10]))
+            return n
         if kind == "truncate":
             n = self.inner.get_to_file(key, path, start, end)
             with Path(path).open("r+b") as f:

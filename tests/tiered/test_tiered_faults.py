@@ -104,6 +104,19 @@ def test_transient_faults_are_retried_and_the_round_succeeds(make_world, clock, 
     assert_no_leak(w)
 
 
+def test_a_download_damaged_in_transit_is_fetched_again_and_the_round_succeeds(make_world, clock):
+    """Regression: one bit flipped on the way from the store made the round fail and marked the
+    partition uncleanable, though the object itself was intact (reads already refetched)."""
+    w, expected = _prepared(make_world, clock)
+    w.store.inject("get_to_file", "flip", times=1, key_contains=".log")
+    stats = w.clean()
+    assert any(f == "flip" for _o, _k, f in w.store.log)  # the fault really fired
+    assert stats.segments_downloaded >= 1
+    w.rlm.delete_unreferenced(TP)
+    _check(w, expected)
+    assert_no_leak(w)
+
+
 def test_metadata_failure_at_publish_removes_uploads(make_world, clock):
     w, expected = _prepared(make_world, clock)
     before = w.object_keys()
