@@ -19,8 +19,8 @@ from cleaner.log_to_clean import LogToClean, cleanable_offsets
 from cleaner.offset_map import CompactOffsetMap, OffsetMap, SkimpyOffsetMap
 from log.clock import MockClock
 from log.fetch import READ_COMMITTED, read_local
-from log.local_log import LocalLog, RecordSpec
-from log.record import ControlRecordType
+from log.local_log import LocalLog
+from tests.support.txn_workload import TxnWorkload
 
 
 def _read_committed(log: LocalLog) -> list[tuple[int, bytes | None, bytes | None]]:
@@ -42,32 +42,12 @@ def test_random_transactional_workload_on_a_local_partition(make_log, clock: Moc
     rnd = random.Random(seed)
     log = make_log(**{"cleanup.policy": "compact", "delete.retention.ms": 1000})
     cfg = CleanerConfig(dedupe_buffer_size=rnd.choice([24 * 3, 1 << 16]), load_factor=0.9)
-    records: dict[int, tuple[bytes, bytes | None]] = {}
-    status: dict[int, str] = {}
-    open_txn: dict[int, list[int]] = {}
-    seq: dict[int, int] = {}
+    workload = TxnWorkload(rnd)
     checkpoint: int | None = None
     for step in range(80):
         op = rnd.random()
-        if op < 0.3:
-            k, v = f"k{rnd.randrange(4)}".encode(), (None if rnd.random() < 0.1 else f"p{step}".encode())
-            off = log.append_records([RecordSpec(k, v)]).base_offset
-            records[off], status[off] = (k, v), "committed"
-        elif op < 0.55:
-            pid = rnd.choice([5, 6, 7])
-            k, v = f"k{rnd.randrange(4)}".encode(), f"t{pid}-{step}".encode()
-            s = seq.get(pid, 0)
-            off = log.append_records([RecordSpec(k, v)], producer_id=pid, producer_epoch=0, base_sequence=s,
-                                     transactional=True).base_offset
-            seq[pid] = s + 1
-            records[off], status[off] = (k, v), "open"
-            open_txn.setdefault(pid, []).append(off)
-        elif op < 0.7 and open_txn:
-            pid = rnd.choice(sorted(open_txn))
-            commit = rnd.random() < 0.5
-            log.append_marker(pid, 0, ControlRecordType.COMMIT if commit else ControlRecordType.ABORT)
-            for o in open_txn.pop(pid):
-                status[o] = "committed" if commit else "aborted"
+        if workload.append(log, op, step):
+            pass  # a record, a transactional record or a marker
         elif op < 0.82:
             log.roll()
         else:
@@ -76,17 +56,4 @@ def test_random_transactional_workload_on_a_local_partition(make_log, clock: Moc
             ltc = LogToClean(log.topic_partition, log, o.first_dirty_offset, o.first_uncleanable_dirty_offset)
             checkpoint, _stats = Cleaner(map_class(cfg.dedupe_buffer_per_thread), cfg).do_clean(ltc, now)
         clock.advance(rnd.choice([1, 10, 600]))
-        lso = log.last_stable_offset
-        visible = _read_committed(log)
-        for off, k, v in visible:
-            assert off < lso and status.get(off) == "committed", (step, off, status.get(off))
-            assert records[off] == (k, v), (step, off)
-        expected = {records[off][0]: (off, records[off][1]) for off in sorted(records)
-                    if off < lso and status[off] == "committed"}
-        got = {k: (off, v) for off, k, v in visible}
-        for k, (off, v) in expected.items():
-            if v is None:
-                assert k not in got or got[k][1] is None, (step, k, got.get(k))
-            else:
-                assert got.get(k) == (off, v), (step, k, (off, v), got.get(k))
-        assert set(got) <= set(expected)
+        workload.check(_read_committed(log), log.last_stable_offset, step)
