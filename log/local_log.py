@@ -54,6 +54,7 @@ from log.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     LOG_SUFFIX,
+    SCAN_BUFFER_SIZE,
     SWAP_SUFFIX,
     TXN_INDEX_SUFFIX,
     LogSegment,
@@ -663,7 +664,9 @@ class LocalLog:
             pos = seg.find_position(start_offset, sizes[seg.base_offset]) if seg is segs[0] else 0
             if pos is None:
                 continue
-            for p, batch in seg.batches(pos, sizes[seg.base_offset]):
+            # a page bounded by max_records reads the segment in small windows (more as needed)
+            window = min(max_bytes, SCAN_BUFFER_SIZE) if max_records is not None else max_bytes
+            for p, batch in seg.batches(pos, sizes[seg.base_offset], buffer_size=max(window, 4096)):
                 if batch.last_offset < start_offset:
                     continue
                 if max_offset is not None and batch.base_offset >= max_offset:

@@ -20,6 +20,10 @@ from log.index.offset_index import INT32_MAX, OffsetIndex
 from log.index.time_index import TimeIndex
 from log.index.txn_index import AbortedTxn, TransactionIndex
 from log.record import RecordBatch, iter_file_batches
+from log.record.records import DEFAULT_BUFFER_SIZE
+
+#: read window of look-ups and fetch pages: a few batches, not the default MiB of the segment
+SCAN_BUFFER_SIZE = 64 * 1024
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -167,17 +171,23 @@ class LogSegment:
         self.close_writer()
 
     # ---- reading --------------------------------------------------------------------
-    def batches(self, start_position: int = 0, end_position: int | None = None) -> Iterator[tuple[int, RecordBatch]]:
-        """(position, batch) for every batch from ``start_position`` up to the size captured now."""
+    def batches(self, start_position: int = 0, end_position: int | None = None, *,
+                buffer_size: int = DEFAULT_BUFFER_SIZE) -> Iterator[tuple[int, RecordBatch]]:
+        """(position, batch) for every batch from ``start_position`` up to the size captured now,
+        read ``buffer_size`` bytes at a time (more for a larger batch): a caller that wants only
+        a few batches (a fetch page, :meth:`find_position`) passes less than the default MiB."""
         end = self.size if end_position is None else end_position
         if start_position >= end:
             return iter(())
-        return iter_file_batches(self.log_path, start_position, end, source=str(self.log_path))
+        return iter_file_batches(self.log_path, start_position, end, source=str(self.log_path),
+                                 buffer_size=buffer_size)
 
     def find_position(self, offset: int, end_position: int | None = None) -> int | None:
         """Byte position of the first batch whose last offset >= ``offset``, or None if none."""
         _, pos = self.offset_index.lookup(offset)
-        for p, batch in self.batches(pos, end_position):
+        # the index entry lies at most index.interval.bytes (and a batch) before the target:
+        # read a small window, not a MiB of the segment, per look-up
+        for p, batch in self.batches(pos, end_position, buffer_size=SCAN_BUFFER_SIZE):
             if batch.last_offset >= offset:
                 return p
         return None

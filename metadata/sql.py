@@ -51,6 +51,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    bindparam,
     create_engine,
     delete,
     event,
@@ -221,6 +222,8 @@ schema_version = Table(
 
 _FENCE_STRATEGIES = ("returning", "rowcount", "reread")
 #: default bounds of a metadata transaction (ServiceConfig exposes both)
+#: segment ids per query of get_bloom_filters (well under SQLite's 999 bound parameters)
+BLOOM_BATCH = 500
 DEFAULT_LOCK_TIMEOUT_MS = 5_000
 DEFAULT_STATEMENT_TIMEOUT_MS = 30_000
 #: PostgreSQL SQLSTATEs of the bounds above: lock_not_available, query_canceled,
@@ -241,6 +244,15 @@ def normalize_url(url: str) -> str:
 
 def _tp_where(table: Table, tp: TopicPartition) -> Any:
     return and_(table.c.topic == tp.topic, table.c.partition_id == tp.partition)
+
+
+#: remote_log_segment_metadata's query, built once: every read below the local log runs it (and
+#: the read path asks it for the log start offset on every fetch), and building the expression
+#: cost ten times what SQLite takes to answer it
+_SEGMENT_AT_OFFSET = (select(segments).where(
+    segments.c.topic == bindparam("topic"), segments.c.partition_id == bindparam("partition_id"),
+    segments.c.state == S.COPY_SEGMENT_FINISHED.value, segments.c.superseded_by.is_(None),
+    segments.c.end_offset >= bindparam("offset")).order_by(segments.c.start_offset).limit(1))
 
 
 def _dump(m: Mapping[int, int]) -> str:
@@ -662,10 +674,8 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
         return self._read("list_remote_log_segments", lambda c: [_to_md(r) for r in c.execute(stmt)])
 
     def remote_log_segment_metadata(self, tp: TopicPartition, offset: int) -> RemoteLogSegmentMetadata | None:
-        stmt = (select(segments).where(_tp_where(segments, tp), segments.c.state == S.COPY_SEGMENT_FINISHED.value,
-                                       segments.c.superseded_by.is_(None), segments.c.end_offset >= offset)
-                .order_by(segments.c.start_offset).limit(1))
-        row = self._read("remote_log_segment_metadata", lambda c: c.execute(stmt).first())
+        params = {"topic": tp.topic, "partition_id": tp.partition, "offset": offset}
+        row = self._read("remote_log_segment_metadata", lambda c: c.execute(_SEGMENT_AT_OFFSET, params).first())
         return None if row is None else _to_md(row)
 
     def remote_log_size(self, tp: TopicPartition) -> int:
@@ -752,6 +762,19 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
         stmt = select(blooms.c.data).where(blooms.c.segment_id == segment_id.id, _tp_where(blooms, tp))
         row = self._read("get_bloom_filter", lambda c: c.execute(stmt).first())
         return None if row is None else bytes(row[0])
+
+    def get_bloom_filters(self, tp: TopicPartition, segment_ids: Sequence[str]) -> dict[str, bytes]:
+        ids = list(dict.fromkeys(segment_ids))
+
+        def fn(conn: Connection) -> dict[str, bytes]:
+            out: dict[str, bytes] = {}
+            for i in range(0, len(ids), BLOOM_BATCH):  # bounded IN lists (SQLite's parameter limit)
+                stmt = select(blooms.c.segment_id, blooms.c.data).where(
+                    _tp_where(blooms, tp), blooms.c.segment_id.in_(ids[i:i + BLOOM_BATCH]))
+                out.update((sid, bytes(data)) for sid, data in conn.execute(stmt))
+            return out
+
+        return self._read("get_bloom_filters", fn) if ids else {}
 
     # ------------------------------------------------------------------ admin
 

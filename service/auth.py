@@ -27,13 +27,14 @@ def check_token(request: Request, token: str | None) -> None:
         raise ForbiddenError("the bearer token is not valid for this node")
 
 
-def require_write(request: Request) -> None:
-    """Dependency for mutating endpoints."""
+async def require_write(request: Request) -> None:
+    """Dependency for mutating endpoints (async: a plain check, so FastAPI runs it on the event
+    loop instead of sending it to the threadpool, a thread hop per request)."""
     check_token(request, request.app.state.node.config.token)
 
 
-def require_read(request: Request) -> None:
-    """Dependency for read endpoints: checked only when auth_reads is set."""
+async def require_read(request: Request) -> None:
+    """Dependency for read endpoints: checked only when auth_reads is set (async, as require_write)."""
     cfg = request.app.state.node.config
     if cfg.auth_reads:
         check_token(request, cfg.token)

@@ -15,9 +15,10 @@ schema (``minimum``/``maximum``).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator, with_config
+from typing_extensions import TypedDict  # pydantic needs typing_extensions' TypedDict on 3.11
 
 from log.log_manager import MAX_PARTITIONS
 from service.errors import NOT_UNICODE, OUT_OF_RANGE
@@ -110,16 +111,22 @@ def _unicode_text(v: str) -> str:
 Text = Annotated[str, AfterValidator(_unicode_text)]
 
 
-class Header(_Request):
+# A produce request's records and headers are TypedDicts, not models: pydantic checks them
+# just as strictly (unknown fields refused, the same error locations) but hands back plain
+# dicts, so a request of many records builds no model object per record. A missing
+# optional field is simply absent (read it with .get).
+@with_config(ConfigDict(extra="forbid"))
+class Header(TypedDict):
     key: Text
-    value: Text | None = None
+    value: NotRequired[Text | None]
 
 
-class RecordIn(_Request):
-    key: Text | None = None
-    value: Text | None = None
-    timestamp: Timestamp | None = None
-    headers: list[Header] = Field(default_factory=list)
+@with_config(ConfigDict(extra="forbid"))
+class RecordIn(TypedDict):
+    key: NotRequired[Text | None]
+    value: NotRequired[Text | None]
+    timestamp: NotRequired[Timestamp | None]
+    headers: NotRequired[list[Header]]
 
 
 class Producer(_Request):
@@ -139,7 +146,7 @@ class ProduceRequest(_Request):
     def _timestamp_deltas_fit(self) -> ProduceRequest:
         # a batch stores each record's timestamp as a delta from the first one (varlong): the
         # spread of one request's timestamps must fit in an int64 too
-        given = [r.timestamp for r in self.records if r.timestamp is not None]
+        given = [t for r in self.records if (t := r.get("timestamp")) is not None]
         if given and max(given) - min(given) > INT64_MAX:
             raise ValueError(f"records' timestamps span {min(given)}..{max(given)}: their difference is out "
                              f"of range for one batch (must be at most {INT64_MAX}, Kafka int64); send them "
@@ -239,6 +246,15 @@ class Job(BaseModel):
     partition: int
     stats: dict[str, Any] | None = None
     error: str | None = None
+    kind: Literal["clean", "spark-clean"] = "clean"
+    engine: str = Field("in-process", description="in-process, or spark (an offload job on the node's spark_master)")
+    partitions: list[int] = Field(default_factory=list, description="Every partition of the job.")
+    origin: Literal["api", "tiered-pool"] = "api"
+    spark_application_id: str | None = Field(None, description="The Spark application the job ran in.")
+    attempts: int = Field(0, description="Spark jobs run (a job fenced by a leadership change is retried once "
+                                         "under the node's new epoch).")
+    created_ms: int = 0
+    ended_ms: int | None = None
 
 
 class CleanerPool(BaseModel):
@@ -261,6 +277,11 @@ class CleanerStatus(BaseModel):
         default_factory=dict, description="Why a partition was marked uncleanable, where known (for a corrupt "
                                           "batch: the file or object and the byte position).")
     last_runs: list[dict[str, Any]]
+    erasures_at_risk: list[dict[str, Any]] = Field(
+        default_factory=list, description="Pending key erasures (#15) with less than a tenth of their window left "
+                                          "or overdue: id, topic, deadline_ms, time_left_ms, overdue, partitions.")
+    partitions_at_risk: list[str] = Field(default_factory=list,
+                                          description="Partitions of the erasures at risk (topic-partition).")
 
 
 class Health(BaseModel):
@@ -348,3 +369,70 @@ class DryRunPlan(BaseModel):
     records_reclaimable: int
     bytes_reclaimable: int
     records_removed: RemovedByReason
+
+
+# ---- erasures (#15) ---------------------------------------------------------------------------
+
+class ErasureRequest(_Request):
+    keys: list[Text] = Field(min_length=1, max_length=1000, description="Keys to erase (in `encoding`).")
+    encoding: Encoding = "utf-8"
+    partitions: list[Annotated[int, in_range(0, INT32_MAX, "partition number")]] | None = Field(
+        None, description="Partitions to erase the keys from (default: every partition of the topic).")
+    deadline_ms: Annotated[int, in_range(0, INT64_MAX, "Kafka int64 epoch milliseconds")] | None = Field(
+        None, description="When every older value must be gone (epoch ms); default now + max.compaction.lag.ms "
+                          "(24 h when that is unlimited). Refused with 422 when min.compaction.lag.ms rules it out.")
+
+
+class ErasureAccepted(BaseModel):
+    erasure_id: str
+    state: Literal["pending", "values_removed", "complete", "failed"]
+    deadline_ms: int
+
+
+class ErasureKey(BaseModel):
+    key: str
+    partition: int
+    tombstone_offset: int
+    segments: list[dict[str, Any]] = Field(description="Segments that held an older record of the key: tier "
+                                                       "(local, remote, both), offsets, remote segment id, file.")
+    rounds: list[str] = Field(description="Round ids (GET .../compactions) that rewrote them.")
+    deleted: list[dict[str, Any]] = Field(description="Replaced objects (`object`) and local files (`file`) that "
+                                                      "held the key, with the time each was deleted.")
+    verified_ms: int | None = Field(None, description="When no remaining segment held an older record and every "
+                                                      "deleted object answered 'not found'.")
+    tombstone_verified_ms: int | None = None
+
+
+class ErasurePartitionState(BaseModel):
+    partition: int
+    state: str
+    updated_ms: int
+    values_removed_ms: int | None = None
+    complete_ms: int | None = None
+    rounds: list[str] = []
+    notes: list[str] = []
+    error: str | None = None
+
+
+class ErasureReceipt(BaseModel):
+    erasure_id: str
+    topic: str
+    state: Literal["pending", "values_removed", "complete", "failed"]
+    deadline_ms: int
+    created_ms: int
+    encoding: str
+    time_left_ms: int
+    partitions: list[ErasurePartitionState]
+    keys: list[ErasureKey]
+    error: str | None = None
+
+
+class ErasureSummary(BaseModel):
+    erasure_id: str
+    topic: str
+    state: Literal["pending", "values_removed", "complete", "failed"]
+    deadline_ms: int
+    created_ms: int
+    keys: int
+    partitions: list[int]
+    error: str | None = None

@@ -39,6 +39,7 @@ from log.record.control import ControlRecordType
 from log.record.crc32c import crc32c
 from log.record.decode import iter_key_offsets as _iter_key_offsets
 from log.record.decode import iter_record_fields as _iter_record_fields
+from log.record.fastpath import kernels
 from log.types import TimestampType
 
 BASE_OFFSET_OFFSET = 0
@@ -345,9 +346,25 @@ class RecordBatch:
 
     def records(self) -> Iterator[Record]:
         """Decode every record (decompressing first); for LOG_APPEND_TIME each record's
-        timestamp is maxTimestamp. Bad record bytes raise CorruptRecordError."""
+        timestamp is maxTimestamp. Bad record bytes raise CorruptRecordError.
+
+        Readers' path: the compiled kernels decode the whole section in one C loop when they
+        can (records without headers); otherwise, and for anything malformed, the reference
+        decoder runs and raises its own error."""
         make = _make_record
-        for fields in self.iter_record_fields():
+        codec = self.attributes & COMPRESSION_CODEC_MASK
+        # uncompressed: the kernels read the batch's own bytes, no copy of the section
+        section: bytes | memoryview = self._buf[RECORDS_OFFSET:] if codec == 0 else self._records_section()
+        append_time = self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None
+        fast = kernels().decode_records(section, self.records_count, self.base_offset, self.base_timestamp,
+                                        self.base_sequence, append_time)
+        if fast is not None:
+            for fields in fast:
+                yield make(*fields)
+            return
+        data = section if isinstance(section, bytes) else section.tobytes()
+        for fields in _iter_record_fields(data, self.records_count,
+                                          self.base_offset, self.base_timestamp, self.base_sequence, append_time):
             yield make(*fields)
 
     def iter_key_offsets(self) -> Iterator[tuple[int, bytes | None, bool]]:

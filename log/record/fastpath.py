@@ -59,6 +59,9 @@ class RecordKernels(Protocol):
 
     def hash_keys(self, data: bytes | memoryview, count: int, base_offset: int, seed: bytes) -> tuple[int, int, int]: ...
 
+    def decode_records(self, data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,
+                       base_sequence: int, log_append_time: int | None) -> list[Any] | None: ...
+
 
 def _load_compiled() -> RecordKernels | None:
     try:

@@ -10,7 +10,8 @@ from service.auth import require_read, require_write
 from service.node import Node
 
 
-def get_node(request: Request) -> Node:
+async def get_node(request: Request) -> Node:
+    # async: it only looks the node up, so FastAPI need not send it to the threadpool
     node: Node = request.app.state.node
     return node
 

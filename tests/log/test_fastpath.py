@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from log.errors import CorruptRecordError
 from log.record import RecordBatch, RecordBatchBuilder, fastpath
 from log.record.batch import RECORDS_OFFSET
-from log.record.decode import iter_key_offsets
+from log.record.decode import iter_key_offsets, iter_record_fields
 
 COMPILED = fastpath.compiled_kernels()
 PURE = fastpath.pure_kernels()
@@ -195,3 +195,71 @@ def test_map_records_ignores_records_before_start(k):
     t.reset(bytes(16))
     k.map_records(t, data, 20, base, start, 1000)
     assert t.size == len({key for o, key, _hv in ref if key is not None and o >= start})
+
+
+def _reference_fields(data: bytes, count: int, base: int, base_ts: int, base_seq: int, append_time: int | None):
+    try:
+        return list(iter_record_fields(data, count, base, base_ts, base_seq, append_time))
+    except CorruptRecordError:
+        return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(n=st.integers(0, 12), seed=st.integers(0, 10**6), edits=st.lists(
+    st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=3), cut=st.integers(0, 40),
+    extra=st.integers(-2, 2), base_seq=st.sampled_from([-1, 0, 5, 2**31 - 3]),
+    append_time=st.sampled_from([None, 1_700_000_000_123]), headers=st.booleans())
+def test_decode_records_is_the_reference_decoder_or_nothing(n, seed, edits, cut, extra, base_seq, append_time,
+                                                             headers):
+    # the readers' compiled decoder: the reference's exact tuples, or None (the caller then runs
+    # the reference, which raises its own error) -- never a different answer
+    rnd = random.Random(seed)
+    b = RecordBatchBuilder(100)
+    off = 99
+    for _ in range(n):
+        off += rnd.randrange(1, 3)
+        key = None if rnd.random() < 0.2 else bytes(rnd.randrange(256) for _ in range(rnd.randrange(0, 20)))
+        value = None if rnd.random() < 0.2 else bytes(rnd.randrange(256) for _ in range(rnd.randrange(0, 300)))
+        hs = (("h", b"v"), ("é", None)) if headers and rnd.random() < 0.3 else ()
+        b.append(off, 1_700_000_000_000 + rnd.randrange(-10**6, 10**6), key, value, hs)
+    if n == 0:
+        data, base, base_ts = b"", 100, 0
+    else:
+        raw = b.build()
+        batch = RecordBatch(raw)
+        data, base, base_ts = raw[RECORDS_OFFSET:], batch.base_offset, batch.base_timestamp
+    clean = _reference_fields(data, n, base, base_ts, base_seq, append_time)
+    fast = COMPILED.decode_records(data, n, base, base_ts, base_seq, append_time)
+    if not any(hs for *_x, hs, _s in clean):
+        assert fast == clean  # well-formed records without headers: always decoded here
+    buf = bytearray(data)
+    for pos, byte in edits:
+        if buf:
+            buf[pos % len(buf)] = byte
+    if cut:
+        buf = buf[: max(0, len(buf) - cut)]
+    data = bytes(buf)
+    count = max(0, n + extra)
+    ref = _reference_fields(data, count, base, base_ts, base_seq, append_time)
+    fast = COMPILED.decode_records(data, count, base, base_ts, base_seq, append_time)
+    assert fast is None or fast == ref
+    assert PURE.decode_records(data, count, base, base_ts, base_seq, append_time) is None
+
+
+def test_batch_records_use_the_compiled_decoder_and_fall_back_for_headers():
+    b = RecordBatchBuilder(0, base_sequence=7, producer_id=3, producer_epoch=0)
+    b.append(0, 1000, b"k", b"v")
+    b.append(1, 1001, None, None)
+    plain = RecordBatch(b.build())
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers, r.sequence) for r in plain.records()] == \
+        list(plain.iter_record_fields())
+    b = RecordBatchBuilder(0)
+    b.append(0, 1000, b"k", b"v", (("h", b"x"),))
+    with_headers = RecordBatch(b.build())
+    assert [r.headers for r in with_headers.records()] == [(("h", b"x"),)]
+    compiled = list(plain.records())
+    prev = fastpath.use_kernels(PURE)
+    try:
+        assert list(RecordBatch(bytes(plain.raw)).records()) == compiled
+    finally:
+        fastpath.use_kernels(prev)
