@@ -1,7 +1,8 @@
 """Run every benchmark (or those named): ``python -m bench [name ...]``.
 
 Each ``bench/bench_<name>.py`` has a ``main()`` that writes ``bench/results/<name>.json``.
-Set ``BENCH_QUICK=1`` for a smaller, faster run (the JSON says which scale it used).
+Set ``BENCH_QUICK=1`` for a smaller, faster run (the JSON says which scale it used); a quick
+run writes to the scratch folder ``bench/tmp/results/``, never over the committed results.
 """
 
 from __future__ import annotations

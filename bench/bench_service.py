@@ -11,11 +11,21 @@ appends say it is (no record lost), and no request may have failed or hung (ever
 has a 60 s timeout, counted as a failure). Finally the server gets SIGTERM: the time it
 takes to exit and its exit status are reported too.
 Reports requests/s and latency percentiles per kind of request.
+
+Before that, the throughput phases (``throughput`` in the JSON): 8 clients, each one
+keep-alive connection sending its next request as soon as the last is answered, from the
+small asyncio load generator of :mod:`bench.loadgen` in this process (cheap per request, so
+the client's own CPU matters little); first produce requests of 100 records (16-byte keys,
+100-byte values) to 8 partitions, then reads of 100 records from random offsets of what was
+produced. Each phase reports requests/s, p50/p99/max latency, the server's CPU seconds per
+request (from /proc: on a shared machine the steadier figure) and the load average before
+and after, since the 2 cores may be busy with other work.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import resource
@@ -34,7 +44,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
+from bench import loadgen
 from bench.common import peak_rss_mb, quick, write_result
 
 TOPIC = "load"
@@ -125,8 +137,93 @@ def serve(root: Path) -> Iterator[ServeProcess]:
             srv.stop()
 
 
+TPUT_TOPIC = "tput"
+TPUT_CLIENTS = 8
+TPUT_RECORDS = 100
+TPUT_VALUE_BYTES = 100
+TPUT_KEYS = 10_000
+
+
+def _cpu_s(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system
+
+
+def _phase(srv: ServeProcess, name: str, requests: list[list[bytes]], seconds: float,
+           check: Any = None) -> dict[str, Any]:
+    server = psutil.Process(srv.proc.pid)
+    loadgen.run("127.0.0.1", srv.port, requests, min(1.0, seconds / 4), check)  # warm-up, not counted
+    load_before = os.getloadavg()
+    cpu0, client0 = _cpu_s(server), time.process_time()
+    out = loadgen.run("127.0.0.1", srv.port, requests, seconds, check)
+    server_cpu, client_cpu = _cpu_s(server) - cpu0, time.process_time() - client0
+    n = len(out.latencies)
+    lat = sorted(out.latencies)
+    return {
+        "clients": len(requests), "records_per_request": TPUT_RECORDS, "requests": n,
+        "seconds": round(out.elapsed_s, 2), "requests_per_sec": round(n / out.elapsed_s, 1),
+        "records_per_sec": round(n * TPUT_RECORDS / out.elapsed_s),
+        "p50_ms": round(_pct(lat, 50) * 1000, 2), "p99_ms": round(_pct(lat, 99) * 1000, 2),
+        "max_ms": round(lat[-1] * 1000, 2) if lat else 0.0,
+        "server_cpu_ms_per_request": round(server_cpu / max(n, 1) * 1000, 3),
+        "server_cpu_share": round(server_cpu / out.elapsed_s, 2),
+        "client_cpu_share": round(client_cpu / out.elapsed_s, 2),
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "failed_requests": len(out.failures), "failures_sample": out.failures[:3],
+        "name": name,
+    }
+
+
+def throughput(srv: ServeProcess, seconds: float) -> dict[str, Any]:
+    """Produce then read requests of 100 records from 8 clients; see the module docstring."""
+    host = f"127.0.0.1:{srv.port}"
+    with httpx.Client(base_url=srv.url, timeout=60) as c:
+        c.post("/v1/topics", json={"name": TPUT_TOPIC, "partitions": TPUT_CLIENTS, "config": {
+            "cleanup.policy": "compact", "remote.storage.enable": True, "local.retention.ms": -1,
+            "segment.bytes": 64 * 1024 * 1024}}).raise_for_status()
+    rng = random.Random(7)
+    produce = []
+    for client in range(TPUT_CLIENTS):
+        reqs = []
+        for _ in range(64):
+            recs = [{"key": f"key-{rng.randrange(TPUT_KEYS):011d}",
+                     "value": "".join(rng.choices("abcdefghijklmnopqrstuvwxyz0123456789", k=TPUT_VALUE_BYTES))}
+                    for _ in range(TPUT_RECORDS)]
+            body = json.dumps({"records": recs}, separators=(",", ":")).encode()
+            reqs.append(loadgen.build_request("POST", f"/v1/topics/{TPUT_TOPIC}/partitions/{client}/records",
+                                              host, body))
+        produce.append(reqs)
+    res_produce = _phase(srv, "produce", produce, seconds)
+    with httpx.Client(base_url=srv.url, timeout=60) as c:
+        ends = [c.get(f"/v1/topics/{TPUT_TOPIC}/partitions/{p}").json()["log_end_offset"]
+                for p in range(TPUT_CLIENTS)]
+    reads = [[loadgen.build_request(
+        "GET", f"/v1/topics/{TPUT_TOPIC}/partitions/{client}/records?offset={rng.randrange(max(end - TPUT_RECORDS, 1))}"
+               f"&max_records={TPUT_RECORDS}", host) for _ in range(256)]
+        for client, end in enumerate(ends)]
+
+    def check_read(_: int, body: bytes) -> str | None:
+        got = len(json.loads(body)["records"])
+        return None if got == TPUT_RECORDS else f"read returned {got} records, not {TPUT_RECORDS}"
+
+    res_read = _phase(srv, "read", reads, seconds, check_read)
+    return {"produce": res_produce, "read": res_read,
+            "value_bytes": TPUT_VALUE_BYTES, "key_bytes": 15, "partitions": TPUT_CLIENTS,
+            "targets": {"requests_per_sec": 1500, "p99_ms": 50},
+            "load_generator": "bench.loadgen: asyncio, one keep-alive connection per client, in the bench "
+                              "process (separate from the server)"}
+
+
 def main() -> None:
     duration = 5.0 if quick() else 20.0
+    tput_seconds = 3.0 if quick() else 10.0
+    if os.environ.get("BENCH_SERVICE_ONLY_THROUGHPUT"):
+        root = Path(tempfile.mkdtemp(prefix="tiercompact-bench-service-"))
+        with serve(root) as srv:
+            print(json.dumps(throughput(srv, tput_seconds), indent=2))
+        shutil.rmtree(root, ignore_errors=True)
+        return
     root = Path(tempfile.mkdtemp(prefix="tiercompact-bench-service-"))
     stats = Stats()
     model: dict[int, dict[str, tuple[int, str | None]]] = {p: {} for p in range(PARTITIONS)}
@@ -135,6 +232,7 @@ def main() -> None:
     produced = [0]
 
     with serve(root) as srv:
+        tput = throughput(srv, tput_seconds)
         base = srv.url
 
         def producer(pid: int) -> None:
@@ -261,7 +359,10 @@ def main() -> None:
         "load_generator": "separate process (this one) against a `tiercompact serve` subprocess",
         "sigterm_stop_s": srv.stop_s, "sigterm_exit_code": srv.exit_code,
         "server_errors_logged": server_log.count(" ERROR "),
-        "ok": lost == 0 and not stats.failures and srv.exit_code == 0,
+        "throughput": tput,
+        "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+        "ok": lost == 0 and not stats.failures and srv.exit_code == 0
+              and not tput["produce"]["failed_requests"] and not tput["read"]["failed_requests"],
     }
     write_result("service", result)
     if not result["ok"]:

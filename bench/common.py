@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).parent / "results"
+#: where a quick run (BENCH_QUICK=1) writes: a scratch folder (git-ignored), never over the
+#: committed full-scale results the README is generated from
+QUICK_RESULTS = Path(__file__).parent / "tmp" / "results"
 
 
 def quick() -> bool:
@@ -21,8 +24,14 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def results_dir() -> Path:
+    """bench/results for a full run; the scratch QUICK_RESULTS for a quick one."""
+    return QUICK_RESULTS if quick() else RESULTS
+
+
 def write_result(name: str, payload: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    out_dir = results_dir()
+    out_dir.mkdir(parents=True, exist_ok=True)
     doc = {
         "bench": name,
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -30,7 +39,7 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
         "quick": quick(),
         **payload,
     }
-    path = RESULTS / f"{name}.json"
+    path = out_dir / f"{name}.json"
     path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
     print(json.dumps(doc, indent=2))
     return path

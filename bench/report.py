@@ -173,7 +173,24 @@ def _service() -> list[str]:
     d = _load("service")
     if d is None:
         return ["**Service** (`bench service`): _not measured yet_"]
-    return [f"**Service under load** (`bench service`): {d['producer_threads']} producers + {d['reader_threads']} "
+    out: list[str] = []
+    t = d.get("throughput")
+    if t:
+        out += [f"**HTTP throughput** (`bench service`){_scale(d)}: one `tiercompact serve` process, "
+                f"{t['produce']['clients']} clients (keep-alive connections, each sending its next request when "
+                f"the last is answered) from a load generator in a separate process, {t['produce']['records_per_request']} "
+                f"records per request ({t['value_bytes']}-byte values) over {t['partitions']} partitions. Server CPU "
+                f"per request is the steadier figure: the 2 cores are shared with other work, load average as "
+                f"shown. Targets: {t['targets']['requests_per_sec']:,} requests/s, p99 <= {t['targets']['p99_ms']} ms.",
+                "", "| request | requests/s | records/s | p50 ms | p99 ms | server CPU ms/request | server CPU share | "
+                "load average (1 min) before / after |", "|---|---|---|---|---|---|---|---|"]
+        for kind in ("produce", "read"):
+            r = t[kind]
+            out.append(f"| {kind} {r['records_per_request']} records | {_n(r['requests_per_sec'], 1)} | "
+                       f"{_n(r['records_per_sec'])} | {r['p50_ms']} | {r['p99_ms']} | {r['server_cpu_ms_per_request']} | "
+                       f"{r['server_cpu_share']} | {r['loadavg_before'][0]} / {r['loadavg_after'][0]} |")
+        out.append("")
+    return out + [f"**Service under load** (`bench service`): {d['producer_threads']} producers + {d['reader_threads']} "
             f"readers on loopback for {d['duration_s']} s with cleaning and tiering in the background: "
             f"{d['requests']:,} requests, {d['requests_per_sec']} requests/s, p99 {d['p99_ms']} ms, "
             f"{d['failed_requests']} failed, {d['keys_lost_or_wrong']} keys lost or wrong"
