@@ -82,6 +82,15 @@ def produce(c: httpx.Client, topic: str, r: int, n: int = 40) -> None:
            json={"records": [{"key": f"k{i}", "value": f"v{r}-{i}" * 4} for i in range(n)]})
 
 
+def slow_topic(c: httpx.Client) -> None:
+    """Topic "slow": ten rolled segments of dirty records (for a clean throttled to a crawl)."""
+    assert c.post("/v1/topics", json={"name": "slow", "config": {
+        "cleanup.policy": "compact", "segment.bytes": 4096, "min.cleanable.dirty.ratio": 0.01}}).status_code == 201
+    for r in range(10):
+        produce(c, "slow", r)
+        c.post("/v1/topics/slow/partitions/0/roll")
+
+
 def test_sigterm_under_load_exits_0_within_10_s(tmp_path: Path) -> None:
     with serve(tmp_path) as served:
         with httpx.Client(base_url=served.url, timeout=30) as c:
@@ -135,11 +144,7 @@ def test_sigterm_during_a_long_throttled_clean_exits_0_within_10_s(tmp_path: Pat
     the data is intact at the next start."""
     with serve(tmp_path, "--io-max-bytes-per-second", "50", "--cleaner-threads", "0") as served:
         with httpx.Client(base_url=served.url, timeout=30) as c:
-            assert c.post("/v1/topics", json={"name": "slow", "config": {
-                "cleanup.policy": "compact", "segment.bytes": 4096, "min.cleanable.dirty.ratio": 0.01}}).status_code == 201
-            for r in range(10):
-                produce(c, "slow", r)
-                c.post("/v1/topics/slow/partitions/0/roll")
+            slow_topic(c)
             end = c.get("/v1/topics/slow/partitions/0").json()["log_end_offset"]
             # Kafka's throttler first checks the rate once check_interval_ms (300 ms) of its period
             # has passed; the compiled kernels clean these 12 KB in ~20 ms, so start after that
@@ -181,11 +186,7 @@ def test_a_request_still_running_when_the_drain_time_ends_gets_a_503(tmp_path: P
     unknown and a retry is the client's move, not a server bug."""
     with serve(tmp_path, "--io-max-bytes-per-second", "50", "--cleaner-threads", "0") as served:
         with httpx.Client(base_url=served.url, timeout=30) as c:
-            assert c.post("/v1/topics", json={"name": "slow", "config": {
-                "cleanup.policy": "compact", "segment.bytes": 4096, "min.cleanable.dirty.ratio": 0.01}}).status_code == 201
-            for r in range(10):
-                produce(c, "slow", r)
-                c.post("/v1/topics/slow/partitions/0/roll")
+            slow_topic(c)
         time.sleep(0.5)  # past the throttler's first check interval (see the test above)
         answer: list[httpx.Response] = []
 
