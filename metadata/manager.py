@@ -222,6 +222,17 @@ class RemoteLogMetadataManager(ABC):
     def get_bloom_filter(self, segment_id: RemoteLogSegmentId) -> bytes | None:
         """The stored bloom filter bytes, or None if none was built yet."""
 
+    def get_bloom_filters(self, tp: TopicPartition, segment_ids: Sequence[str]) -> dict[str, bytes]:
+        """The stored bloom filters of several segments of ``tp`` in few round trips (a round
+        plans over thousands): segment id -> bytes, absent when none was built. This default
+        asks one by one; stores override it with a batched query."""
+        out: dict[str, bytes] = {}
+        for sid in segment_ids:
+            blob = self.get_bloom_filter(RemoteLogSegmentId(tp, sid))
+            if blob is not None:
+                out[sid] = blob
+        return out
+
     @abstractmethod
     def set_key_index(self, segment_id: RemoteLogSegmentId, size_bytes: int) -> None:
         """Record that the segment's exact key index object now exists (``key_index_bytes`` in

@@ -1,0 +1,28 @@
+"""Topic configs as the metadata store keeps them, shared by every node and Spark job (#16)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTopic:
+    """A topic's partition count and config overrides, as the metadata store holds them.
+
+    ``config`` holds only the overrides (what ``POST /v1/topics`` or ``PATCH .../config`` set),
+    with JSON-representable values: a reader applies them over the defaults of its own version.
+    """
+
+    name: str
+    partitions: int
+    config: dict[str, Any] = field(default_factory=dict)
+    updated_ms: int = 0
+
+    def config_json(self) -> str:
+        return json.dumps(self.config, sort_keys=True)
+
+    @staticmethod
+    def from_row(name: str, partitions: int, config_json: str, updated_ms: int) -> StoredTopic:
+        return StoredTopic(name, int(partitions), dict(json.loads(config_json)), int(updated_ms))
