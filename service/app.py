@@ -23,10 +23,11 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from log.errors import TiercompactError
 from service.errors import error_body, install_error_handlers
 from service.metrics import make_registry, render
 from service.node import Node
-from service.routes import cleaner, compactions, partitions, topics
+from service.routes import cleaner, compactions, erasures, partitions, spark, topics
 from service.routes.deps import READ
 from service.schemas import Health
 
@@ -177,6 +178,8 @@ def create_app(node: Node, *, manage_lifecycle: bool = False) -> FastAPI:
                   openapi_url=None if guarded_docs else OPENAPI_URL)
     app.state.node = node
     install_error_handlers(app, on_error=node.note_error)
+    # innermost: plain produce/read requests skip FastAPI's per-request work (see RecordsFastLane)
+    app.add_middleware(partitions.RecordsFastLane, node=node, handler=app.exception_handlers[TiercompactError])
     app.add_middleware(UnexpectedErrorMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=node.config.max_request_bytes)
     registry = make_registry(node)
@@ -208,4 +211,6 @@ def create_app(node: Node, *, manage_lifecycle: bool = False) -> FastAPI:
     app.include_router(partitions.router)
     app.include_router(cleaner.router)
     app.include_router(compactions.router)
+    app.include_router(erasures.router)
+    app.include_router(spark.router)
     return app
