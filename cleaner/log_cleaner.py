@@ -114,6 +114,9 @@ class CleanerThread(threading.Thread):
         if not self.tiered:
             self.last_pre_clean_delay_ms = manager.pre_clean_stats.max_compaction_delay_ms
         cleaned = False
+        offload = self.owner.offload
+        if ltc is not None and self.tiered and offload is not None and offload(ltc):
+            return True  # a Spark job cleans it; this thread goes on to the next partition
         if ltc is not None:
             stats = self.owner.run_round(self.cleaner, ltc)
             if stats is not None:
@@ -141,6 +144,10 @@ class LogCleaner:
                 lambda tp, log, cp, now: tiered_log_to_clean(tiered, tp, log, cp, now))
         #: every round's report goes to the metadata store (when there is one: a tiered context's)
         self.reporter: RoundReporter | None = RoundReporter(tiered.rlmm, clock=clock) if tiered is not None else None
+        #: the tiered pool's offload hook (the node's Spark offload, #16): given a grabbed tiered
+        #: LogToClean it returns True when it took the round over, and then owns the partition's
+        #: IN_PROGRESS state until its job ends (it calls done_cleaning)
+        self.offload: Callable[[Any], bool] | None = None
         #: rounds rejected because this node's leader epoch was superseded (a zombie)
         self.fenced_rounds = 0
         self.segments_skipped_by_bloom_total = 0

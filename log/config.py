@@ -132,6 +132,13 @@ define("remote.compaction.min.reclaimable.ratio", float, 0.0, between(0.0, 1.0),
        "Tiered cost gate (tiercompact; 0 = off): a clean remote segment whose superseded records are a smaller "
        "share of its keyed records than this is carried forward instead of rewritten, unless "
        "max.compaction.lag.ms or a tombstone's delete horizon requires the rewrite.")
+define("remote.compaction.engine", str, "local", one_of("local", "spark", "auto"),
+       "Tiered partitions (tiercompact): which engine the background tiered pool cleans them with: local (in "
+       "process), spark (a job on the node's spark_master, the node keeps serving) or auto (spark when the round's "
+       "dirty remote bytes reach remote.compaction.spark.min.dirty.bytes). Without spark_master: local.")
+define("remote.compaction.spark.min.dirty.bytes", int, 1024 * 1024 * 1024, at_least(0),
+       "With remote.compaction.engine=auto: the dirty remote bytes from which a round goes to Spark (tiercompact; "
+       "below it the per-task and start-up overhead of a job outweighs its parallelism).")
 define("message.timestamp.difference.max.ms", int, LONG_MAX, at_least(0),
        "Reject records whose CreateTime differs from the broker clock by more than this.")
 

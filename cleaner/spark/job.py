@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
 import tempfile
 import uuid
@@ -80,7 +81,8 @@ from cleaner.spark.tasks import (
     run_rewrite,
     run_scan,
 )
-from cleaner.tiered import RoundTxnIndexes, TieredCleaner, TieredRoundPlan, group_remote_segments, plan_round
+from cleaner.spark.views import LocalLogView, PartitionView, RemoteOnlyView
+from cleaner.tiered import RoundTxnIndexes, TieredRoundPlan, group_remote_segments
 from cleaner.transactions import CleanedTransactionMetadata
 from log.clock import SYSTEM_CLOCK, Clock
 from log.index.bloom import KeyBloomFilter
@@ -119,6 +121,9 @@ class SparkCleanConfig:
     ship_packages: bool | None = None  # None: ship when the master is not local
     extra_conf: tuple[tuple[str, str], ...] = ()
     fail_first_attempt: frozenset[str] = frozenset()
+    #: fault injection for tests: the first attempt of every task of these stages kills its own
+    #: Python worker process (SIGKILL) after doing its work, as a lost executor would
+    kill_first_attempt: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if min(self.shuffle_partitions, self.max_task_failures, self.scan_tasks_per_core) < 1 or self.orphan_grace_ms < 0:
@@ -154,6 +159,13 @@ def build_session(config: SparkCleanConfig) -> SparkSession:
     if config.ship_packages or (config.ship_packages is None and not config.is_local):
         ship_packages(spark)
     return spark
+
+
+def has_active_session() -> bool:
+    """Whether this process already runs a SparkSession (build_session would return it)."""
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
 
 
 @contextlib.contextmanager
@@ -221,7 +233,7 @@ class _Part:
 
     idx: int
     tp: TopicPartition
-    log: LocalLog
+    view: PartitionView
     epoch: int
     plan: TieredRoundPlan
     outcome: PartitionOutcome
@@ -241,13 +253,19 @@ class _Part:
     def is_clean_region(self, md: RemoteLogSegmentMetadata) -> bool:
         return md.end_offset < self.plan.first_dirty_offset
 
+    @property
+    def log(self) -> LocalLog:
+        return self.view.log
+
 
 # ---- executor-side wrappers (module level: pickled by reference) --------------------------------
 
 def _maybe_fail(stage: str, inject: frozenset[str]) -> None:
-    if stage in inject:
+    if stage in inject or f"kill:{stage}" in inject:
         ctx = TaskContext.get()
         if ctx is not None and ctx.attemptNumber() == 0:
+            if f"kill:{stage}" in inject:
+                os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"injected failure of the first attempt of a {stage} task")
 
 
@@ -299,14 +317,16 @@ class SparkCleanJob:
     Not thread-safe: one run at a time per instance.
     """
 
-    def __init__(self, spark: SparkSession, *, logs: Callable[[TopicPartition], LocalLog],
+    def __init__(self, spark: SparkSession, *, logs: Callable[[TopicPartition], LocalLog] | None = None,
                  rlmm: RemoteLogMetadataManager, store_url: str, store_options: dict[str, Any] | None = None,
-                 leader_epoch: Callable[[TopicPartition], int],
+                 leader_epoch: Callable[[TopicPartition], int] | None = None,
                  checkpoint: Callable[[TopicPartition], int | None] = lambda tp: None,
                  write_checkpoint: Callable[[TopicPartition, int], None] = lambda tp, off: None,
                  broker_id: int = 0, clock: Clock = SYSTEM_CLOCK, config: SparkCleanConfig | None = None,
                  on_stage: Callable[[str, list[TopicPartition]], None] | None = None,
-                 reporter: RoundReporter | None = None) -> None:
+                 reporter: RoundReporter | None = None,
+                 views: Callable[[TopicPartition], PartitionView] | None = None,
+                 check_abort: Callable[[TopicPartition], None] | None = None) -> None:
         self.spark = spark
         #: every partition's round is reported through the metadata store (cleaner.report)
         self.reporter = reporter or RoundReporter(rlmm, clock=clock)
@@ -320,11 +340,47 @@ class SparkCleanJob:
         self.clock = clock
         self.config = config or SparkCleanConfig()
         self.on_stage = on_stage
+        self.check_abort = check_abort
         self.job_id = ""
+        if views is None:
+            if logs is None or leader_epoch is None:
+                raise ValueError("SparkCleanJob needs views=, or logs= and leader_epoch=")
+            views = self._log_views(logs, leader_epoch, checkpoint, write_checkpoint)
+        self.views = views
+
+    @staticmethod
+    def _log_views(logs: Callable[[TopicPartition], LocalLog], leader_epoch: Callable[[TopicPartition], int],
+                   checkpoint: Callable[[TopicPartition], int | None],
+                   write_checkpoint: Callable[[TopicPartition, int], None]) -> Callable[[TopicPartition], PartitionView]:
+        def view(tp: TopicPartition) -> PartitionView:
+            return LocalLogView(logs(tp), lambda: leader_epoch(tp), lambda: checkpoint(tp),
+                                lambda end: write_checkpoint(tp, end))
+        return view
+
+    @staticmethod
+    def standalone_views(rlmm: RemoteLogMetadataManager, store_url: str,
+                         store_options: dict[str, Any] | None = None) -> Callable[[TopicPartition], PartitionView]:
+        """Views from the metadata store and object store alone (no data dir): a standalone job."""
+        rsm = StoreSpec.of(store_url, store_options).open()
+        return lambda tp: RemoteOnlyView.open(tp, rlmm, rsm)
+
+    @property
+    def application_id(self) -> str:
+        """The Spark application the job runs in."""
+        return str(self.spark.sparkContext.applicationId)
+
+    def cancel(self) -> None:
+        """Cancel the job's running Spark stages (from another thread); run() then fails and
+        removes every upload of the job."""
+        if self.job_id:
+            self.spark.sparkContext.cancelJobGroup(self.job_id)
 
     def _stage(self, name: str, parts: Sequence[_Part]) -> None:
         if self.on_stage is not None:
             self.on_stage(name, [p.tp for p in parts])
+        if self.check_abort is not None:
+            for p in parts:
+                self.check_abort(p.tp)
 
     # ---- run ------------------------------------------------------------------------------------
     def run(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, PartitionOutcome]:
@@ -342,15 +398,15 @@ class SparkCleanJob:
         outcomes: dict[TopicPartition, PartitionOutcome] = {}
         parts: list[_Part] = []
         for tp in dict.fromkeys(partitions):
-            log = self.logs(tp)
-            epoch = self.leader_epoch(tp)
+            view = self.views(tp)
+            epoch = view.leader_epoch()
             try:
                 sweep_orphan_objects(rsm.store, self.rlmm, tp, grace_ms=self.config.orphan_grace_ms,
                                      clock=self.clock)
             except Exception:  # noqa: BLE001 - a failed sweep must not stop cleaning
                 logger.warning("%s: orphan sweep failed", tp, exc_info=True)
-            cp = self.checkpoint(tp)
-            plan = plan_round(tp, log, self.rlmm, leader_epoch=epoch, local_checkpoint=cp, now=now)
+            cp = view.checkpoint()
+            plan = view.plan(self.rlmm, leader_epoch=epoch, checkpoint=cp, now=now)
             if plan is None or plan.upper <= plan.first_dirty_offset:
                 end = plan.first_dirty_offset if plan else (cp or 0)
                 outcomes[tp] = PartitionOutcome(tp, "nothing-to-clean", epoch, end, end)
@@ -360,11 +416,14 @@ class SparkCleanJob:
                     scanned={}, tasks=[], sources_of={}, results=[]))
                 continue
             out = outcomes[tp] = PartitionOutcome(tp, "cleaned", epoch, plan.first_dirty_offset, plan.upper)
-            parts.append(_Part(len(parts), tp, log, epoch, plan, out))
+            parts.append(_Part(len(parts), tp, view, epoch, plan, out))
         if not parts:
             return outcomes
-        self._stage("planned", parts)
+        sc = self.spark.sparkContext
+        sc.setJobGroup(self.job_id, f"tiercompact spark-clean of {', '.join(str(p.tp) for p in parts)}",
+                       interruptOnCancel=True)
         try:
+            self._stage("planned", parts)
             results = self._execute(parts, now)
         except BaseException as e:
             for p in parts:
@@ -395,7 +454,7 @@ class SparkCleanJob:
     def _execute(self, parts: list[_Part], now: int) -> dict[int, RewriteResult]:
         sc = self.spark.sparkContext
         cfg = self.config
-        inject = cfg.fail_first_attempt
+        inject = cfg.fail_first_attempt | {f"kill:{s}" for s in cfg.kill_first_attempt}
         store = self.store
         owner: dict[int, _Part] = {}
         n = 0
@@ -545,7 +604,7 @@ class SparkCleanJob:
                     runs.append([])
             else:
                 runs[-1].append(md)
-        size = p.log.config.segment_bytes
+        size = p.view.config.segment_bytes
         return [[number[md.id] for md in g] for run in runs if run
                 for g in group_remote_segments(run, size, p.plan.upper)]
 
@@ -571,17 +630,15 @@ class SparkCleanJob:
             mine = tuple(aborted_to_plain(t) for t in txns)
             own.append(mine)
             replay_segment(txn, mine, headers.get(i, ()))
-        log = p.log
-        with log.lock:
-            producers = tuple((pid, e.last_data_offset, e.producer_epoch)
-                              for pid, e in sorted(log.producer_state.active_producers().items()))
+        config = p.view.config
+        producers = p.view.producers()
         return RewriteTask(
             key=key, store=self.store, new_segment_id=uuid.uuid4().hex,
             sources=tuple(SegmentRef.of(p.segs[i]) for i in group), aborted=tuple(own), now_ms=now,
-            delete_retention_ms=int(log.config.get("delete.retention.ms")), upper_bound_of_round=p.plan.upper,
+            delete_retention_ms=int(config.get("delete.retention.ms")), upper_bound_of_round=p.plan.upper,
             latest_offset=p.plan.upper - 1, active_producers=producers, txn_state=state,
-            fpp=float(log.config.get("remote.compaction.bloom.fpp")),
-            index_interval_bytes=int(log.config.get("index.interval.bytes")),
+            fpp=float(config.get("remote.compaction.bloom.fpp")),
+            index_interval_bytes=int(config.get("index.interval.bytes")),
             io_buffer_size=self.config.io_buffer_size, broker_id=self.broker_id)
 
     # ---- publish -----------------------------------------------------------------------------------
@@ -623,8 +680,7 @@ class SparkCleanJob:
             out.status, out.error = "failed", f"{type(e).__name__}: {e}"
             self._abandon(p, fenced=False, registered=registered)
             return
-        self.write_checkpoint(p.tp, p.plan.upper)
-        TieredCleaner.drop_stale_local_copies(p.log, p.plan.upper)
+        p.view.adopt(p.plan.upper)
         logger.info("spark clean %s [%d, %d): %d groups, %d skipped by bloom, %d B down, %d B up", p.tp,
                     p.plan.first_dirty_offset, p.plan.upper, len(p.tasks), out.segments_skipped_by_bloom,
                     out.bytes_downloaded, out.bytes_uploaded)
