@@ -100,16 +100,18 @@ def build_parser() -> argparse.ArgumentParser:
     spark = sub.add_parser(
         "spark-clean", allow_abbrev=False, help="clean the remote tier of partitions with one Spark job (JSON)",
         description="Clean the remote tier of a topic's partitions with one Spark job and print the outcomes "
-                    "(JSON). It opens the data dir itself, so stop a `tiercompact serve` running on it first "
-                    "(the service has no Spark endpoint; `tiercompact clean --server URL` cleans one partition "
-                    "through a running service).")
+                    "(JSON). With --server URL the running service submits the job (to its configured Spark "
+                    "master) and adopts the result; without, the command runs the driver itself against the "
+                    "metadata store and object store alone (it never opens a data dir, so it works beside a "
+                    "running service).")
     spark.add_argument("topic")
     spark.add_argument("partitions", type=int, nargs="*", metavar="PARTITION",
                        help="partitions to clean (default: every partition of the topic)")
-    spark.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
-    spark.add_argument("--server", metavar="URL", default=os.environ.get("TIERCOMPACT_SERVER"),
-                       help="not supported: the service has no Spark endpoint (the command says what to do instead)")
-    _add_option_flags(spark.add_argument_group("the data dir and stores to open"), DATA_DIR_OPTIONS)
+    spark.add_argument("--master", default=None,
+                       help="Spark master URL, standalone only (default: the spark_master option, else local[*])")
+    _add_server_flags(spark)
+    _add_option_flags(spark.add_argument_group("without --server: the stores to open (no data dir is opened)"),
+                      (*DATA_DIR_OPTIONS, "spark_master", "spark_conf"))
 
     report = sub.add_parser(
         "report", allow_abbrev=False, help="print a partition's compaction rounds, newest first",
@@ -125,6 +127,24 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--json", action="store_true", help="print the rounds as JSON (GET .../compactions' shape)")
     _add_server_flags(report)
     _add_option_flags(report.add_argument_group("without --server: the stores to open"), DATA_DIR_OPTIONS)
+
+    erase = sub.add_parser(
+        "erase", allow_abbrev=False, help="erase keys by a deadline and print the receipt (#15)",
+        description="Append a tombstone for each KEY and erase the keys' older values from local disk and the "
+                    "object store by the deadline; prints the receipt (JSON). --wait drives the erasure (or, with "
+                    "--server URL, waits for the running service) until its values are removed.")
+    erase.add_argument("topic")
+    erase.add_argument("keys", nargs="+", metavar="KEY")
+    erase.add_argument("--partition", dest="partitions", type=int, action="append", default=None,
+                       help="a partition to erase from (repeatable; default every partition)")
+    erase.add_argument("--deadline-ms", type=int, default=None, help="deadline, epoch milliseconds")
+    erase.add_argument("--base64", action="store_true", help="the keys are base64")
+    erase.add_argument("--wait", action="store_true", help="wait until the values are removed (or the erasure "
+                                                          "failed), up to --wait-timeout")
+    erase.add_argument("--wait-timeout", type=float, default=600.0, help="seconds --wait waits at most (default 600)")
+    _add_server_flags(erase)
+    _add_option_flags(erase.add_argument_group("without --server: the data dir and stores to open"),
+                      DATA_DIR_OPTIONS)
 
     demo = sub.add_parser("demo", allow_abbrev=False, help="a self-contained tour: produce, tier, compact, read back")
     demo.add_argument("--records", type=int, default=20_000, help="records to produce (default 20000)")
@@ -160,7 +180,7 @@ class ServerError(Exception):
     """The service answered an error, or could not be reached (the message says which)."""
 
 
-def _server_request(args: argparse.Namespace, method: str, path: str) -> Any:
+def _server_request(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
     """One JSON request to the service at ``--server``; its ``{"error": ...}`` becomes ServerError."""
     base = args.server.rstrip("/")
     if urllib.parse.urlparse(base).scheme not in ("http", "https"):
@@ -169,8 +189,11 @@ def _server_request(args: argparse.Namespace, method: str, path: str) -> Any:
     headers = {"Accept": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token.strip()}"
-    req = urllib.request.Request(base + path, method=method, headers=headers,
-                                 data=b"" if method == "POST" else None)
+    data = b"" if method == "POST" else None
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+        data = json.dumps(body).encode("utf-8")
+    req = urllib.request.Request(base + path, method=method, headers=headers, data=data)
     try:
         with urllib.request.urlopen(req, timeout=args.timeout) as resp:  # noqa: S310 - URL checked above
             return json.loads(resp.read() or b"null")
@@ -250,38 +273,46 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def cmd_spark_clean(args: argparse.Namespace) -> int:
-    """Offload a clean of the topic's tiered partitions to Spark (the service must be stopped, as
-    for a local ``clean``: the service has no Spark endpoint to send it to)."""
+    """Offload a clean of the topic's tiered partitions to Spark: through the service with
+    ``--server`` (it submits to its Spark master and adopts the result), else standalone: the
+    driver runs here against the metadata store and the object store, never a data dir (#16)."""
     _check_server_flags(args)
     if args.server is not None:
-        raise ServiceConfigError(
-            "spark-clean cannot go through --server: the service has no Spark endpoint. Stop the service and run "
-            "spark-clean on its data dir, or clean partitions through the service one at a time with "
-            f"'tiercompact clean {args.topic} PARTITION --server {args.server}'")
-    from cleaner.spark.job import SparkCleanConfig, SparkCleanJob, spark_session
+        if args.master is not None:
+            raise ServiceConfigError("--master is the standalone driver's: with --server the service submits to "
+                                     "its own spark_master; drop one of them")
+        topic = urllib.parse.quote(args.topic, safe="")
+        query = urllib.parse.urlencode([("wait", "true"), *(("partitions", str(p)) for p in args.partitions)])
+        job = _server_request(args, "POST", f"/v1/topics/{topic}/spark-clean?{query}")
+        _print_json(job)
+        outcomes = (job.get("stats") or {}).get("partitions", [])
+        return 0 if job.get("state") == "succeeded" and all(
+            o.get("status") in ("cleaned", "nothing-to-clean") for o in outcomes) else 1
+    from cleaner.spark.job import SparkCleanJob, spark_session
     from log.types import TopicPartition
-    from service.node import Node
+    from metadata import load_metadata_manager
+    from service.spark_offload import clean_config, store_options
 
     config = _load(args)
-    _check_data_dir(config)
     logging.basicConfig(level=config.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    try:
-        node = Node(config)
-    except DataDirInUseError as e:
-        return _data_dir_in_use(e, args, "spark-clean")
-    with node:
-        topic = node.topic(args.topic)
-        tps = [TopicPartition(topic.name, p) for p in (args.partitions or range(topic.partitions))]
-        for tp in tps:
-            node.log(tp.topic, tp.partition)  # unknown partitions fail before Spark starts
-        with spark_session(SparkCleanConfig(master=args.master)) as spark:
-            manager = node.cleaner.manager
-            job = SparkCleanJob(spark, logs=node.log_manager.get_log, rlmm=node.metadata,
-                                store_url=config.remote_url, store_options=node.store_options(),
-                                leader_epoch=node.remote.leader_epoch,
-                                checkpoint=lambda tp: manager.all_cleaner_checkpoints().get(tp),
-                                write_checkpoint=lambda tp, off: manager.update_checkpoints(add=(tp, off)),
-                                broker_id=config.broker_id, clock=node.clock)
+    with load_metadata_manager(config.metadata_url, lock_timeout_ms=config.metadata_lock_timeout_ms,
+                               statement_timeout_ms=config.metadata_statement_timeout_ms) as rlmm:
+        stored = rlmm.get_topic_config(args.topic)
+        if stored is None:
+            raise ServiceConfigError(
+                f"unknown topic {args.topic!r}: the metadata store {config.metadata_url.split('@')[-1]} holds no "
+                f"config for it. Point --metadata at the store the service uses (topics created before configs "
+                f"were shared appear once the service restarts on that store)")
+        parts = args.partitions or list(range(stored.partitions))
+        bad = [p for p in parts if not 0 <= p < stored.partitions]
+        if bad:
+            raise ServiceConfigError(f"topic {args.topic!r} has {stored.partitions} partitions; {bad} do not exist")
+        tps = [TopicPartition(args.topic, p) for p in parts]
+        opts = store_options(config)
+        with spark_session(clean_config(config, master=args.master)) as spark:
+            job = SparkCleanJob(spark, rlmm=rlmm, store_url=config.remote_url, store_options=opts,
+                                views=SparkCleanJob.standalone_views(rlmm, config.remote_url, opts),
+                                broker_id=config.broker_id)
             outcomes = job.run(tps)
     _print_json([o.as_dict() for o in outcomes.values()])
     return 0 if all(o.status in ("cleaned", "nothing-to-clean") for o in outcomes.values()) else 1
@@ -313,6 +344,54 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         print(format_rounds(rounds, f"{args.topic}-{args.partition}"), end="")
     return 0
+
+
+def cmd_erase(args: argparse.Namespace) -> int:
+    """Erase keys (#15): through the service with ``--server``, else on the data dir directly
+    (the service must be stopped); prints the receipt. Exit 1 if --wait ends unfinished or failed."""
+    import time
+
+    _check_server_flags(args)
+    body: dict[str, Any] = {"keys": args.keys, "encoding": "base64" if args.base64 else "utf-8"}
+    if args.partitions is not None:
+        body["partitions"] = args.partitions
+    if args.deadline_ms is not None:
+        body["deadline_ms"] = args.deadline_ms
+    done = ("values_removed", "complete", "failed")
+    deadline = time.monotonic() + args.wait_timeout
+    if args.server is not None:
+        topic = urllib.parse.quote(args.topic, safe="")
+        accepted = _server_request(args, "POST", f"/v1/topics/{topic}/erasures", body)
+        path = f"/v1/erasures/{accepted['erasure_id']}"
+        receipt = _server_request(args, "GET", path)
+        while args.wait and receipt["state"] not in done and time.monotonic() < deadline:
+            time.sleep(0.5)
+            receipt = _server_request(args, "GET", path)
+    else:
+        from service.node import Node, decode_field
+
+        config = _load(args)
+        _check_data_dir(config)
+        logging.basicConfig(level=config.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+        try:
+            node = Node(config)
+        except DataDirInUseError as e:
+            print(f"error: {e}", file=sys.stderr)
+            print(f"hint: a running tiercompact service owns this data dir; send the erasure to it with\n"
+                  f"  tiercompact erase {args.topic} KEY... --server http://HOST:PORT [--token TOKEN]", file=sys.stderr)
+            return 1
+        with node:
+            keys = [decode_field(k, body["encoding"], f"KEY {k!r}") for k in args.keys]
+            rec = node.erasures.create(args.topic, [k for k in keys if k is not None], encoding=body["encoding"],
+                                       partitions=args.partitions, deadline_ms=args.deadline_ms)
+            while args.wait and rec.state not in done and time.monotonic() < deadline:
+                node.erasures.run_once()
+                rec = node.erasures.get(rec.erasure_id)
+                if rec.state not in done:
+                    time.sleep(0.2)
+            receipt = node.erasures.receipt(rec)
+    _print_json(receipt)
+    return 1 if args.wait and receipt["state"] not in ("values_removed", "complete") else 0
 
 
 def format_rounds(rounds: list[dict[str, Any]], partition: str) -> str:
@@ -377,7 +456,7 @@ def cmd_config_docs(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"serve": cmd_serve, "clean": cmd_clean, "spark-clean": cmd_spark_clean, "demo": cmd_demo,
-            "dump-log": cmd_dump_log, "config-docs": cmd_config_docs, "report": cmd_report}
+            "dump-log": cmd_dump_log, "config-docs": cmd_config_docs, "report": cmd_report, "erase": cmd_erase}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -97,12 +97,24 @@ class ServiceConfig(BaseModel):
     roll_check_interval_ms: int = Field(5_000, ge=10,
                                         description="How often active segments are checked for a forced roll "
                                                     "(segment.ms, max.compaction.lag.ms).")
+    erasure_check_interval_ms: int = Field(1_000, ge=10,
+                                           description="How often pending key erasures are driven (tombstones "
+                                                       "tiered, erasure rounds, replaced objects deleted, receipts "
+                                                       "verified); a new erasure starts at once.")
     remote_cache_bytes: int = Field(1024 * 1024 * 1024, ge=0,
                                     description="Disk budget for downloaded remote segment chunks.")
     max_request_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest accepted HTTP request body.")
     max_records_per_request: int = Field(10_000, ge=1, description="Most records one produce request may carry.")
     max_fetch_records: int = Field(10_000, ge=1, description="Largest max_records a read may ask for.")
     max_fetch_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Batch bytes one read scans at most.")
+    spark_master: str | None = Field(None, description="Spark master the node offloads tiered cleaning to "
+                                                       "(spark://host:7077, local-cluster[2,1,1024], local[2]); none: "
+                                                       "no offload (remote.compaction.engine=spark cleans in process).")
+    spark_conf: str = Field("", description="Extra Spark deploy settings for the offload, comma-separated "
+                                            "key=value (spark.executor.memory=2g,spark.cores.max=8).")
+    spark_max_concurrent_jobs: int = Field(1, ge=1, le=64,
+                                           description="Spark offload jobs the node runs at once (each one "
+                                                       "cleans one partition; the rest wait, the node serves).")
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
 
     @field_validator("log_level")
@@ -112,6 +124,20 @@ class ServiceConfig(BaseModel):
         if v not in ("debug", "info", "warning", "error", "critical"):
             raise ValueError("must be one of debug, info, warning, error, critical")
         return v
+
+    @field_validator("spark_conf")
+    @classmethod
+    def _spark_conf(cls, v: str) -> str:
+        for item in (i.strip() for i in v.split(",") if i.strip()):
+            key, eq, _value = item.partition("=")
+            if not eq or not key.strip().startswith("spark."):
+                raise ValueError(f"{item!r} is not spark.<key>=<value>; give comma-separated spark.* settings")
+        return v
+
+    def spark_conf_pairs(self) -> tuple[tuple[str, str], ...]:
+        """``spark_conf`` as (key, value) pairs."""
+        return tuple((k.strip(), val.strip()) for k, _eq, val in
+                     (i.strip().partition("=") for i in self.spark_conf.split(",") if i.strip()))
 
     @field_validator("token")
     @classmethod

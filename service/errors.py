@@ -16,6 +16,8 @@ Service-only errors (authentication, request size, jobs) are defined here:
         ├── RequestTooLargeError   body or record count above the configured limit (413)
         ├── JobNotFoundError       no such clean job (404)
         ├── PartitionUnwritableError the partition's stored state cannot be written under (409)
+        ├── ErasureNotFoundError   no such erasure (404)
+        ├── ErasureRefusedError    an erasure that cannot be done as asked (422)
         └── ServiceUnavailableError the node is starting or shutting down (503)
 """
 
@@ -98,6 +100,15 @@ class PartitionUnwritableError(ServiceError):
     example a leader epoch above Kafka's int32 range, accepted by an older version)."""
 
 
+class ErasureNotFoundError(ServiceError):
+    """No erasure with that id (GET /v1/erasures/{id})."""
+
+
+class ErasureRefusedError(ServiceError):
+    """An erasure that cannot be done as asked: the topic is not compacted, or its deadline
+    cannot be met (min.compaction.lag.ms); nothing was appended."""
+
+
 class ServiceUnavailableError(ServiceError):
     """The node cannot serve this now (shutting down, or a feature not configured)."""
 
@@ -147,6 +158,8 @@ STATUS: dict[type[TiercompactError], int] = {
     RequestTooLargeError: 413,
     JobNotFoundError: 404,
     PartitionUnwritableError: 409,
+    ErasureNotFoundError: 404,
+    ErasureRefusedError: 422,
     ServiceUnavailableError: 503,
 }
 

@@ -34,6 +34,10 @@ OFFLINE_PARTITIONS_COUNT = "offline_partitions_count"
 CORRUPT_CHECKPOINTS_REBUILT_TOTAL = "corrupt_checkpoints_rebuilt_total"
 REMOTE_STORE_UNAVAILABLE = "remote_store_unavailable"
 REMOTE_STORE_OUTAGES_TOTAL = "remote_store_outages_total"
+ERASURES_PENDING_COUNT = "erasures_pending_count"
+ERASURES_AT_RISK_COUNT = "erasures_at_risk_count"
+ERASURES_OVERDUE_COUNT = "erasures_overdue_count"
+ERASURE_MIN_TIME_LEFT_SECS = "erasure_min_time_left_secs"
 
 #: gauge name -> help text (Kafka's LogCleaner / LogCleanerManager gauges)
 GAUGES: dict[str, str] = {
@@ -51,6 +55,12 @@ GAUGES: dict[str, str] = {
                               "OfflinePartitionsCount).",
     REMOTE_STORE_UNAVAILABLE: "1 while the object store is treated as down (its circuit breaker is open: calls "
                               "fail at once with 503 and Retry-After), else 0.",
+    ERASURES_PENDING_COUNT: "Key erasures whose older values are not yet all gone (state pending, #15).",
+    ERASURES_AT_RISK_COUNT: "Pending key erasures with less than a tenth of their window left, or overdue "
+                            "(GET /v1/cleaner lists them).",
+    ERASURES_OVERDUE_COUNT: "Pending key erasures past their deadline_ms.",
+    ERASURE_MIN_TIME_LEFT_SECS: "Seconds left until the nearest deadline of a pending key erasure (negative: "
+                                "overdue; 0 when none is pending).",
 }
 
 #: counter name -> help text (tiered storage)

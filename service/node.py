@@ -54,7 +54,10 @@ from remote.object_store import ForwardingObjectStore, ObjectStore, PutData
 from remote.storage_manager import RemoteStorageManager
 from remote.tiered_read import ReadResult
 from service.config import ServiceConfig
-from service.jobs import JobRegistry
+from service.erasures import ErasureService
+from service import topic_sync
+from service.jobs import Job, JobRegistry
+from service.spark_offload import SparkOffloader
 from service.threads import PeriodicTask
 
 logger = logging.getLogger(__name__)
@@ -167,6 +170,14 @@ class Node:
                                        cleaner_checkpoint=self.cleaner_checkpoint)
         self.jobs = JobRegistry()
         self._running_cleans: dict[TopicPartition, int] = {}
+        self.erasures = ErasureService(self)  # on-demand key erasure with a receipt (#15)
+        # topic configs live in the metadata store, shared by every node and Spark job (#16)
+        topic_sync.sync_at_start(self.log_manager, self.metadata)
+        #: the Spark offload (#16), with a spark_master: tiered-pool rounds and API requests as jobs
+        self.spark: SparkOffloader | None = None
+        if config.spark_master and self.tiered_cleaning:
+            self.spark = SparkOffloader(self)
+            self.cleaner.offload = self.spark.offer
 
     def _cleaner_config(self) -> CleanerConfig:
         c = self.config
@@ -206,7 +217,9 @@ class Node:
         self.threads = [
             PeriodicTask("tiercompact-retention", self.run_retention_once, self.config.tiering_interval_ms),
             PeriodicTask("tiercompact-force-roll", self.run_force_roll_once, self.config.roll_check_interval_ms),
+            PeriodicTask("tiercompact-erasures", self.run_erasures_once, self.config.erasure_check_interval_ms),
         ]
+        self.erasures.wake = self.threads[-1].wake  # a new erasure starts at once
         for t in self.threads:
             t.start()
         self.cleaner.start()
@@ -217,7 +230,9 @@ class Node:
     def _remove_temp_files(self, store: ObjectStore) -> None:
         """Temp files a ``kill -9`` left: the tiered cleaner's work dir (emptied at each round
         anyway) and the file object store's dead uploads. Runs once the data-dir lock is held
-        and before any background thread starts; the read cache empties its own dir."""
+        and before any background thread starts. The remote cache dir (REMOTE_CACHE_DIR, beside
+        TIERED_TEMP_DIR, never inside it) is not emptied: the read cache re-adopts its immutable
+        entries, key indexes included, and deletes only its own temp and damaged files."""
         tmp = self.data_dir / TIERED_TEMP_DIR
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -287,7 +302,11 @@ class Node:
                 self.cleaner.manager.abort_and_pause_cleaning(tp, timeout=left())
             except TiercompactError as e:
                 logger.warning("%s: could not abort the running clean: %s", tp, e)
-        clean = self.jobs.shutdown(timeout=left())
+        if self.spark is not None:  # cancels running jobs (their uploads are removed), stops the session
+            clean_spark = self.spark.shutdown(timeout=min(left(), SHUTDOWN_TIMEOUT_S * 0.6))
+        else:
+            clean_spark = True
+        clean = self.jobs.shutdown(timeout=left()) and clean_spark
         clean = self.cleaner.shutdown(timeout=left()) and clean
         for t in self.threads:
             t.shutdown(timeout=left())
@@ -337,7 +356,15 @@ class Node:
         out["remote_store_unavailable"] = 1.0 if self.store_breaker.is_open else 0.0
         out["remote_store_outages_total"] = self.store_breaker.times_opened
         out["corrupt_checkpoints_rebuilt_total"] = corrupt_checkpoints_rebuilt(self.log_manager.cleaner_checkpoint_path)
+        try:
+            out.update(self.erasures.metrics())
+        except TiercompactError as e:  # the metadata store is down: the other metrics still answer
+            logger.warning("erasure metrics unavailable: %s", e)
         return out
+
+    def run_erasures_once(self) -> None:
+        """Drive every unfinished erasure part this node leads (#15, service.erasures)."""
+        self.erasures.run_once(stop=self._stopping)
 
     # ---- background passes -------------------------------------------------------------
     def run_retention_once(self) -> None:
@@ -363,7 +390,7 @@ class Node:
 
     # ---- topics ----------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int = 1, config: dict[str, Any] | None = None) -> Topic:
-        return self.log_manager.create_topic(name, partitions, config)
+        return topic_sync.create_topic(self.log_manager, self.metadata, name, partitions, config)
 
     def topics(self) -> list[Topic]:
         return self.log_manager.topics()
@@ -374,7 +401,7 @@ class Node:
 
     def alter_config(self, name: str, changes: dict[str, Any]) -> Topic:
         validate_topic_name(name)
-        return self.log_manager.alter_config(name, changes)
+        return topic_sync.alter_config(self.log_manager, self.metadata, name, changes)
 
     def delete_topic(self, name: str, *, local_only: bool = False) -> dict[str, Any]:
         """Delete a topic. Returns what was deleted: ``{"topic", "partitions",
@@ -410,6 +437,8 @@ class Node:
                 for tp in tps:
                     self._delete_remote_data(tp)
             self.log_manager.delete_topic(name)
+            if not local_only:
+                self.metadata.delete_topic_config(name)
         finally:
             for tp in tps:
                 manager.forget(tp)
@@ -657,6 +686,15 @@ class Node:
     def submit_clean(self, topic: str, partition: int) -> str:
         self.log(topic, partition)  # unknown partitions fail now, not in the job
         return self.jobs.submit(topic, partition, lambda: self.clean(topic, partition)).job_id
+
+    def submit_spark_clean(self, topic: str, partitions: Sequence[int] | None = None) -> Job:
+        """One Spark offload job over ``partitions`` (default all) of a tiered topic (#16)."""
+        t = self.topic(topic)
+        if self.spark is None:
+            raise InvalidRequestError("this node has no Spark offload: start it with --spark-master URL "
+                                      "(spark://host:7077, local-cluster[2,1,1024], local[2]), or run "
+                                      f"'tiercompact spark-clean {topic}' standalone against its stores")
+        return self.spark.submit(t.name, list(partitions) if partitions else list(range(t.partitions)))
 
     def cleaner_status(self) -> dict[str, Any]:
         return self.cleaner.status()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
+from log.errors import TiercompactError
 from service.routes.deps import READ, NodeDep
 from service.schemas import CleanerStatus, Error, Job
 
@@ -25,9 +26,24 @@ def cleaner_status(node: NodeDep) -> dict[str, Any]:
         mine = [t for t in threads if t.tiered is tiered]
         pools[name] = {"configured": configured, "live": sum(1 for t in mine if t.is_alive()),
                        "dead": sum(1 for t in mine if t.dead)}
+    try:
+        at_risk = node.erasures.at_risk()
+    except TiercompactError:
+        at_risk = []  # the metadata store is down: the cleaner's own state still answers
+    status["erasures_at_risk"] = at_risk
+    status["partitions_at_risk"] = sorted({f"{e['topic']}-{p}" for e in at_risk for p in e["partitions"]})
     return {**status, "threads": pools["local"]["configured"], "tiered_threads": pools["tiered"]["configured"],
             "live_threads": pools["local"]["live"] + pools["tiered"]["live"],
             "background_cleaning": cfg.cleaner_threads > 0, "pools": pools}
+
+
+@router.get("/jobs", response_model=list[Job], dependencies=READ)
+def list_jobs(node: NodeDep, kind: Literal["clean", "spark-clean"] | None = None,
+              state: Literal["pending", "running", "succeeded", "failed"] | None = None,
+              limit: int = Query(100, ge=1, le=1000)) -> list[dict[str, Any]]:
+    """Clean jobs and Spark offload jobs (their state, partitions and Spark application id), newest
+    first; kept in memory (lost on restart)."""
+    return [j.as_dict() for j in node.jobs.list(kind=kind, state=state, limit=limit)]
 
 
 @router.get("/jobs/{job_id}", response_model=Job, dependencies=READ)

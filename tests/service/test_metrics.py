@@ -21,7 +21,8 @@ def test_every_metric_name_is_exposed(client: TestClient) -> None:
         "remote_bytes_downloaded_total", "remote_bytes_uploaded_total", "remote_segments_skipped_by_bloom_total",
         "fenced_operations_total", "offline_partitions_count", "corrupt_checkpoints_rebuilt_total",
         "remote_store_unavailable", "remote_store_outages_total", "cleaner_records_removed_total",
-        "cleaner_rounds_total", "cleaner_report_write_failures_total"}
+        "cleaner_rounds_total", "cleaner_report_write_failures_total", "erasures_pending_count",
+        "erasures_at_risk_count", "erasures_overdue_count", "erasure_min_time_left_secs"}
     samples = _samples(client)
     for name in GAUGES:
         assert name in samples
