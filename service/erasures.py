@@ -117,7 +117,7 @@ class ErasureService:
             res = node.produce(topic, p, [RecordSpec(k, None) for k in keys])
             offsets = {k: res.base_offset + i for i, k in enumerate(keys)}
             holdings = self._locator(log, offsets).live_holdings()
-            detail = {"appended_ms": now, "keys": [
+            detail = {"appended_ms": now, "broker_id": node.broker_id, "keys": [
                 {"key": text, "tombstone_offset": offsets[k], "segments": [h.as_dict() for h in holdings[k]],
                  "rounds": [], "deleted": [], "verified_ms": None}
                 for k, text in zip(keys, texts, strict=True)], "rounds": [], "notes": []}
@@ -211,16 +211,21 @@ class ErasureService:
     def step(self, rec: ErasureRecord, part: ErasurePartition) -> ErasurePartition:
         """Advance one partition's part as far as it goes now; returns the part as stored."""
         node = self.node
+        # the node that appended the tombstones owns a partition without remote storage (nodes
+        # sharing a metadata store do not share such partitions); a tiered one is its leader's
+        owner = part.detail.get("broker_id", node.broker_id) == node.broker_id
         try:
             log = node.log(rec.topic, part.partition)
         except UnknownTopicOrPartitionError:
-            if node.metadata.leader_state(TopicPartition(rec.topic, part.partition)) is None:
+            if owner and node.metadata.leader_state(TopicPartition(rec.topic, part.partition)) is None:
                 return self._save(rec, part, FAILED, copy.deepcopy(part.detail), None,
                                   error=f"topic {rec.topic!r} partition {part.partition} no longer exists")
             return part  # another node's partition
         tp = log.topic_partition
         tiered = log.config.remote_storage_enable
         epoch: int | None = None
+        if not tiered and not owner:
+            return part
         if tiered:
             try:
                 if not node.remote.is_leader(tp):

@@ -120,3 +120,23 @@ def test_the_tombstones_go_after_delete_retention_and_the_erasure_completes(tmp_
         assert not any(find_values(dir_blobs(tmp_path / "n"), [b"victim"]).values())
     finally:
         node.shutdown()
+
+
+def test_an_erasure_of_a_deleted_topic_fails_with_the_reason_and_other_brokers_leave_it_alone(
+        tmp_path: Path) -> None:
+    owner = _node(tmp_path, "owner", 0)
+    other = _node(tmp_path, "other", 1)  # shares the metadata store, not the (non-tiered) topic
+    try:
+        owner.create_topic("local", 1, {"cleanup.policy": "compact", "min.compaction.lag.ms": 60_000})
+        owner.produce("local", 0, [RecordSpec(b"k", b"v")])
+        rec = owner.erasures.create("local", [b"k"])
+        other.erasures.run_once()  # not its partition: it must not fail it (regression)
+        assert other.erasures.get(rec.erasure_id).state == "pending"
+        owner.delete_topic("local")
+        owner.erasures.run_once()
+        failed = owner.erasures.get(rec.erasure_id)
+        assert failed.state == "failed" and "no longer exists" in (failed.error or "")
+        assert owner.erasures.receipt(failed)["error"] == failed.error
+    finally:
+        owner.shutdown()
+        other.shutdown()
