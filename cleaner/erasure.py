@@ -91,7 +91,7 @@ class KeyLocator:
         try:
             found = key_offsets(path, self.bounds, source=source)
         except FileNotFoundError:  # swapped out or deleted meanwhile
-            return {k: False for k in self.bounds}
+            return dict.fromkeys(self.bounds, False)
         return {k: _below(offs, self.bounds[k]) for k, offs in found.items()}
 
     # ---- remote ----------------------------------------------------------------------------
@@ -118,7 +118,7 @@ class KeyLocator:
 
     def _remote_holds(self, md: RemoteLogSegmentMetadata, local: Path | None) -> dict[bytes, bool]:
         keys = [k for k, b in self.bounds.items() if md.start_offset < b]
-        out = {k: False for k in self.bounds}
+        out = dict.fromkeys(self.bounds, False)
         if not keys:
             return out
         index = self._key_index(md)

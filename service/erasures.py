@@ -53,6 +53,8 @@ AT_RISK_FRACTION = 0.1
 MAX_KEYS = 1000
 #: least time between two rounds one erasure runs on one partition
 MIN_ROUND_INTERVAL_MS = 500
+#: wait after a round that could not run (the partition was busy or the round failed)
+ROUND_RETRY_MS = 5_000
 
 
 def _key_text(key: bytes, encoding: str) -> str:
@@ -291,20 +293,21 @@ class ErasureService:
             min_lag = max(int(log.config.get("min.compaction.lag.ms")), 0)
             if now < int(detail.get("appended_ms", 0)) + min_lag:
                 return None  # min.compaction.lag.ms: the tombstones may not be compacted yet
+        slot = (rec.erasure_id, tp.partition)
+        with self._lock:  # the scans below read every segment: not more often than a round may run
+            if now < self._next_round.get(slot, 0):
+                return None
+            self._next_round[slot] = now + MIN_ROUND_INTERVAL_MS
         locator = self._locator(log, bounds)
         live = locator.live_holdings()
         if values:
             for r, hs in live.items():
                 _merge_segments(keys[raw[r]]["segments"], hs)
         if any(live.values()):
-            slot = (rec.erasure_id, tp.partition)
-            with self._lock:
-                if now < self._next_round.get(slot, 0):
-                    return None
-                # tombstone rounds wait for traffic: at most one a minute (or per delete.retention.ms)
-                wait = MIN_ROUND_INTERVAL_MS if values else max(
-                    MIN_ROUND_INTERVAL_MS, min(int(log.config.get("delete.retention.ms")), 60_000))
-                self._next_round[slot] = now + wait
+            if not values:  # tombstone rounds wait for traffic: one a minute (or per delete.retention.ms)
+                wait = max(MIN_ROUND_INTERVAL_MS, min(int(log.config.get("delete.retention.ms")), 60_000))
+                with self._lock:
+                    self._next_round[slot] = now + wait
             if not values:
                 # a round needs dirty data to run (as in Kafka, tombstones past their horizon do
                 # not make a log cleanable): records written since are rolled (and tiered) for it
@@ -315,6 +318,8 @@ class ErasureService:
                     node.remote.copy_rolled_segments(tp)
             round_id = self._round(log, detail)
             if round_id is None:
+                with self._lock:  # busy, failed: back off
+                    self._next_round[slot] = max(self._next_round.get(slot, 0), now + ROUND_RETRY_MS)
                 return None
             for r, hs in live.items():
                 if hs and round_id not in keys[raw[r]]["rounds"]:
