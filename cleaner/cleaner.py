@@ -333,6 +333,46 @@ def _is_last_of_producer(batch: RecordBatch, producers: Mapping[int, ProducerInf
     return batch.is_control and batch.producer_epoch == p.producer_epoch
 
 
+@dataclass(frozen=True, slots=True)
+class BatchDecision:
+    """What :func:`decide_batch` concluded for one batch."""
+
+    retention: BatchRetention
+    #: drop every record (an aborted transaction's data, or a marker past its delete horizon)
+    discard_records: bool
+    #: a transaction marker the transaction state may discard: kept for now, it needs a
+    #: delete horizon so a later round can remove it
+    marker_for_empty_txn: bool
+
+
+def decide_batch(b: RecordBatch, txn: CleanedTransactionMetadata, now_ms: int, upper_bound_of_round: int,
+                 producers: Mapping[int, ProducerInfo]) -> BatchDecision:
+    """The batch-level retention decision of one batch, for both cleaners (this module's
+    reference :func:`clean_into` and ``cleaner/fast_cleaner.py``), so they cannot drift apart.
+
+    Call it for every batch of a segment, in log order: it advances ``txn``. Kafka's
+    ``checkBatchRetention``: the last batch of a live producer and the batch ending at the
+    round's upper bound are kept even if emptied (RETAIN_EMPTY: the producer state and the
+    log end must survive); aborted data and expired markers are deleted whole (DELETE);
+    otherwise the batch goes if all its records do (DELETE_EMPTY).
+    """
+    if b.is_control:
+        can_discard = txn.on_control_batch_read(b)
+        discard_records = can_discard and b.has_delete_horizon and (b.delete_horizon_ms or 0) <= now_ms
+    else:
+        can_discard = txn.on_batch_read(b)
+        discard_records = can_discard
+    if b.producer_id >= 0 and _is_last_of_producer(b, producers):
+        retention = BatchRetention.RETAIN_EMPTY
+    elif b.next_offset == upper_bound_of_round:
+        retention = BatchRetention.RETAIN_EMPTY
+    elif discard_records:
+        retention = BatchRetention.DELETE
+    else:
+        retention = BatchRetention.DELETE_EMPTY
+    return BatchDecision(retention, discard_records, can_discard and b.is_control)
+
+
 def _rebuild(batch: RecordBatch, keep: list[bool], delete_horizon_ms: int | None) -> bytes:
     builder = RecordBatchBuilder(
         batch.base_offset,
@@ -389,20 +429,8 @@ def clean_into(source: LogSegment, dest: LogSegment, offset_map: OffsetMap, ctx:
         plans: list[tuple[RecordBatch, BatchRetention, bool, bool, list | None, int]] = []
         lookup_keys: list[bytes] = []
         for b in chunk:
-            if b.is_control:
-                can_discard = txn.on_control_batch_read(b)
-                discard_records = can_discard and b.has_delete_horizon and (b.delete_horizon_ms or 0) <= now
-            else:
-                can_discard = txn.on_batch_read(b)
-                discard_records = can_discard
-            if b.producer_id >= 0 and _is_last_of_producer(b, producers):
-                retention = BatchRetention.RETAIN_EMPTY
-            elif b.next_offset == upper:
-                retention = BatchRetention.RETAIN_EMPTY
-            elif discard_records:
-                retention = BatchRetention.DELETE
-            else:
-                retention = BatchRetention.DELETE_EMPTY
+            decision = decide_batch(b, txn, now, upper, producers)
+            retention, discard_records = decision.retention, decision.discard_records
             kos = None
             first_lookup = len(lookup_keys)
             if retention is not BatchRetention.DELETE and not discard_records and not b.is_control:
@@ -410,7 +438,7 @@ def clean_into(source: LogSegment, dest: LogSegment, offset_map: OffsetMap, ctx:
                 for off, key, _hv in kos:
                     if key is not None and off <= latest:
                         lookup_keys.append(key)
-            plans.append((b, retention, discard_records, can_discard and b.is_control, kos, first_lookup))
+            plans.append((b, retention, discard_records, decision.marker_for_empty_txn, kos, first_lookup))
         found = get_many(lookup_keys) if lookup_keys else []
         # pass 2: record-level decisions and output
         for b, retention, discard_records, marker_for_empty_txn, kos, li in plans:

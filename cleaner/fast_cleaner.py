@@ -23,9 +23,9 @@ from cleaner.cleaner import (
     BatchRetention,
     CleanContext,
     _chunks,
-    _is_last_of_producer,
     _Pending,
     _rebuild,
+    decide_batch,
 )
 from cleaner.offset_map import CompactOffsetMap
 from cleaner.stats import CleanerStats
@@ -109,20 +109,6 @@ def build_for_segment_fast(seg: LogSegment, start: int, offset_map: CompactOffse
     return False
 
 
-def _count_removed(stats: CleanerStats, retain_records: Callable[..., tuple[int, int, bool, int]], table: object,
-                   data: bytes | memoryview, count: int, base_offset: int, latest: int, retain_deletes: bool,
-                   retained: int) -> None:
-    """Split a batch's dropped records into superseded and expired tombstones. Only a batch
-    past its delete horizon drops tombstones: the kernel runs again on it keeping them (it
-    only reads the map), and the difference is the tombstones the horizon removed."""
-    if retain_deletes:
-        stats.removed_superseded += count - retained
-        return
-    _st, with_tombstones, _t, _i = retain_records(table, data, count, base_offset, latest, True, bytearray())
-    stats.removed_tombstone += with_tombstones - retained
-    stats.removed_superseded += count - with_tombstones
-
-
 def _rebuild_fast(b: RecordBatch, data: bytes | memoryview, keep: bytearray, count: int, horizon: int | None,
                   offset_map: CompactOffsetMap) -> bytes:
     """The batch RecordBatchBuilder would write for the kept records (``_rebuild``'s output)."""
@@ -166,8 +152,8 @@ def clean_into_fast(source: LogSegment, dest: LogSegment, offset_map: CompactOff
     pending = _Pending()
     flush_at = max(dest.index_interval_bytes, 1)
     keep = bytearray()
-    DELETE, RETAIN_EMPTY, DELETE_EMPTY = (BatchRetention.DELETE, BatchRetention.RETAIN_EMPTY,
-                                          BatchRetention.DELETE_EMPTY)
+    DELETE, RETAIN_EMPTY = BatchRetention.DELETE, BatchRetention.RETAIN_EMPTY
+    decide = decide_batch
 
     for chunk, size in _chunks(source, 0, ctx.io_buffer_size):
         ctx.check_done()
@@ -175,22 +161,11 @@ def clean_into_fast(source: LogSegment, dest: LogSegment, offset_map: CompactOff
             throttler.maybe_throttle(size)
         stats.bytes_read += size
         for b in chunk:
-            # batch-level decisions, in log order (they advance the transaction state)
+            # batch-level decisions, in log order (they advance the transaction state): the
+            # reference cleaner's own function
             is_control = b.is_control
-            if is_control:
-                can_discard = txn.on_control_batch_read(b)
-                discard_records = can_discard and b.has_delete_horizon and (b.delete_horizon_ms or 0) <= now
-            else:
-                can_discard = txn.on_batch_read(b)
-                discard_records = can_discard
-            if b.producer_id >= 0 and _is_last_of_producer(b, producers):
-                retention = RETAIN_EMPTY
-            elif b.next_offset == upper:
-                retention = RETAIN_EMPTY
-            elif discard_records:
-                retention = DELETE
-            else:
-                retention = DELETE_EMPTY
+            decision = decide(b, txn, now, upper, producers)
+            retention, discard_records = decision.retention, decision.discard_records
             if retention is DELETE:
                 stats.batches_deleted += 1
                 stats.removed_discarded_batch(is_control, b.records_count)
@@ -206,14 +181,14 @@ def clean_into_fast(source: LogSegment, dest: LogSegment, offset_map: CompactOff
             else:
                 data = _records(b, zero_copy)
                 retain_deletes = not b.has_delete_horizon or now < (b.delete_horizon_ms or 0)
-                st, retained, tombstone_kept, invalid = retain_records(table, data, count, b.base_offset, latest,
-                                                                       retain_deletes, keep)
+                st, retained, tombstone_kept, invalid, superseded = retain_records(
+                    table, data, count, b.base_offset, latest, retain_deletes, keep)
                 if st == corrupt:
                     _raise_corrupt(b)
                 stats.invalid_messages_read += invalid
-                if retained < count:  # the removals' reasons, for the round report
-                    _count_removed(stats, retain_records, table, data, count, b.base_offset, latest,
-                                   retain_deletes, retained)
+                # the removals' reasons, for the round report, from the same scan
+                stats.removed_superseded += superseded
+                stats.removed_tombstone += count - retained - superseded
             stats.messages_read += count
             if retained == 0:
                 if retention is RETAIN_EMPTY:
@@ -224,7 +199,7 @@ def clean_into_fast(source: LogSegment, dest: LogSegment, offset_map: CompactOff
                 else:
                     stats.batches_deleted += 1
                 continue
-            need_horizon = (tombstone_kept or (can_discard and is_control)) and not b.has_delete_horizon
+            need_horizon = (tombstone_kept or decision.marker_for_empty_txn) and not b.has_delete_horizon
             if retained == count and not need_horizon:
                 out = bytes(b.raw)
                 max_ts = b.max_timestamp

@@ -479,11 +479,14 @@ def retain_records(KeyTable table, const uint8_t[::1] data, Py_ssize_t count, in
     """The cleaner's record-level decisions for one data batch (``shouldRetainRecord``, keyless
     records kept). Writes 1/0 per record into ``keep`` (resized to ``count``).
 
-    Returns ``(status, retained, tombstone_kept, keyless_in_range)``; status CORRUPT if the
-    records would not decode. Scans and hashes the batch first (prefetching), then decides.
+    Returns ``(status, retained, tombstone_kept, keyless_in_range, superseded)``; status CORRUPT
+    if the records would not decode. ``superseded`` counts the records dropped because the map
+    holds a later offset of their key; the other dropped ones are tombstones past the delete
+    horizon (the round report's reasons, from this one scan). Scans and hashes the batch first
+    (prefetching), then decides.
     """
     cdef const uint8_t* p = &data[0] if data.shape[0] else NULL
-    cdef Py_ssize_t end = data.shape[0], pos = 0, i, retained = 0, invalid = 0
+    cdef Py_ssize_t end = data.shape[0], pos = 0, i, retained = 0, invalid = 0, superseded = 0
     cdef KeySpan r
     cdef bint k, tomb = False
     cdef int64_t found
@@ -495,7 +498,7 @@ def retain_records(KeyTable table, const uint8_t[::1] data, Py_ssize_t count, in
     try:
         for i in range(count):
             if p == NULL or _next_key_offset(p, &pos, end, base_offset, &r) < 0:
-                return CORRUPT, 0, False, 0
+                return CORRUPT, 0, False, 0, 0
             sc[i].offset = r.offset
             sc[i].key_len = r.key_len
             sc[i].has_value = r.has_value
@@ -504,7 +507,7 @@ def retain_records(KeyTable table, const uint8_t[::1] data, Py_ssize_t count, in
                 _digest(p + r.key_pos if r.key_len else &dummy, r.key_len, table.k0, table.k1, sc[i].digest)
                 table._prefetch(sc[i].digest)
         if pos != end:
-            return CORRUPT, 0, False, 0
+            return CORRUPT, 0, False, 0, 0
         for i in range(count):
             if sc[i].offset > latest:
                 k = True
@@ -513,13 +516,17 @@ def retain_records(KeyTable table, const uint8_t[::1] data, Py_ssize_t count, in
                 k = True
             else:
                 found = table._get_d(sc[i].digest) if sc[i].hashed else -1
-                k = sc[i].offset >= found and (sc[i].has_value or retain_deletes)
+                if sc[i].offset < found:
+                    k = False
+                    superseded += 1
+                else:
+                    k = sc[i].has_value or retain_deletes
             if k:
                 retained += 1
                 if not sc[i].has_value and sc[i].key_len >= 0:
                     tomb = True
             out[i] = k
-        return OK, retained, tomb, invalid
+        return OK, retained, tomb, invalid, superseded
     finally:
         free(sc)
 

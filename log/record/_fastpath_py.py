@@ -150,13 +150,13 @@ def map_records(table: KeyTable, data: bytes, count: int, base_offset: int, star
 
 
 def retain_records(table: KeyTable, data: bytes, count: int, base_offset: int, latest: int,
-                   retain_deletes: bool, keep: bytearray) -> tuple[int, int, bool, int]:
+                   retain_deletes: bool, keep: bytearray) -> tuple[int, int, bool, int, int]:
     try:
         kos = list(iter_key_offsets(data, count, base_offset))
     except CorruptRecordError:
-        return CORRUPT, 0, False, 0
+        return CORRUPT, 0, False, 0, 0
     keep[:] = bytes(count)
-    retained = invalid = 0
+    retained = invalid = superseded = 0
     tomb = False
     get = table.get
     for i, (off, key, has_value) in enumerate(kos):
@@ -165,14 +165,17 @@ def retain_records(table: KeyTable, data: bytes, count: int, base_offset: int, l
         elif key is None:
             invalid += 1
             k = True
+        elif off < get(key):
+            k = False
+            superseded += 1
         else:
-            k = off >= get(key) and (has_value or retain_deletes)
+            k = has_value or retain_deletes
         if k:
             retained += 1
             keep[i] = 1
             if not has_value and key is not None:
                 tomb = True
-    return OK, retained, tomb, invalid
+    return OK, retained, tomb, invalid, superseded
 
 
 def rebuild_records(data: bytes, count: int, base_offset: int, base_timestamp: int, keep: bytes,

@@ -151,7 +151,7 @@ def test_scanning_refuses_exactly_what_the_reference_decoder_refuses(k, n, seed,
         return
     assert (st_ == k.CORRUPT) == (ref is None)
     keep = bytearray()
-    st2, retained, _tomb, invalid = k.retain_records(t, data, count, base, 10**9, True, keep)
+    st2, retained, _tomb, invalid, superseded = k.retain_records(t, data, count, base, 10**9, True, keep)
     assert (st2 == k.CORRUPT) == (ref is None)
     if ref is not None:
         keyed = [(o, key) for o, key, _hv in ref if key is not None and o >= 0]  # start = 0
@@ -163,6 +163,7 @@ def test_scanning_refuses_exactly_what_the_reference_decoder_refuses(k, n, seed,
         # shouldRetainRecord with keyless records kept and deletes retained
         expected = [1 if key is None or o >= latest.get(key, -1) else 0 for o, key, _hv in ref]
         assert list(keep) == expected and retained == sum(expected)
+        assert superseded == sum(1 for o, key, _hv in ref if key is not None and o < latest[key])
         assert invalid == sum(1 for _o, key, _hv in ref if key is None)
 
 
@@ -263,3 +264,21 @@ def test_batch_records_use_the_compiled_decoder_and_fall_back_for_headers():
         assert list(RecordBatch(bytes(plain.raw)).records()) == compiled
     finally:
         fastpath.use_kernels(prev)
+
+
+@KERNELS
+def test_retain_records_tells_superseded_from_expired_tombstones(k):
+    # one scan gives the round report both reasons: a@100 superseded (also when it is a
+    # tombstone), a@101 and b@102 tombstones past the horizon, c@103 kept
+    b = RecordBatchBuilder(100)
+    for off, key, value in ((100, b"a", None), (101, b"a", None), (102, b"b", None), (103, b"c", b"v")):
+        b.append(off, 1000, key, value)
+    raw = b.build()
+    t = k.KeyTable(1000)
+    t.reset(bytes(16))
+    assert k.map_records(t, raw[RECORDS_OFFSET:], 4, 100, 0, 1000)[0] == k.OK
+    keep = bytearray()
+    st_, retained, tomb, invalid, superseded = k.retain_records(t, raw[RECORDS_OFFSET:], 4, 100, 103, False, keep)
+    assert (st_, retained, tomb, invalid, superseded, list(keep)) == (k.OK, 1, False, 0, 1, [0, 0, 0, 1])
+    st_, retained, tomb, invalid, superseded = k.retain_records(t, raw[RECORDS_OFFSET:], 4, 100, 103, True, keep)
+    assert (retained, tomb, superseded, list(keep)) == (3, True, 1, [0, 1, 1, 1])
