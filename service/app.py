@@ -27,7 +27,7 @@ from log.errors import TiercompactError
 from service.errors import error_body, install_error_handlers
 from service.metrics import make_registry, render
 from service.node import Node
-from service.routes import cleaner, compactions, erasures, partitions, topics
+from service.routes import cleaner, compactions, erasures, partitions, spark, topics
 from service.routes.deps import READ
 from service.schemas import Health
 
@@ -212,4 +212,5 @@ def create_app(node: Node, *, manage_lifecycle: bool = False) -> FastAPI:
     app.include_router(cleaner.router)
     app.include_router(compactions.router)
     app.include_router(erasures.router)
+    app.include_router(spark.router)
     return app

@@ -36,10 +36,25 @@ class Job:
     stats: dict[str, Any] | None = None
     error: str | None = None
     done: threading.Event = field(default_factory=threading.Event, repr=False)
+    #: "clean" (POST .../clean?wait=false) or "spark-clean" (a Spark offload job, #16)
+    kind: str = "clean"
+    engine: str = "in-process"
+    #: every partition of the job (a Spark job may clean several; ``partition`` is the first)
+    partitions: list[int] = field(default_factory=list)
+    #: who asked: "api" or "tiered-pool" (the background pool's offload)
+    origin: str = "api"
+    spark_application_id: str | None = None
+    #: Spark jobs run so far (a job fenced by a leadership change is retried under the new epoch)
+    attempts: int = 0
+    created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    ended_ms: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"job_id": self.job_id, "state": self.state, "topic": self.topic, "partition": self.partition,
-                "stats": self.stats, "error": self.error}
+                "stats": self.stats, "error": self.error, "kind": self.kind, "engine": self.engine,
+                "partitions": self.partitions or [self.partition], "origin": self.origin,
+                "spark_application_id": self.spark_application_id, "attempts": self.attempts,
+                "created_ms": self.created_ms, "ended_ms": self.ended_ms}
 
 
 class JobRegistry:
@@ -60,6 +75,30 @@ class JobRegistry:
         self._pool.submit(self._run, job, fn)
         return job
 
+    def track(self, job: Job) -> Job:
+        """Register a job another component runs (the Spark offload); it reports through
+        :meth:`finish`."""
+        with self._lock:
+            if self._closed:
+                raise ServiceUnavailableError("the node is shutting down; retry after it restarts")
+            self._jobs[job.job_id] = job
+            self._trim()
+        return job
+
+    @staticmethod
+    def finish(job: Job, *, stats: dict[str, Any] | None = None, error: str | None = None) -> None:
+        job.stats, job.error = stats, error
+        job.state = FAILED if error is not None else SUCCEEDED
+        job.ended_ms = int(time.time() * 1000)
+        job.done.set()
+
+    def list(self, *, kind: str | None = None, state: str | None = None, limit: int = 100) -> list[Job]:
+        """Jobs, newest first."""
+        with self._lock:
+            jobs = list(self._jobs.values())
+        jobs = [j for j in reversed(jobs) if (kind is None or j.kind == kind) and (state is None or j.state == state)]
+        return jobs[:limit]
+
     def _run(self, job: Job, fn: Callable[[], dict[str, Any]]) -> None:
         job.state = RUNNING
         try:
@@ -71,6 +110,7 @@ class JobRegistry:
             logger.exception("clean job %s failed", job.job_id)
             job.error, job.state = f"internal error ({type(e).__name__}): {e}", FAILED
         finally:
+            job.ended_ms = int(time.time() * 1000)
             job.done.set()
 
     def _trim(self) -> None:

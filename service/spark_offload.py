@@ -1,0 +1,300 @@
+"""The node's Spark offload: runs tiered-pool rounds and API requests as Spark jobs on the
+configured master while the node keeps serving, and adopts their results (#16).
+
+Who submits: the tiered pool, for partitions whose ``remote.compaction.engine`` is ``spark`` (or
+``auto`` with enough dirty remote bytes), hands the partition over still marked IN_PROGRESS in
+the cleaner manager, so no other round (background or API) runs on it meanwhile; and
+``POST /v1/topics/{t}/spark-clean`` (``tiercompact spark-clean --server``), which marks its
+partitions IN_PROGRESS itself, waiting for a running round to end first.
+
+What runs: the driver of :class:`cleaner.spark.job.SparkCleanJob` in this process (Spark runs a
+Python application's driver where it is submitted), executors on the master's workers. The
+driver plans from the node's live log (:class:`cleaner.spark.views.LocalLogView`): the same
+bounds as the in-process round. No lock is held while a job runs: the only state a job holds is
+its partitions' IN_PROGRESS mark, and a watcher cancels the job's Spark stages when that mark
+is aborted (topic deletion, a leadership move onto this node, shutdown).
+
+Adoption: when the fenced publish landed the job drops the stale local copies below the new
+checkpoint and :meth:`~cleaner.manager.LogCleanerManager.done_cleaning` writes the checkpoint,
+exactly as after an in-process round. A partition fenced by a leadership change has had its
+uploads removed by the job; the node forgets its cached epoch and, if it is still the leader
+(under a new epoch), runs the partition again once under that epoch.
+
+Jobs are listed in ``GET /v1/jobs`` (kind ``spark-clean``, engine ``spark``, the Spark
+application id, attempts) and every round leaves a report with engine ``spark``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from cleaner.errors import CleanerStateError
+from cleaner.manager import CleaningStateKind
+from log.errors import InvalidRequestError, TiercompactError
+from log.types import TopicPartition
+from service.config import ServiceConfig
+from service.errors import ServiceUnavailableError
+from service.jobs import RUNNING, Job
+
+if TYPE_CHECKING:
+    from cleaner.spark.job import PartitionOutcome, SparkCleanConfig, SparkCleanJob
+    from service.node import Node
+
+logger = logging.getLogger(__name__)
+
+ENGINE_LOCAL, ENGINE_SPARK, ENGINE_AUTO = "local", "spark", "auto"
+#: how often the watcher looks for an aborted partition or a stopping node
+WATCH_INTERVAL_S = 0.2
+#: how long an API job waits for a running round on its partition to end
+BUSY_WAIT_S = 120.0
+
+
+def clean_config(config: ServiceConfig, *, master: str | None = None) -> SparkCleanConfig:
+    """The offload's Spark settings from the service options (``master`` overrides spark_master)."""
+    from cleaner.spark.job import SparkCleanConfig
+
+    return SparkCleanConfig(master=master or config.spark_master or "local[*]",
+                            app_name=f"tiercompact-broker-{config.broker_id}",
+                            extra_conf=config.spark_conf_pairs())
+
+
+def store_options(config: ServiceConfig) -> dict[str, Any]:
+    """The object store's options as executors open it (the same the node uses)."""
+    if not config.remote_url.startswith("s3://"):
+        return {}
+    # as the node's own client: one attempt per call, the RemoteStorageManager retries
+    opts: dict[str, Any] = {"max_attempts": 1,
+                            "max_total_s": config.remote_timeout_ms / 1000,
+                            "connect_timeout_s": config.remote_connect_timeout_ms / 1000,
+                            "read_timeout_s": config.remote_read_timeout_ms / 1000,
+                            "verify_etag": config.s3_verify_etag}
+    if config.s3_endpoint:
+        opts["endpoint_url"] = config.s3_endpoint
+    if config.s3_region:
+        opts["region"] = config.s3_region
+    return opts
+
+
+def wants_spark(engine: str, dirty_bytes: int, threshold: int) -> bool:
+    """The engine rule of ``remote.compaction.engine``."""
+    return engine == ENGINE_SPARK or (engine == ENGINE_AUTO and dirty_bytes >= threshold)
+
+
+class SparkOffloader:
+    """Runs the node's Spark jobs (see the module docstring). Thread-safe."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.config = clean_config(node.config)
+        self._pool = ThreadPoolExecutor(max_workers=node.config.spark_max_concurrent_jobs,
+                                        thread_name_prefix="tiercompact-spark")
+        self._session: Any = None
+        self._owns_session = False
+        #: for tests: SparkCleanJob's on_stage hook of every job (e.g. a leadership move mid-job)
+        self.on_stage: Callable[[str, list[TopicPartition]], None] | None = None
+        self._running: dict[str, SparkCleanJob] = {}
+        self._stopping = threading.Event()
+
+    # ---- submission ------------------------------------------------------------------------
+    def offer(self, ltc: Any) -> bool:
+        """The tiered pool's hook: take ``ltc`` (IN_PROGRESS) if its engine says Spark. The
+        partition stays IN_PROGRESS until the job ends, which then calls done_cleaning."""
+        try:
+            log = ltc.log
+            engine = str(log.config.get("remote.compaction.engine"))
+            threshold = int(log.config.get("remote.compaction.spark.min.dirty.bytes"))
+            if self._stopping.is_set() or not wants_spark(engine, int(ltc.cleanable_bytes), threshold):
+                return False
+        except Exception:  # noqa: BLE001 - never kill the pool's thread: it cleans in process instead
+            logger.exception("%s: the Spark offload could not judge the partition", ltc.topic_partition)
+            return False
+        tp = ltc.topic_partition
+        job = Job(uuid.uuid4().hex, tp.topic, tp.partition, kind="spark-clean", engine="spark",
+                  partitions=[tp.partition], origin="tiered-pool")
+        try:
+            self.node.jobs.track(job)
+            self._pool.submit(self._run, job, [tp], owned=True)
+        except (RuntimeError, TiercompactError):
+            return False  # shutting down: the pool's own path handles (and releases) it
+        logger.info("%s: offloaded to Spark (engine=%s, %d dirty remote bytes), job %s", tp, engine,
+                    ltc.cleanable_bytes, job.job_id)
+        return True
+
+    def submit(self, topic: str, partitions: Sequence[int]) -> Job:
+        """An API request: one Spark job over ``partitions`` of ``topic``."""
+        tps = [self.node.log(topic, p).topic_partition for p in partitions]  # unknown ones fail now
+        for tp in tps:
+            if not self.node.log_manager.get_log(tp).config.remote_storage_enable:
+                raise InvalidRequestError(f"{tp} has remote.storage.enable=false: Spark cleans the remote tier only")
+        if self._stopping.is_set():
+            raise ServiceUnavailableError("the node is shutting down; retry after it restarts")
+        job = self.node.jobs.track(Job(uuid.uuid4().hex, topic, tps[0].partition, kind="spark-clean",
+                                       engine="spark", partitions=[tp.partition for tp in tps]))
+        self._pool.submit(self._run, job, tps, owned=False)
+        return job
+
+    # ---- running ---------------------------------------------------------------------------
+    def session(self) -> Any:
+        """The node's Spark session, started at the first job and kept for the node's life."""
+        if self._session is None:
+            from cleaner.spark.job import build_session, has_active_session
+
+            # an embedding application's (or a test's) session is reused and left running
+            self._owns_session = not has_active_session()
+            self._session = build_session(self.config)  # getOrCreate: concurrent first jobs share one
+        return self._session
+
+    def _acquire(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        """Mark each partition IN_PROGRESS, waiting for a running round to end."""
+        manager = self.node.cleaner.manager
+        got: list[TopicPartition] = []
+        deadline = time.monotonic() + BUSY_WAIT_S
+        try:
+            for tp in tps:
+                while True:
+                    try:
+                        manager.start_cleaning(tp)
+                        got.append(tp)
+                        break
+                    except CleanerStateError:
+                        state = manager.state(tp)
+                        if (self._stopping.is_set() or time.monotonic() > deadline
+                                or (state is not None and state.kind is not CleaningStateKind.IN_PROGRESS)):
+                            raise
+                        time.sleep(0.05)
+        except BaseException:
+            for tp in got:
+                manager.done_cleaning(tp, None)
+            raise
+        return got
+
+    def _run(self, job: Job, tps: list[TopicPartition], *, owned: bool) -> None:
+        manager = self.node.cleaner.manager
+        ends: dict[TopicPartition, int | None] = {tp: None for tp in tps}
+        try:
+            if not owned:
+                tps = self._acquire(tps)
+            job.state = RUNNING
+            outcomes = self._attempts(job, tps)
+            for tp, o in outcomes.items():
+                if o.status == "cleaned" or o.status == "nothing-to-clean":
+                    ends[tp] = o.end_offset
+            stats = {"partitions": [o.as_dict() for o in outcomes.values()],
+                     "spark_application_id": job.spark_application_id}
+            failed = [o for o in outcomes.values() if o.status not in ("cleaned", "nothing-to-clean")]
+            self.node.jobs.finish(job, stats=stats, error=(
+                "; ".join(f"{o.topic_partition}: {o.status}: {o.error}" for o in failed) or None))
+        except BaseException as e:  # a job must always end in a state a client can read
+            if not isinstance(e, TiercompactError):
+                logger.exception("Spark job %s failed", job.job_id)
+            self.node.jobs.finish(job, error=f"{type(e).__name__}: {e}")
+        finally:
+            for tp in tps:
+                try:
+                    manager.done_cleaning(tp, ends.get(tp))
+                except Exception:  # noqa: BLE001 - e.g. the topic was deleted meanwhile
+                    logger.warning("%s: could not finish the cleaner state after Spark job %s", tp, job.job_id,
+                                   exc_info=True)
+            self.node.cleaner.wakeup()
+
+    def _attempts(self, job: Job, tps: list[TopicPartition]) -> dict[TopicPartition, PartitionOutcome]:
+        """Run the job; partitions fenced by a leadership change that left this node the leader
+        (a new epoch) run once more under it."""
+        node = self.node
+        outcomes: dict[TopicPartition, PartitionOutcome] = {}
+        todo = list(tps)
+        for attempt in range(2):
+            job.attempts = attempt + 1
+            result = self._run_once(job, todo)
+            outcomes.update(result)
+            fenced = [tp for tp, o in result.items() if o.status == "fenced"]
+            for tp in fenced:
+                node.remote.forget_leader(tp)
+            todo = []
+            for tp in fenced:
+                try:
+                    if node.remote.is_leader(tp):
+                        todo.append(tp)
+                except TiercompactError as e:
+                    logger.warning("%s: cannot resolve leadership after the fenced Spark job: %s", tp, e)
+            if not todo or self._stopping.is_set():
+                break
+            logger.info("Spark job %s: %s fenced, retrying under this node's new epoch", job.job_id,
+                        [str(tp) for tp in todo])
+        return outcomes
+
+    def _run_once(self, job: Job, tps: list[TopicPartition]) -> dict[TopicPartition, PartitionOutcome]:
+        from cleaner.spark.job import SparkCleanJob
+        from cleaner.spark.views import LocalLogView
+
+        node = self.node
+        manager = node.cleaner.manager
+        spark = self.session()
+        job.spark_application_id = str(spark.sparkContext.applicationId)
+
+        def view(tp: TopicPartition) -> LocalLogView:
+            # done_cleaning writes the checkpoint once the job ends, as after an in-process round
+            return LocalLogView(node.log_manager.get_log(tp), lambda: node.remote.leader_epoch(tp),
+                                lambda: manager.all_cleaner_checkpoints().get(tp))
+
+        sj = SparkCleanJob(spark, rlmm=node.metadata, store_url=node.config.remote_url,
+                           store_options=store_options(node.config), views=view, broker_id=node.broker_id,
+                           clock=node.clock, config=self.config, reporter=node.cleaner.reporter,
+                           check_abort=manager.check_cleaning_aborted, on_stage=self.on_stage)
+        stop = threading.Event()
+        watcher = threading.Thread(target=self._watch, args=(sj, tps, stop), daemon=True,
+                                   name=f"tiercompact-spark-watch-{job.job_id[:8]}")
+        self._running[job.job_id] = sj
+        watcher.start()
+        try:
+            return sj.run(tps)
+        finally:
+            stop.set()
+            self._running.pop(job.job_id, None)
+
+    def _watch(self, sj: SparkCleanJob, tps: list[TopicPartition], stop: threading.Event) -> None:
+        """Cancel the job's stages once a partition's round is aborted or the node stops."""
+        manager = self.node.cleaner.manager
+        while not stop.wait(WATCH_INTERVAL_S):
+            aborted = [tp for tp in tps if (s := manager.state(tp)) is not None
+                       and s.kind is CleaningStateKind.ABORTED]
+            if aborted or self._stopping.is_set():
+                logger.info("cancelling Spark job %s (%s)", sj.job_id,
+                            f"aborted: {[str(tp) for tp in aborted]}" if aborted else "node stopping")
+                try:
+                    sj.cancel()
+                except Exception:  # noqa: BLE001 - the session may be stopping already
+                    logger.debug("cancel failed", exc_info=True)
+                return
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def running_jobs(self) -> int:
+        return len(self._running)
+
+    def shutdown(self, timeout: float) -> bool:
+        """Cancel running jobs (their uploads are removed), wait up to ``timeout`` seconds, stop the
+        session. Returns whether everything stopped in time."""
+        self._stopping.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + timeout
+        for sj in list(self._running.values()):
+            try:
+                sj.cancel()
+            except Exception:  # noqa: BLE001
+                logger.debug("cancel failed", exc_info=True)
+        while self._running and time.monotonic() < deadline:
+            time.sleep(0.05)
+        clean = not self._running
+        session = self._session if self._owns_session else None
+        if session is not None:
+            stopper = threading.Thread(target=session.stop, daemon=True, name="tiercompact-spark-stop")
+            stopper.start()
+            stopper.join(max(deadline - time.monotonic(), 0.5))
+            clean = clean and not stopper.is_alive()
+        return clean
