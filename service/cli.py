@@ -224,15 +224,9 @@ def _check_server_flags(args: argparse.Namespace) -> None:
 def _data_dir_in_use(e: DataDirInUseError, args: argparse.Namespace, command: str) -> int:
     partition = f" {args.partition}" if command == "clean" else ""
     print(f"error: {e}", file=sys.stderr)
-    if command == "clean":
-        print(f"hint: a running tiercompact service owns this data dir; send the clean to it with\n"
-              f"  tiercompact clean {args.topic}{partition} --server http://HOST:PORT [--token TOKEN]",
-              file=sys.stderr)
-    else:
-        print("hint: a running tiercompact service owns this data dir and has no Spark endpoint: stop it and run "
-              "spark-clean again, or clean one partition through it with\n"
-              f"  tiercompact clean {args.topic} PARTITION --server http://HOST:PORT [--token TOKEN]",
-              file=sys.stderr)
+    print(f"hint: a running tiercompact service owns this data dir; send the {command} to it with\n"
+          f"  tiercompact {command} {args.topic}{partition} --server http://HOST:PORT [--token TOKEN]",
+          file=sys.stderr)
     return 1
 
 

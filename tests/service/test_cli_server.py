@@ -80,9 +80,13 @@ def test_local_clean_on_a_served_data_dir_hints_at_server(server: tuple[str, Pat
 def test_server_and_data_dir_flags_do_not_mix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["clean", "t", "0", "--server", "http://127.0.0.1:1", "--data-dir", str(tmp_path)]) == 2
     assert "--data-dir" in capsys.readouterr().err
-    assert main(["spark-clean", "t", "--server", "http://127.0.0.1:1"]) == 2
-    err = capsys.readouterr().err
-    assert "no Spark endpoint" in err and "tiercompact clean t PARTITION --server" in err
+    # spark-clean goes through the service's API now (#16); its local-store flags still do not mix
+    assert main(["spark-clean", "t", "--server", "http://127.0.0.1:1", "--data-dir", str(tmp_path)]) == 2
+    assert "--data-dir" in capsys.readouterr().err
+    assert main(["spark-clean", "t", "--server", "http://127.0.0.1:1", "--master", "local[1]"]) == 2
+    assert "--master" in capsys.readouterr().err
+    assert main(["spark-clean", "t", "--server", "http://127.0.0.1:1"]) == 1
+    assert "cannot reach" in capsys.readouterr().err
 
 
 def test_clean_with_a_file_as_data_dir_is_a_clear_error(tmp_path: Path) -> None:
