@@ -105,29 +105,34 @@ class RemoteSegmentReader:
 
         return self.cache.read_range(md.id, md.segment_size_in_bytes, start, end, fetch)
 
-    def read(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int) -> list[RecordBatch]:
+    def read(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int,
+             max_records: int | None = None) -> list[RecordBatch]:
         """Batches of the segment holding offsets >= ``offset``, up to ``max_bytes`` (at least
         one batch if any remains). An empty list means the segment holds nothing at or after
-        ``offset`` (compaction removed its tail).
+        ``offset`` (compaction removed its tail). With ``max_records`` the read also stops once
+        the data batches read may hold that many records from ``offset`` on (as LocalLog.read
+        does), instead of checking and returning batches a page will not use.
 
         Bytes that fail a check (CRC, or offsets outside the segment's range, which the CRC does
         not cover) may have been damaged on the way: the cached ranges are dropped and the
         segment is fetched once more before the corruption is reported.
         """
         try:
-            return self._read(md, offset, max_bytes)
+            return self._read(md, offset, max_bytes, max_records)
         except CorruptRecordError as e:
             logger.warning("%s: %s; fetching the segment again", md.id, e)
             self.cache.invalidate_segment(md.id)
-            return self._read(md, offset, max_bytes)
+            return self._read(md, offset, max_bytes, max_records)
 
-    def _read(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int) -> list[RecordBatch]:
+    def _read(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int,
+              max_records: int | None = None) -> list[RecordBatch]:
         size = md.segment_size_in_bytes
         source = self.rsm.object_key(md)
         pos = self.position_for(md, offset)
         window = max(max_bytes, MIN_WINDOW)
         out: list[RecordBatch] = []
         total = 0
+        records = 0
         first_checked = pos == 0
         while pos < size:
             data = self._range(md, pos, min(size, pos + window))
@@ -153,6 +158,11 @@ class RemoteSegmentReader:
                         position=pos + p)
                 out.append(batch)
                 total += batch.size_in_bytes
+                if max_records is not None and not batch.is_control:
+                    # at most this many of the batch's records lie at or after offset
+                    records += min(batch.records_count, batch.last_offset - max(offset, batch.base_offset) + 1)
+                    if records >= max_records:
+                        return out
             if rescan:
                 pos = 0
                 continue

@@ -92,7 +92,7 @@ class TieredReadPath:
                 cur = local_start  # a gap up to the local log
                 continue
             cur = max(cur, md.start_offset)
-            batches = self.reader.read(md, cur, max_bytes)
+            batches = self.reader.read(md, cur, max_bytes, max_records=max_records)
             if not batches:
                 cur = md.end_offset + 1  # compaction emptied the rest of this segment
                 continue
