@@ -8,14 +8,20 @@ Measured at the DEFAULT configuration (bloom false-positive rate 1%): the round 
 those updates, next to the minimum possible download: the dirty segments once plus the clean
 segments that really hold a superseded record.
 
-Variants of the same round (the partition is snapshotted and restored between them):
-``key_index``: bloom filter, then the exact key index, with the node's read cache as the
-copies left it (each copy writes its key index through to the cache, so the indexes are
-local); ``key_index_cold_cache``: the same after a restart (the cache is not persistent:
-every index the bloom filter cannot rule out is fetched); ``bloom_only`` (1-KB values):
-the behaviour before key indexes. Downloaded bytes include index objects. Wall time is
-noisy: the 2-core machine is shared with other jobs. The moto server runs in a subprocess,
-so peak RSS is the cleaner's own.
+Variants of the same round (the partition, with its metadata and the node's read cache, is
+snapshotted and restored between them): ``key_index``: bloom filter, then the exact key
+index, with the node's read cache as the copies left it (each copy writes its key index
+through to the cache, so the indexes are local); ``key_index_after_restart``: the same
+round on a node restarted on that disk state (the cache persists: its entries are
+re-adopted); ``key_index_empty_cache``: a node whose cache disk was lost (every index the
+bloom filter cannot rule out is fetched; for information, no target); ``bloom_only`` (1-KB
+values): the behaviour before key indexes. Downloaded bytes include index objects.
+
+Planning (``planning``): a round's decisions over 10,000 remote segments from metadata,
+bloom filters and cached key indexes, no object-store read (:func:`plan_bench`).
+
+Wall time is noisy: the 2-core machine is shared with other jobs (the load average is
+recorded). The moto server runs in a subprocess, so peak RSS is the cleaner's own.
 """
 
 from __future__ import annotations
@@ -32,19 +38,27 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bench.common import Timer, peak_rss_mb, quick, write_result
 from cleaner.config import CleanerConfig
+from cleaner.key_skip import DirtyKeys, SkipPolicy
 from cleaner.offset_map import SkimpyOffsetMap
+from cleaner.stats import CleanerStats
 from cleaner.tiered import TieredCleaner
 from log.clock import SystemClock
+from log.index.bloom import KeyBloomFilter
 from log.index.key_index import SUFFIX as KEY_INDEX_SUFFIX
+from log.index.key_index import KeyIndex, key_index_size_bytes, stable_hashes
 from log.log_manager import LogManager
 from log.record import RecordBatchBuilder
 from log.types import TopicPartition
 from metadata import load_metadata_manager
+from metadata.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
 from remote import load_object_store
 from remote.log_manager import RemoteLogManager
 from remote.object_store import ObjectStore, PutData
+from remote.read_cache import RemoteReadCache
 from remote.storage_manager import RemoteStorageManager
 
 TP = TopicPartition("bench", 0)
@@ -183,17 +197,17 @@ class Setup:
         self.log.roll()
         time.sleep(0.01)
         self.rlm.tier(TP)
-        dirty = [s for s in self.rlmm.list_remote_log_segments(TP) if s.start_offset >= end]
+        dirty_segs = [s for s in self.rlmm.list_remote_log_segments(TP) if s.start_offset >= end]
         base_bytes = sum(s.segment_size_in_bytes for s in segs)
         index_bytes = sum(s.key_index_bytes or 0 for s in segs)
         return {"base_segments": len(segs), "base_bytes": base_bytes,
                 "dirty_keys": self.hot,
-                "dirty_segments": len(dirty), "dirty_bytes": sum(s.segment_size_in_bytes for s in dirty),
+                "dirty_segments": len(dirty_segs), "dirty_bytes": sum(s.segment_size_in_bytes for s in dirty_segs),
                 "segments_really_holding_a_superseded_key": len(holding),
                 # the dirty segments once (kept on disk from the map pass to the rewrite)
-                "min_download_bytes": sum(s.segment_size_in_bytes for s in dirty)
+                "min_download_bytes": sum(s.segment_size_in_bytes for s in dirty_segs)
                 + sum(s.segment_size_in_bytes for s in holding),
-                "min_download_segments": len(dirty) + len(holding), "checkpoint": end,
+                "min_download_segments": len(dirty_segs) + len(holding), "checkpoint": end,
                 "key_index_bytes": index_bytes, "key_index_share_of_segment_bytes": round(index_bytes / base_bytes, 5),
                 "bloom_bytes": sum(len(self.rlmm.get_bloom_filter(s.remote_log_segment_id) or b"") for s in segs)}
 
@@ -208,7 +222,8 @@ class Setup:
         with Timer() as t:
             end, stats = cleaner.clean(self.log, leader_epoch=self.rlm.leader_epoch(TP), local_checkpoint=None)
         reqs = self.store.requests - before
-        return {"wall_s": round(t.seconds, 2), "bytes_downloaded": stats.bytes_downloaded,
+        return {"wall_s": round(t.seconds, 2), "load_avg_1m": round(os.getloadavg()[0], 2),
+                "bytes_downloaded": stats.bytes_downloaded,
                 "bytes_uploaded": stats.bytes_uploaded, "segments_downloaded": stats.segments_downloaded,
                 "segments_skipped_by_bloom": stats.segments_skipped_by_bloom,
                 "segments_skipped_by_key_index": sum(a.action == "skipped-by-key-index"
@@ -221,15 +236,22 @@ class Setup:
                 "records_retained": stats.records_retained, "checkpoint": end}
 
     def snapshot(self, to: Path) -> None:
+        """The node's state on disk: data dir, metadata and its remote read cache (whose
+        entries a restarted node re-adopts)."""
         self.log.flush()
         shutil.copytree(self.root / "data", to / "data")
+        shutil.copytree(self.root / "cache", to / "cache")
         for f in self.root.glob("metadata.db*"):  # the database and its write-ahead log
             shutil.copy2(f, to / f.name)
 
-    def restore(self, frm: Path, endpoint: str, bucket: str) -> Setup:
+    def restore(self, frm: Path, endpoint: str, bucket: str, *, cache: bool = True) -> Setup:
+        """A node started on the snapshot (a restart); ``cache=False``: its cache disk was lost."""
         self.close()
         shutil.rmtree(self.root / "data")
         shutil.copytree(frm / "data", self.root / "data")
+        shutil.rmtree(self.root / "cache", ignore_errors=True)
+        if cache:
+            shutil.copytree(frm / "cache", self.root / "cache")
         for f in self.root.glob("metadata.db*"):
             f.unlink()
         for f in frm.glob("metadata.db*"):
@@ -262,12 +284,15 @@ def _point(root: Path, s3: Any, endpoint: str, keys: int, segment_bytes: int, va
         setup.snapshot(root / "snap")
         out: dict[str, Any] = {"partition": partition, "key_index": setup.clean(bloom_skip=True)}
         setup = setup.restore(root / "snap", endpoint, bucket)
-        out["key_index_cold_cache"] = setup.clean(bloom_skip=True)
+        out["key_index_after_restart"] = setup.clean(bloom_skip=True)
+        out["key_index_after_restart"]["cache_entries_adopted"] = setup.rlm.cache.stats().adopted
+        setup = setup.restore(root / "snap", endpoint, bucket, cache=False)
+        out["key_index_empty_cache"] = setup.clean(bloom_skip=True)
         if value == VALUE:
             setup = setup.restore(root / "snap", endpoint, bucket)
             out["bloom_only"] = setup.clean(bloom_skip=True, use_key_index=False)
         minimum = partition["min_download_bytes"]
-        for name in ("key_index", "key_index_cold_cache", "bloom_only"):
+        for name in ("key_index", "key_index_after_restart", "key_index_empty_cache", "bloom_only"):
             if name in out:
                 out[name]["downloaded_over_minimum"] = round(out[name]["bytes_downloaded"] / minimum, 3)
         return out
@@ -277,21 +302,137 @@ def _point(root: Path, s3: Any, endpoint: str, keys: int, segment_bytes: int, va
         shutil.rmtree(root / "snap", ignore_errors=True)
 
 
+# ---- planning a round over many remote segments (metadata only, key indexes cached) ------------
+
+PLAN_SEGMENTS = 10_000
+PLAN_KEYS_PER_SEGMENT = 1_000
+PLAN_DIRTY_KEYS = 10_000
+PLAN_HOLDING = 20  # clean segments that really hold a dirty key
+
+
+class _NoFetchStore(CountingStore):
+    """A store planning must not read from (the key indexes are cached): any read fails loudly."""
+
+    def get(self, key: str) -> bytes:
+        raise AssertionError(f"planning fetched {key}")
+
+    def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
+        raise AssertionError(f"planning fetched {key}")
+
+
+def _plan_once(rlmm: Any, rsm: RemoteStorageManager, dirty: np.ndarray, now: int) -> dict[str, Any]:
+    """What a round plans from: the metadata listing and checkpoint, then every clean segment
+    decided by bloom filter and key index against the exact dirty-key set."""
+    stats = CleanerStats(SystemClock(), TP)
+
+    def no_download(md: Any) -> Path:
+        raise AssertionError(f"planning downloaded {md.id}")
+
+    cpu0 = time.process_time()
+    with Timer() as t:
+        with Timer() as listing:
+            segments = rlmm.list_remote_log_segments(TP)
+            cp = rlmm.resolve_cleaner_checkpoint(TP) or 0
+        clean = [s for s in segments if s.end_offset < cp]
+        keys = DirtyKeys()
+        keys.add(dirty)
+        policy = SkipPolicy(rlmm, rsm, keys, now=now, max_compaction_lag_ms=2**63 - 1, min_reclaimable_ratio=0.0,
+                            use_key_index=True, stats=stats, download=no_download)
+        decisions = policy.decide_all(clean)
+    return {"wall_s": round(t.seconds, 3), "cpu_s": round(time.process_time() - cpu0, 3),
+            "listing_s": round(listing.seconds, 3), "segments": len(clean),
+            "rewrite": sum(d.rewrite for d in decisions),
+            "skipped_by_bloom": sum(d.action == "skipped-by-bloom" for d in decisions),
+            "skipped_by_key_index": sum(d.action == "skipped-by-key-index" for d in decisions),
+            "key_index_fetches": policy.index_fetches}
+
+
+def plan_bench(root: Path, segments: int = PLAN_SEGMENTS, keys_per_segment: int = PLAN_KEYS_PER_SEGMENT,
+               dirty_keys: int = PLAN_DIRTY_KEYS, holding: int = PLAN_HOLDING) -> dict[str, Any]:
+    """Planning a round over ``segments`` remote segments (issue 14's target: <= 2 s for 10,000).
+
+    SQLite metadata on local disk, each segment with its bloom filter (fpp 1%) and its key
+    index in the read cache (as the copies leave them); ``dirty_keys`` exact dirty keys of
+    which ``holding`` hit one clean segment each. Measured warm (entries written by this
+    process) and after a restart (entries re-adopted: each one's CRC checked at first read).
+    Nothing is read from the object store.
+    """
+    rng = np.random.default_rng(14)
+    rlmm = load_metadata_manager(f"sqlite:///{root / 'plan.db'}")
+    store = _NoFetchStore(load_object_store(f"file://{root / 'plan-objects'}"))
+    rsm = RemoteStorageManager(store)
+    cache = RemoteReadCache(root / "plan-cache", 1 << 30)
+    rsm.attach_index_cache(cache)
+    rlmm.become_leader(TP, 0, 0)
+    hit_segments = set(rng.choice(segments, size=holding, replace=False).tolist())
+    dirty_parts = [rng.integers(0, 256, size=(dirty_keys - holding, 16), dtype=np.uint8)]
+    index_bytes = 0
+    with Timer() as tb:
+        for i in range(segments):
+            start = i * keys_per_segment
+            digests = rng.integers(0, 256, size=(keys_per_segment, 16), dtype=np.uint8)
+            if i in hit_segments:
+                dirty_parts.append(digests[:1].copy())
+            md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate(TP), start, start + keys_per_segment - 1,
+                                          start, 0, 0, keys_per_segment * 1_100, {0: 0},
+                                          key_index_bytes=key_index_size_bytes(keys_per_segment))
+            bloom = KeyBloomFilter.build_from_digests(digests, keys_per_segment, 0.01)
+            bloom.has_transactional_batches = False
+            index = KeyIndex.from_hashes(stable_hashes(digests), has_transactional_batches=False)
+            rlmm.add_remote_log_segment_metadata(md, leader_epoch=0)
+            rlmm.update_remote_log_segment_state(md.remote_log_segment_id, RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+                                                 leader_epoch=0, event_timestamp_ms=1, broker_id=0)
+            rlmm.put_bloom_filter(md.remote_log_segment_id, bloom.to_bytes())
+            data = index.to_bytes()
+            index_bytes += len(data)
+            cache.put(f"{md.id}{KEY_INDEX_SUFFIX}", data)  # written through, as a copy does
+        rlmm.publish_cleaner_offsets(TP, leader_epoch=0, cleaner_offsets={0: segments * keys_per_segment})
+    dirty = np.concatenate(dirty_parts)
+    now = int(time.time() * 1000)
+    out: dict[str, Any] = {"segments": segments, "keys_per_segment": keys_per_segment, "dirty_keys": len(dirty),
+                           "segments_holding_a_dirty_key": holding, "key_index_cache_bytes": index_bytes,
+                           "build_s": round(tb.seconds, 1)}
+    try:
+        out["warm"] = _plan_once(rlmm, rsm, dirty, now)
+        out["warm_again"] = _plan_once(rlmm, rsm, dirty, now)
+        cache.close()
+        rlmm.close()
+        rlmm = load_metadata_manager(f"sqlite:///{root / 'plan.db'}")  # a restarted node: fresh caches
+        rsm = RemoteStorageManager(store)
+        cache = RemoteReadCache(root / "plan-cache", 1 << 30)
+        rsm.attach_index_cache(cache)
+        out["after_restart"] = _plan_once(rlmm, rsm, dirty, now)
+        out["after_restart_adopted_entries"] = cache.stats().adopted
+    finally:
+        cache.close()
+        rlmm.close()
+    for k in ("warm", "warm_again", "after_restart"):
+        assert out[k]["rewrite"] == holding and out[k]["key_index_fetches"] == 0, out[k]
+    out["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    return out
+
+
 def main() -> None:
     keys, segment_bytes = (20_000, 400_000) if quick() else (200_000, 4_000_000)
     sweep = tuple(n for n in SWEEP if n <= keys // 4)
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
+        planning = plan_bench(Path(d), segments=1_000 if quick() else PLAN_SEGMENTS)
+    print(f"planning: {planning}", flush=True)
     proc, endpoint = _moto_server()
     import boto3
 
     s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="bench",
                       aws_secret_access_key="bench")
-    results: dict[str, Any] = {}
     try:
-        with tempfile.TemporaryDirectory() as d:
+        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
             for value in (VALUE, 100):
                 for n in sweep:
                     results[f"{value}B_values_{n}_dirty_keys"] = _point(Path(d), s3, endpoint, keys, segment_bytes,
                                                                         value, n)
+                    print(f"{value}B {n}: " + ", ".join(
+                        f"{k} {v['downloaded_over_minimum']}x" for k, v in results[f"{value}B_values_{n}_dirty_keys"].items()
+                        if isinstance(v, dict) and "downloaded_over_minimum" in v), flush=True)
     finally:
         proc.terminate()
         proc.wait(10)
@@ -299,8 +440,11 @@ def main() -> None:
         "description": __doc__.strip().splitlines()[0],
         "workload": {"keys": keys, "dirty_keys_sweep": list(sweep), "value_bytes": [VALUE, 100],
                      "segment_bytes": segment_bytes, "fpp": 0.01, "store": "moto S3 server over HTTP (subprocess)"},
-        "targets": {"downloaded_over_minimum_1kb": 1.05, "key_index_share_100b": 0.085, "key_index_share_1kb": 0.01},
+        "targets": {"downloaded_over_minimum_1kb": 1.05, "key_index_share_100b": 0.085, "key_index_share_1kb": 0.01,
+                    "planning_10000_segments_s": 2.0},
+        "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
         "results": results,
+        "planning": planning,
     })
 
 

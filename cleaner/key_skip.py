@@ -34,7 +34,8 @@ Thread-safety: a policy belongs to one round of one TieredCleaner.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,7 @@ from cleaner.stats import CleanerStats
 from log.errors import CorruptIndexError, TiercompactError
 from log.index.bloom import KeyBloomFilter
 from log.index.key_index import KeyIndex, build_segment_key_index, stable_hashes
+from log.types import TopicPartition
 from metadata.manager import RemoteLogMetadataManager
 from metadata.reports import ACTION_CARRIED_FORWARD, ACTION_SKIPPED_BY_BLOOM, ACTION_SKIPPED_BY_KEY_INDEX
 from metadata.types import RemoteLogSegmentMetadata
@@ -53,6 +55,21 @@ from remote.storage_manager import IndexType, RemoteStorageManager
 logger = logging.getLogger(__name__)
 
 LONG_MAX = 2**63 - 1
+#: dirty digests of the first bloom probe block (the next blocks grow fourfold)
+BLOOM_FIRST_PROBES = 128
+#: below this chance of the bloom filter ruling a segment out, an indexed segment skips the probe
+BLOOM_MIN_ESCAPE = 1e-3
+
+
+def bloom_escape_probability(bloom: KeyBloomFilter, dirty_keys: int) -> float:
+    """The chance that ``bloom`` answers "none" for ``dirty_keys`` keys it does not hold:
+    (1 - p)^N, p its false-positive rate at its fill, (1 - e^(-k n / m))^k."""
+    m, n = max(bloom.num_bits, 1), bloom.count
+    k = max(1, round(m / max(bloom.capacity, 1) * math.log(2)))
+    p = (1.0 - math.exp(-k * n / m)) ** k
+    if p >= 1.0:
+        return 0.0
+    return math.exp(dirty_keys * math.log1p(-p))
 
 
 class DirtyKeys:
@@ -137,6 +154,25 @@ class SkipPolicy:
         self.index_fetches = 0
         #: key indexes built from a download this round (the segment had none, or a corrupt one)
         self.indexes_built = 0
+        #: bloom filters read ahead by :meth:`prefetch` (segment id -> bytes) and the ids asked
+        self._blooms: dict[str, bytes] = {}
+        self._prefetched: set[str] = set()
+
+    def prefetch(self, segments: Sequence[RemoteLogSegmentMetadata]) -> None:
+        """Read the bloom filters of ``segments`` in batched metadata queries, so deciding them
+        costs no per-segment round trip (a round may plan over thousands of segments)."""
+        by_tp: dict[TopicPartition, list[str]] = {}
+        for md in segments:
+            if md.id not in self._prefetched:
+                by_tp.setdefault(md.topic_partition, []).append(md.id)
+        for tp, ids in by_tp.items():
+            self._blooms.update(self.rlmm.get_bloom_filters(tp, ids))
+            self._prefetched.update(ids)
+
+    def decide_all(self, segments: Sequence[RemoteLogSegmentMetadata]) -> list[Decision]:
+        """:meth:`decide` for each segment, their bloom filters read in batches first."""
+        self.prefetch(segments)
+        return [self.decide(md) for md in segments]
 
     def decide(self, md: RemoteLogSegmentMetadata) -> Decision:
         bloom = self._bloom(md)
@@ -144,7 +180,7 @@ class SkipPolicy:
             due = self._summary_requires_rewrite(bloom.has_transactional_batches, bloom.min_delete_horizon_ms)
             if due is not None:
                 return Decision(True, due)
-            if not bloom.might_contain_any_digest(self.keys.digests):
+            if self._bloom_worth_probing(md, bloom) and not self._bloom_may_match(bloom):
                 return Decision(False, "bloom filter", ACTION_SKIPPED_BY_BLOOM, 0)
         if not self.use_key_index:
             return Decision(True, "bloom filter may match")
@@ -162,9 +198,36 @@ class SkipPolicy:
                             ACTION_CARRIED_FORWARD, superseded)
         return Decision(True, "superseded records", superseded=superseded)
 
+    def _bloom_worth_probing(self, md: RemoteLogSegmentMetadata, bloom: KeyBloomFilter) -> bool:
+        """Whether the filter can plausibly rule the segment out. A filter answers "none" for
+        N dirty keys with probability (1 - p)^N (p its false-positive rate at its fill): when
+        that is below BLOOM_MIN_ESCAPE and the segment has an exact key index (which decides
+        anyway, usually from the local cache), the probe is skipped as wasted work. A segment
+        without an index is always probed: a "none" there saves a download."""
+        if not self.use_key_index or md.key_index_bytes is None:
+            return True
+        return bloom_escape_probability(bloom, len(self.keys)) >= BLOOM_MIN_ESCAPE
+
+    def _bloom_may_match(self, bloom: KeyBloomFilter) -> bool:
+        """Whether the filter may hold any dirty key: the same answer as probing every digest
+        at once, but probed in growing blocks, so the usual "maybe" of a round with many dirty
+        keys (each probe matches with the false-positive rate) costs a few hundred probes, not
+        one per dirty key."""
+        digests = self.keys.digests
+        lo, step = 0, BLOOM_FIRST_PROBES
+        while lo < len(digests):
+            hi = min(len(digests), lo + step)
+            if bloom.might_contain_any_digest(digests[lo:hi]):
+                return True
+            lo, step = hi, step * 4
+        return False
+
     # ---- inputs ------------------------------------------------------------------------------
     def _bloom(self, md: RemoteLogSegmentMetadata) -> KeyBloomFilter | None:
-        blob = self.rlmm.get_bloom_filter(md.remote_log_segment_id)
+        if md.id in self._prefetched:
+            blob = self._blooms.pop(md.id, None)  # decided once per round: no need to keep it
+        else:
+            blob = self.rlmm.get_bloom_filter(md.remote_log_segment_id)
         if blob is None:
             return None
         try:

@@ -265,6 +265,9 @@ class RoundTxnIndexes:
         self._on_download = on_download
         self._cache: dict[str, list[AbortedTxn]] = dict(known or {})
         segs = sorted(segments, key=lambda m: m.start_offset)
+        self._segment_ids = {m.id for m in segs}
+        #: the remote segments' bloom filters (their summaries), read in one batch at first need
+        self._blooms: dict[str, bytes] | None = None
         chain: list[TxnIndexLink] = [(md.start_offset, self._remote_loader(md)) for md in segs]
         remote_end = segs[-1].end_offset + 1 if segs else 0
         with log.lock:
@@ -293,7 +296,11 @@ class RoundTxnIndexes:
             with self.log.lock:
                 entries = local.txn_index.all()
         else:
-            blob = self.rlmm.get_bloom_filter(md.remote_log_segment_id)
+            if self._blooms is None:  # a walk without transactions reads every later summary: batch them
+                self._blooms = self.rlmm.get_bloom_filters(md.topic_partition, sorted(self._segment_ids))
+            blob = self._blooms.get(md.id)
+            if blob is None and md.id not in self._segment_ids:
+                blob = self.rlmm.get_bloom_filter(md.remote_log_segment_id)
             if blob is not None and not KeyBloomFilter.from_bytes(blob, source=md.id).has_transactional_batches:
                 entries = []
             else:
@@ -699,6 +706,8 @@ class TieredCleaner:
         candidates = [s for s in plan.segments if s.start_offset < end]
         runs: list[list[RemoteLogSegmentMetadata]] = [[]]
         policy = self._skip_policy(log, plan, now, space, stats, bound)
+        if self.bloom_skip:  # the clean region's bloom filters in batched queries, not one per segment
+            policy.prefetch([s for s in candidates if s.end_offset < plan.first_dirty_offset])
         for md in candidates:
             decision = self._decide(md, plan, policy)
             if not decision.rewrite:

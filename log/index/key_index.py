@@ -173,7 +173,11 @@ class KeyIndex:
             lo = np.searchsorted(entries, dirty, side="left")
             hi = np.searchsorted(entries, dirty, side="right")
             return int((hi - lo).sum())
-        return int(np.isin(entries, dirty, assume_unique=False).sum())
+        # more dirty keys than entries: look each entry up in the dirty set instead (binary
+        # searches over sorted arrays, no sort or hash table per segment)
+        at = np.searchsorted(dirty, entries)
+        np.minimum(at, len(dirty) - 1, out=at)
+        return int(np.count_nonzero(dirty[at] == entries))
 
     def contains(self, key: bytes) -> bool:
         h = np.uint64(stable_hash(key))
