@@ -133,23 +133,35 @@ def _tiered() -> list[str]:
            f"each of the first N keys; default configuration (bloom false-positive rate {w['fpp']:.0%}). "
            "Downloaded bytes include key index objects; the minimum is the dirty segments once plus the clean "
            "segments that really hold a superseded record. *key index*: bloom filter then exact key index, with "
-           "the read cache as the node's copies left it (each copy writes its key index through to it); *cold "
-           "cache*: the same round after a restart (every index the bloom filter cannot rule out is fetched); "
-           "*bloom only*: the behaviour before key indexes. Wall time is noisy (2 shared cores).",
+           "the read cache as the node's copies left it (each copy writes its key index through to it); *after "
+           "restart*: the same round on a node restarted on that disk (the read cache persists and is re-adopted); "
+           "*empty cache*: a node whose cache disk was lost (every index the bloom filter cannot rule out is "
+           "fetched); *bloom only*: the behaviour before key indexes. Wall time is noisy (2 shared cores).",
            "", "| values | dirty keys | segments | minimum | key index: downloaded | segments fetched | skipped by "
-           "bloom / key index | requests | wall s | cold cache: downloaded | requests | bloom only: downloaded | "
-           "key index size |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "bloom / key index | requests | wall s | after restart: downloaded | requests | empty cache: "
+           "downloaded | bloom only: downloaded | key index size |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in d["results"].items():  # "<value bytes>B_values_<N>_dirty_keys"
-        p, k, c, b = r["partition"], r["key_index"], r["key_index_cold_cache"], r.get("bloom_only")
+        p, k, b = r["partition"], r["key_index"], r.get("bloom_only")
+        a, e = r.get("key_index_after_restart"), r.get("key_index_empty_cache", r.get("key_index_cold_cache"))
         value = f"{int(name.split('B_', 1)[0]):,} B"
         before = f"{_mb(b['bytes_downloaded'])} ({b['downloaded_over_minimum']}x)" if b else "-"
+        restart = (f"{_mb(a['bytes_downloaded'])} ({a['downloaded_over_minimum']}x) | "
+                   f"{a['object_store_requests_total']}") if a else "- | -"
+        empty = f"{_mb(e['bytes_downloaded'])} ({e['downloaded_over_minimum']}x)" if e else "-"
         out.append(f"| {value} | {p['dirty_keys']:,} | {p['base_segments']} + {p['dirty_segments']} | "
                    f"{_mb(p['min_download_bytes'])} | {_mb(k['bytes_downloaded'])} ({k['downloaded_over_minimum']}x) "
                    f"| {k['segments_downloaded']} | {k['segments_skipped_by_bloom']} / "
                    f"{k['segments_skipped_by_key_index']} | {k['object_store_requests_total']} | {k['wall_s']} | "
-                   f"{_mb(c['bytes_downloaded'])} ({c['downloaded_over_minimum']}x) | "
-                   f"{c['object_store_requests_total']} | {before} | "
-                   f"{p['key_index_share_of_segment_bytes']:.2%} |")
+                   f"{restart} | {empty} | {before} | {p['key_index_share_of_segment_bytes']:.2%} |")
+    plan = d.get("planning")
+    if plan:
+        out += ["", f"Planning a round over {plan['segments']:,} remote segments ({plan['keys_per_segment']:,} keys "
+                    f"each; {plan['dirty_keys']:,} exact dirty keys, {plan['segments_holding_a_dirty_key']} segments "
+                    "holding one; SQLite metadata, bloom filters read in batches, key indexes in the read cache, no "
+                    f"object-store read): {plan['warm']['wall_s']} s ({plan['warm']['cpu_s']} CPU-s), after a restart "
+                    f"{plan['after_restart']['wall_s']} s (the cache's {plan['after_restart_adopted_entries']:,} "
+                    f"entries re-adopted); load average {plan['load_avg_1m']} on 2 cores."]
     return out
 
 
