@@ -56,11 +56,7 @@ def outcome_of(error: BaseException | None) -> str:
 def segment_reports(accounts: Iterable[SegmentAccount]) -> tuple[SegmentReport, ...]:
     """In offset order, each new (uploaded) segment after the sources it replaces."""
     accounts = sorted(accounts, key=lambda a: (a.base_offset, a.action == ACTION_UPLOADED))
-    return tuple(SegmentReport(
-        segment_id=a.segment_id, action=a.action, base_offset=a.base_offset, end_offset=a.end_offset,
-        superseded=a.superseded, tombstone=a.tombstone, aborted=a.aborted, marker=a.marker, bytes_in=a.bytes_in,
-        bytes_out=a.bytes_out, downloaded=a.downloaded, uploaded=a.uploaded, requests=a.requests)
-        for a in accounts)
+    return tuple(SegmentReport.of(a) for a in accounts)
 
 
 def build_report(tp: TopicPartition, *, engine: str, leader_epoch: int, started_ms: int, ended_ms: int,

@@ -17,29 +17,17 @@ from typing import Any
 
 from log.clock import SYSTEM_CLOCK, Clock
 from log.types import TopicPartition
+from metadata.reports import REMOVAL_REASONS, SegmentCounts
 
 
 @dataclass(slots=True)
-class SegmentAccount:
-    """What a round did to one source segment (becomes a metadata.reports.SegmentReport).
-
-    ``action`` is one of metadata.reports.ACTIONS; removals by reason, bytes read/written,
-    object-store bytes and calls are added as the round goes (:meth:`CleanerStats.measure`).
+class SegmentAccount(SegmentCounts):
+    """What a round did to one source segment, added to as the round goes: removals by reason,
+    bytes read/written (:meth:`CleanerStats.measure`), object-store bytes and calls. The fields
+    are metadata.reports.SegmentCounts' (one definition); ``action`` is one of
+    metadata.reports.ACTIONS. It becomes a report with ``SegmentReport.of``.
     """
 
-    segment_id: str
-    action: str
-    base_offset: int = -1
-    end_offset: int = -1
-    superseded: int = 0
-    tombstone: int = 0
-    aborted: int = 0
-    marker: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    downloaded: int = 0
-    uploaded: int = 0
-    requests: int = 0
     #: times the segment's log itself was fetched (``downloaded`` also counts its indexes)
     log_downloads: int = 0
 
@@ -135,17 +123,14 @@ class CleanerStats:
     @contextmanager
     def measure(self, account: SegmentAccount) -> Iterator[SegmentAccount]:
         """Add to ``account`` the bytes read and written and the records removed inside the block."""
-        before = (self.bytes_read, self.bytes_written, self.removed_superseded, self.removed_tombstone,
-                  self.removed_aborted, self.removed_marker)
+        bytes_read, bytes_written, removed = self.bytes_read, self.bytes_written, self.records_removed
         try:
             yield account
         finally:
-            account.bytes_in += self.bytes_read - before[0]
-            account.bytes_out += self.bytes_written - before[1]
-            account.superseded += self.removed_superseded - before[2]
-            account.tombstone += self.removed_tombstone - before[3]
-            account.aborted += self.removed_aborted - before[4]
-            account.marker += self.removed_marker - before[5]
+            account.bytes_in += self.bytes_read - bytes_read
+            account.bytes_out += self.bytes_written - bytes_written
+            for reason, n in self.records_removed.items():
+                setattr(account, reason, getattr(account, reason) + n - removed[reason])
 
     def removed_discarded_batch(self, is_control: bool, records: int) -> None:
         """A batch whose records all go because its transaction is decided (aborted data, or a
@@ -157,8 +142,8 @@ class CleanerStats:
 
     @property
     def records_removed(self) -> dict[str, int]:
-        return {"superseded": self.removed_superseded, "tombstone": self.removed_tombstone,
-                "aborted": self.removed_aborted, "marker": self.removed_marker}
+        """Records removed by reason (``removed_<reason>`` for each of REMOVAL_REASONS)."""
+        return {reason: getattr(self, f"removed_{reason}") for reason in REMOVAL_REASONS}
 
     @property
     def records_read(self) -> int:

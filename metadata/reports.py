@@ -13,7 +13,7 @@ them; the cleaner builds them (:mod:`cleaner.report`).
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError, dataclass, field, fields
 from typing import Any
 
 from log.errors import InvalidRequestError
@@ -56,14 +56,18 @@ def new_round_id() -> str:
     return uuid.uuid4().hex
 
 
-@dataclass(frozen=True, slots=True)
-class SegmentReport:
-    """What a round did to one segment.
+@dataclass(slots=True)
+class SegmentCounts:
+    """What a round did to one segment: the one definition of the per-segment fields, shared
+    by the cleaner's running account (:class:`cleaner.stats.SegmentAccount`, mutable, added
+    to as the round goes) and the :class:`SegmentReport` kept in the metadata store.
 
     ``segment_id`` is the remote segment id, or the local segment's 20-digit base offset
-    (its file name). ``bytes_in``/``bytes_out`` are the bytes the round read from the segment
-    and wrote for it; ``downloaded``/``uploaded`` the object-store bytes moved for it and
-    ``requests`` the object-store calls made for it (one per object fetched or written).
+    (its file name). ``superseded`` ... ``marker`` are the records removed by reason
+    (:data:`REMOVAL_REASONS`, one field each). ``bytes_in``/``bytes_out`` are the bytes the
+    round read from the segment and wrote for it; ``downloaded``/``uploaded`` the object-store
+    bytes moved for it and ``requests`` the object-store calls made for it (one per object
+    fetched or written).
     """
 
     segment_id: str
@@ -80,18 +84,48 @@ class SegmentReport:
     uploaded: int = 0
     requests: int = 0
 
+    @property
+    def removed(self) -> dict[str, int]:
+        """Records removed by reason (API.md's ``removed``)."""
+        return {reason: getattr(self, reason) for reason in REMOVAL_REASONS}
+
+
+#: the counters of a segment (every SegmentCounts field but its identity and offsets)
+SEGMENT_COUNTERS: tuple[str, ...] = tuple(f.name for f in fields(SegmentCounts)
+                                          if f.name not in ("segment_id", "action", "base_offset", "end_offset"))
+assert set(REMOVAL_REASONS) <= set(SEGMENT_COUNTERS), "every removal reason is a per-segment field"
+
+
+@dataclass(slots=True)
+class SegmentReport(SegmentCounts):
+    """What a round did to one segment, as recorded: the :class:`SegmentCounts` fields, immutable
+    and hashable like a frozen dataclass (assigning or deleting a field raises
+    ``dataclasses.FrozenInstanceError``; a dataclass cannot be frozen over a mutable base, so
+    it is enforced here). :meth:`of` copies a running account.
+    """
+
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
             raise InvalidRequestError(f"segment action {self.action!r} is not one of {ACTIONS}")
-        for name in ("superseded", "tombstone", "aborted", "marker", "bytes_in", "bytes_out", "downloaded",
-                     "uploaded", "requests"):
+        for name in SEGMENT_COUNTERS:
             if getattr(self, name) < 0:
                 raise InvalidRequestError(f"segment report {name}={getattr(self, name)} must be >= 0")
 
-    @property
-    def removed(self) -> dict[str, int]:
-        return {REMOVED_SUPERSEDED: self.superseded, REMOVED_TOMBSTONE: self.tombstone,
-                REMOVED_ABORTED: self.aborted, REMOVED_MARKER: self.marker}
+    def __setattr__(self, name: str, value: Any) -> None:
+        if hasattr(self, name):  # each field is set once, by __init__
+            raise FrozenInstanceError(f"cannot assign to field {name!r}")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, f.name) for f in fields(self)))
+
+    @classmethod
+    def of(cls, counts: SegmentCounts) -> SegmentReport:
+        """The report of a round's account of one segment (its SegmentCounts fields)."""
+        return cls(**{f.name: getattr(counts, f.name) for f in fields(SegmentCounts)})
 
     def as_dict(self) -> dict[str, Any]:
         return {"segment_id": self.segment_id, "action": self.action, "base_offset": self.base_offset,
