@@ -459,8 +459,12 @@ class LocalLog:
         now = self.clock.milliseconds()
         b = RecordBatchBuilder(0, compression=compression, producer_id=producer_id, producer_epoch=producer_epoch,
                                base_sequence=base_sequence, is_transactional=transactional)
-        for i, r in enumerate(records):
-            b.append(i, now if r.timestamp is None else r.timestamp, r.key, r.value, r.headers)
+        timestamps = [now if r.timestamp is None else r.timestamp for r in records]
+        # records without headers (the common case) are encoded by the compiled kernels at once
+        if any(r.headers for r in records) or not b.append_new_records(
+                [r.key for r in records], [r.value for r in records], timestamps):
+            for i, r in enumerate(records):
+                b.append(i, timestamps[i], r.key, r.value, r.headers)
         return self.append_batches(b.build())
 
     def append_marker(self, producer_id: int, producer_epoch: int, control_type: ControlRecordType,

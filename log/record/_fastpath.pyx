@@ -751,3 +751,87 @@ def decode_records(const uint8_t[::1] data, Py_ssize_t count, int64_t base_offse
     if pos != end:
         return None
     return out
+
+
+# ---- encoding a producer's records ------------------------------------------------------------
+
+from cpython.bytes cimport PyBytes_Check, PyBytes_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.long cimport PyLong_AsLongLong
+
+
+cdef inline Py_ssize_t _varlong_size(int64_t v) noexcept nogil:
+    cdef uint64_t z = (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
+    cdef Py_ssize_t n = 1
+    while z >= 0x80:
+        z >>= 7
+        n += 1
+    return n
+
+
+def encode_records(list keys, list values, list timestamps, int64_t base_timestamp):
+    """The records section RecordBatchBuilder.append writes for records at offset deltas
+    0..n-1 with no headers: ``keys[i]`` / ``values[i]`` bytes or None, ``timestamps[i]`` ints.
+
+    Returns ``(records_bytes, max_timestamp)``, or ``None`` for anything it leaves to the
+    builder (a key or value that is not exactly bytes, a timestamp below -1 or a delta beyond
+    int64, lists of unequal length); the builder then appends the records one by one.
+    """
+    cdef Py_ssize_t n = PyList_GET_SIZE(keys), i, total = 0, klen, vlen, body, w = 0
+    cdef int64_t ts, delta, max_ts = -1
+    cdef object k, v
+    if PyList_GET_SIZE(values) != n or PyList_GET_SIZE(timestamps) != n or n == 0 or n > 2147483647:
+        return None
+    for i in range(n):
+        k = <object>PyList_GET_ITEM(keys, i)
+        v = <object>PyList_GET_ITEM(values, i)
+        t = <object>PyList_GET_ITEM(timestamps, i)
+        if type(t) is not int or not (-1 <= t <= 0x7FFFFFFFFFFFFFFF):
+            return None
+        ts = PyLong_AsLongLong(t)
+        if _add_overflows(ts, -base_timestamp) or base_timestamp == _I64_MIN:
+            return None
+        delta = ts - base_timestamp
+        if ts > max_ts:
+            max_ts = ts
+        if k is None:
+            klen = -1
+        elif PyBytes_Check(k):
+            klen = PyBytes_GET_SIZE(k)
+        else:
+            return None
+        if v is None:
+            vlen = -1
+        elif PyBytes_Check(v):
+            vlen = PyBytes_GET_SIZE(v)
+        else:
+            return None
+        body = (1 + _varlong_size(delta) + _varlong_size(i) + _varlong_size(klen) + (klen if klen > 0 else 0)
+                + _varlong_size(vlen) + (vlen if vlen > 0 else 0) + 1)
+        total += _varlong_size(body) + body
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef uint8_t* o = <uint8_t*>PyBytes_AS_STRING(out)
+    for i in range(n):
+        k = <object>PyList_GET_ITEM(keys, i)
+        v = <object>PyList_GET_ITEM(values, i)
+        delta = PyLong_AsLongLong(<object>PyList_GET_ITEM(timestamps, i)) - base_timestamp
+        klen = -1 if k is None else PyBytes_GET_SIZE(k)
+        vlen = -1 if v is None else PyBytes_GET_SIZE(v)
+        body = (1 + _varlong_size(delta) + _varlong_size(i) + _varlong_size(klen) + (klen if klen > 0 else 0)
+                + _varlong_size(vlen) + (vlen if vlen > 0 else 0) + 1)
+        w += _put_varlong(o + w, body)
+        o[w] = 0
+        w += 1
+        w += _put_varlong(o + w, delta)
+        w += _put_varlong(o + w, i)
+        w += _put_varlong(o + w, klen)
+        if klen > 0:
+            memcpy(o + w, PyBytes_AS_STRING(k), klen)
+            w += klen
+        w += _put_varlong(o + w, vlen)
+        if vlen > 0:
+            memcpy(o + w, PyBytes_AS_STRING(v), vlen)
+            w += vlen
+        o[w] = 0
+        w += 1
+    return out, max_ts

@@ -208,3 +208,9 @@ def decode_records(data: bytes | memoryview, count: int, base_offset: int, base_
     """Always ``None``: the reference for decoding records is ``decode.iter_record_fields``
     itself, which the caller then runs (as :func:`rebuild_records` defers to the builder)."""
     return None
+
+
+def encode_records(keys: list[bytes | None], values: list[bytes | None], timestamps: list[int],
+                   base_timestamp: int) -> tuple[bytes, int] | None:
+    """Always ``None``: the reference encoder is RecordBatchBuilder.append itself."""
+    return None

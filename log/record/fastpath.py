@@ -62,6 +62,9 @@ class RecordKernels(Protocol):
     def decode_records(self, data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,
                        base_sequence: int, log_append_time: int | None) -> list[Any] | None: ...
 
+    def encode_records(self, keys: list[bytes | None], values: list[bytes | None], timestamps: list[int],
+                       base_timestamp: int) -> tuple[bytes, int] | None: ...
+
 
 def _load_compiled() -> RecordKernels | None:
     try:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from log.errors import CorruptRecordError
-from log.record import RecordBatch, RecordBatchBuilder, fastpath
+from log.record import CompressionType, RecordBatch, RecordBatchBuilder, fastpath
 from log.record.batch import RECORDS_OFFSET
 from log.record.decode import iter_key_offsets, iter_record_fields
 
@@ -282,3 +282,44 @@ def test_retain_records_tells_superseded_from_expired_tombstones(k):
     assert (st_, retained, tomb, invalid, superseded, list(keep)) == (k.OK, 1, False, 0, 1, [0, 0, 0, 1])
     st_, retained, tomb, invalid, superseded = k.retain_records(t, raw[RECORDS_OFFSET:], 4, 100, 103, True, keep)
     assert (retained, tomb, superseded, list(keep)) == (3, True, 1, [0, 1, 1, 1])
+
+
+_BYTES_OR_NONE = st.one_of(st.none(), st.binary(max_size=300))
+
+
+@settings(max_examples=300, deadline=None)
+@given(recs=st.lists(st.tuples(_BYTES_OR_NONE, _BYTES_OR_NONE, st.sampled_from(
+    [-1, 0, 5, 1_700_000_000_000, 1_700_000_000_000 - 10**9, 2**63 - 1, 2**62])), min_size=1, max_size=20),
+    base_offset=st.sampled_from([0, 7, 2**40]), codec=st.sampled_from(list(CompressionType)),
+    odd=st.sampled_from([None, "bytearray", "bool", "below"]))
+def test_encode_records_writes_what_the_builder_appends(recs, base_offset, codec, odd):
+    keys, values, timestamps = [list(x) for x in zip(*recs, strict=True)]
+    if odd == "bytearray":
+        keys[0] = bytearray(b"k")
+    elif odd == "bool":
+        timestamps[0] = True
+    elif odd == "below":
+        timestamps[-1] = -2
+
+    def one_by_one():
+        b = RecordBatchBuilder(base_offset, compression=codec)
+        for i, (k, v, t) in enumerate(zip(keys, values, timestamps, strict=True)):
+            b.append(base_offset + i, t, k, v)
+        return b.build()
+
+    try:
+        expected = one_by_one()
+    except Exception as e:  # noqa: BLE001 - the same refusal must come out of both ways
+        expected = type(e)
+    b = RecordBatchBuilder(base_offset, compression=codec)
+    fast = b.append_new_records(keys, values, timestamps)
+    assert fast == (odd is None and max(timestamps) - timestamps[0] <= 2**63 - 1
+                    and timestamps[0] - min(timestamps) <= 2**63)
+    if not fast:
+        return  # the caller then appends one by one (the reference)
+    assert b.build() == expected  # byte for byte, header and CRC included
+    prev = fastpath.use_kernels(PURE)
+    try:
+        assert not RecordBatchBuilder(0).append_new_records(keys, values, timestamps)
+    finally:
+        fastpath.use_kernels(prev)
