@@ -68,26 +68,28 @@ def _json(payload: Any) -> Response:
     return Response(orjson.dumps(payload), media_type="application/json")
 
 
+def _headers(headers: list[Any], enc: str, i: int) -> tuple[tuple[str, bytes | None], ...]:
+    return tuple((h["key"], decode_field(h.get("value"), enc, f"records[{i}].headers[{j}].value"))
+                 for j, h in enumerate(headers))
+
+
 def _append(node: Node, topic: str, partition: int, body: ProduceRequest) -> Response:
     """The produce request's work, on a threadpool thread: decode the keys, values and
     headers (a 400 names the record of bad base64), append one batch, encode the answer."""
     check_writable(node, topic, partition)
     enc = body.encoding
-    specs: list[RecordSpec] = []
-    append = specs.append
-    for i, r in enumerate(body.records):
-        key, value, headers = r.get("key"), r.get("value"), r.get("headers")
-        if enc == "utf-8":  # the common case, inline: Text already checked the strings encode
-            kb = None if key is None else key.encode("utf-8")
-            vb = None if value is None else value.encode("utf-8")
-        else:
-            kb = decode_field(key, enc, f"records[{i}].key")
-            vb = decode_field(value, enc, f"records[{i}].value")
-        hs: tuple[tuple[str, bytes | None], ...] = ()
-        if headers:
-            hs = tuple((h["key"], decode_field(h.get("value"), enc, f"records[{i}].headers[{j}].value"))
-                       for j, h in enumerate(headers))
-        append(RecordSpec(kb, vb, r.get("timestamp"), hs))
+    specs: list[RecordSpec]
+    if enc == "utf-8":
+        # the common case, one comprehension: Text already checked that the strings encode
+        specs = [RecordSpec(None if (k := r.get("key")) is None else k.encode(),
+                            None if (v := r.get("value")) is None else v.encode(),
+                            r.get("timestamp"), _headers(r["headers"], enc, i) if r.get("headers") else ())
+                 for i, r in enumerate(body.records)]
+    else:
+        specs = [RecordSpec(decode_field(r.get("key"), enc, f"records[{i}].key"),
+                            decode_field(r.get("value"), enc, f"records[{i}].value"),
+                            r.get("timestamp"), _headers(r["headers"], enc, i) if r.get("headers") else ())
+                 for i, r in enumerate(body.records)]
     p = body.producer
     res = node.produce(topic, partition, specs, compression=body.compression,
                        producer_id=p.id if p else -1, producer_epoch=p.epoch if p else -1,
