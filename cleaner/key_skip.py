@@ -59,6 +59,11 @@ LONG_MAX = 2**63 - 1
 BLOOM_FIRST_PROBES = 128
 #: below this chance of the bloom filter ruling a segment out, an indexed segment skips the probe
 BLOOM_MIN_ESCAPE = 1e-3
+#: DirtyKeys.count_superseded screens index entries by this many top hash bits (a 4 MiB table)...
+PREFILTER_BITS = 22
+_PREFILTER_SHIFT = np.uint64(64 - PREFILTER_BITS)
+#: ...once a round has at least this many dirty keys (fewer: binary searches are as cheap)
+PREFILTER_MIN_KEYS = 1024
 
 
 def bloom_escape_probability(bloom: KeyBloomFilter, dirty_keys: int) -> float:
@@ -82,12 +87,13 @@ class DirtyKeys:
         self._digests: np.ndarray | None = None
         self._hashes: np.ndarray | None = None
         self._tombstone_hashes: np.ndarray | None = None
+        self._prefilter: np.ndarray | None = None
 
     def add(self, digests: np.ndarray, tombstones: np.ndarray | None = None) -> None:
         """Digests of dirty keys, and of those among them with a tombstone in the dirty range."""
         if len(digests):
             self._parts.append(digests)
-            self._digests = self._hashes = None
+            self._digests = self._hashes = self._prefilter = None
         if tombstones is not None and len(tombstones):
             self._dead.append(tombstones)
             self._tombstone_hashes = None
@@ -115,6 +121,25 @@ class DirtyKeys:
 
     def __len__(self) -> int:
         return len(self.digests)
+
+    def count_superseded(self, index: KeyIndex) -> int:
+        """``index.count_matching(self.hashes)``, the same count. With more dirty keys than index
+        entries (thousands of segments checked against one large set), the entries are first
+        screened by a table of the dirty hashes' top PREFILTER_BITS bits (one gather; about
+        N / 2^22 of them pass) and only those are looked up exactly."""
+        hashes, entries = self.hashes, index.entries
+        if len(hashes) < PREFILTER_MIN_KEYS or len(hashes) <= len(entries):
+            return index.count_matching(hashes)
+        if self._prefilter is None:
+            table = np.zeros(1 << PREFILTER_BITS, dtype=bool)
+            table[hashes >> _PREFILTER_SHIFT] = True
+            self._prefilter = table
+        candidates = entries[self._prefilter[entries >> _PREFILTER_SHIFT]]
+        if not len(candidates):
+            return 0
+        at = np.searchsorted(hashes, candidates)
+        np.minimum(at, len(hashes) - 1, out=at)
+        return int(np.count_nonzero(hashes[at] == candidates))
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +214,7 @@ class SkipPolicy:
             due = self._summary_requires_rewrite(index.has_transactional_batches, index.min_delete_horizon_ms)
             if due is not None:
                 return Decision(True, due)
-        superseded = index.count_matching(self.keys.hashes)
+        superseded = self.keys.count_superseded(index)
         if superseded == 0:
             return Decision(False, "key index", ACTION_SKIPPED_BY_KEY_INDEX, 0)
         if (self.min_ratio > 0 and superseded < self.min_ratio * len(index) and self.max_lag >= LONG_MAX

@@ -128,3 +128,19 @@ def test_plan_bench_decides_every_segment_without_fetching(tmp_path: Path) -> No
     for run in ("warm", "after_restart"):
         assert out[run]["segments"] == 120 and out[run]["rewrite"] == 4 and out[run]["key_index_fetches"] == 0
     assert out["after_restart_adopted_entries"] == 120
+
+
+@pytest.mark.parametrize("dirty,entries", [(5000, 1000), (2000, 3000), (100_000, 500), (1500, 0)])
+def test_count_superseded_screens_by_top_bits_and_counts_exactly(dirty: int, entries: int) -> None:
+    rng = np.random.default_rng(dirty + entries)
+    digests = rng.integers(0, 256, size=(dirty, 16), dtype=np.uint8)
+    keys = DirtyKeys()
+    keys.add(digests)
+    hashes = keys.hashes
+    mine = rng.integers(0, 2**64 - 1, size=entries, dtype=np.uint64, endpoint=True)
+    # some entries share the dirty hashes' top bits without being dirty, some are dirty (twice)
+    near = (hashes[: entries // 10] ^ np.uint64(1)) if entries else hashes[:0]
+    hits = np.repeat(hashes[: entries // 20], 2) if entries else hashes[:0]
+    idx = KeyIndex.from_hashes(np.concatenate([mine, near, hits]))
+    assert keys.count_superseded(idx) == idx.count_matching(hashes) == len(hits) + int(
+        np.isin(mine, hashes).sum())
