@@ -78,15 +78,21 @@ def _fastpath() -> list[str]:
     if d is None:
         return out + ["", "_not measured yet_"]
     out += ["", "| values | codec | records | compiled MB/CPU-s | compiled records/CPU-s | ceiling MB/CPU-s | "
-            "vs ceiling | pure-Python reference MB/CPU-s | map MiB allocated | peak RSS MB |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+            "vs ceiling | pure-Python reference MB/CPU-s | map MiB allocated | peak RSS MB | load (1 min) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in d["results"]:
         c = r["compiled"]
         ref = r.get("reference")
         out.append(f"| {r['value_bytes']} B | {r['codec']} | {_n(r['records'])} | {c['mb_per_cpu_s']} | "
                    f"{_n(c['records_per_cpu_s'])} | {_n(r['ceiling']['mb_per_cpu_s'], 1)} | "
                    f"{r['compiled_vs_ceiling']} | {ref['mb_per_cpu_s'] if ref else '-'} | "
-                   f"{c['map_bytes_allocated'] / 2**20:.1f} | {r['peak_rss_mb']} |")
+                   f"{c['map_bytes_allocated'] / 2**20:.1f} | {r['peak_rss_mb']} | "
+                   f"{r.get('load_average_1min_at_start', '-')} |")
+    t = d.get("targets")
+    if t:
+        out += ["", "Targets (#13): " + "; ".join(
+            f"{name}: {v['value']:,} ({'met' if v['met'] else 'not met'})" for name, v in t.items())
+            + ". Each round follows one untimed warm-up round in the same process."]
     m = d["offset_map"]
     out += ["", f"Offset map: {m['compact_slot_bytes']}-byte slots, {m['compact_bytes_per_usable_entry']} bytes "
                 f"per usable entry at load factor {m['load_factor']} ({_n(m['compact_keys_per_mib'])} keys per MiB "
