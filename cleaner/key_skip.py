@@ -9,13 +9,17 @@ clean region below the first dirty offset, only the segments that can change:
 2. **Bloom filter** (metadata store, no object-store call): "certainly none of the dirty keys"
    carries the segment forward. Cheapest, and decisive when few keys are dirty; but a
    segment escapes N keys with probability (1 - fpp)^N, so from a few hundred keys on it
-   answers "maybe" for nearly every segment.
+   answers "maybe" for nearly every segment. The digests are probed in growing blocks (a
+   "maybe" costs a few hundred probes), and a segment with a key index skips the probe when
+   its escape chance is below BLOOM_MIN_ESCAPE (the index decides anyway).
 3. **Exact key index** (:mod:`log.index.key_index`, an object beside the segment, read
-   through the node's remote read cache): how many of the segment's records a dirty key
-   supersedes. None: carried forward without a download. A segment without an index (copied
-   before indexes existed), or whose index does not decode, is downloaded once, its index
-   built from the download (uploaded and recorded in its metadata for the next rounds) and
-   the same test applied; the download stays on disk for the rewrite when it fits.
+   through the node's remote read cache, which keeps it across restarts): how many of the
+   segment's records a dirty key supersedes (sorted-hash look-ups, screened by a table of the
+   dirty hashes' top bits when the set is large). None: carried forward without a download.
+   A segment without an index (copied before indexes existed), or whose index does not
+   decode, is downloaded once, its index built from the download (uploaded and recorded in
+   its metadata for the next rounds) and the same test applied; the download stays on disk
+   for the rewrite when it fits.
 4. **Cost gate** (``remote.compaction.min.reclaimable.ratio``, off by default): a segment
    whose superseded share is below the threshold is carried forward. A carried-forward
    superseded record is only revisited when its key is written again (later rounds map only
@@ -27,6 +31,10 @@ A wrong "skip" would keep a superseded record forever, so every doubt rewrites: 
 summary, an unreadable index (after a download rebuilds it), a 64-bit hash collision (a
 needless rewrite). The dirty key set may be a superset of the keys the map holds (a map
 that filled): that too only costs a rewrite that changes nothing.
+
+Planning over thousands of segments costs no per-segment metadata round trip:
+:meth:`SkipPolicy.prefetch` (or :meth:`SkipPolicy.decide_all`) reads the bloom filters in
+batched queries first (bench_tiered's ``planning``: 10,000 segments in under 2 s).
 
 Thread-safety: a policy belongs to one round of one TieredCleaner.
 """
