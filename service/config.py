@@ -112,6 +112,10 @@ class ServiceConfig(BaseModel):
                                                        "no offload (remote.compaction.engine=spark cleans in process).")
     spark_conf: str = Field("", description="Extra Spark deploy settings for the offload, comma-separated "
                                             "key=value (spark.executor.memory=2g,spark.cores.max=8).")
+    spark_ship_packages: bool = Field(True, description="Ship tiercompact's Python packages (a zip of the .py "
+                                                        "files) to a non-local Spark master's executors; turn off "
+                                                        "when the executors run the tiercompact image (it has the "
+                                                        "compiled record kernels, which a zip cannot carry).")
     spark_max_concurrent_jobs: int = Field(1, ge=1, le=64,
                                            description="Spark offload jobs the node runs at once (each one "
                                                        "cleans one partition; the rest wait, the node serves).")

@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pyspark import StorageLevel, TaskContext
 from pyspark.sql import SparkSession
 
@@ -85,7 +86,9 @@ from cleaner.spark.views import LocalLogView, PartitionView, RemoteOnlyView
 from cleaner.tiered import RoundTxnIndexes, TieredRoundPlan, group_remote_segments
 from cleaner.transactions import CleanedTransactionMetadata
 from log.clock import SYSTEM_CLOCK, Clock
+from log.errors import TiercompactError
 from log.index.bloom import KeyBloomFilter
+from log.index.key_index import KeyIndex, stable_hashes
 from log.local_log import LocalLog
 from log.types import TopicPartition
 from metadata.errors import FencedLeaderEpochError
@@ -115,6 +118,11 @@ class SparkCleanConfig:
     shuffle_partitions: int = 4
     max_task_failures: int = 4
     bloom_skip: bool = True
+    #: test the exact key index of clean segments the bloom filter cannot rule out (#14)
+    key_index_skip: bool = True
+    #: the sizing rule (see README "Spark"): a rewrite task carries groups of at least this many
+    #: source bytes, so the ~40-90 ms a Spark task costs stays under ~5% of its work
+    rewrite_task_min_bytes: int = 32 * 1024 * 1024
     orphan_grace_ms: int = 60 * 60 * 1000
     io_buffer_size: int = 256 * 1024
     scan_tasks_per_core: int = 2
@@ -209,6 +217,7 @@ class PartitionOutcome:
     new_segment_ids: list[str] = field(default_factory=list)
     replaced_segment_ids: list[str] = field(default_factory=list)
     segments_skipped_by_bloom: int = 0
+    segments_skipped_by_key_index: int = 0
     segments_cleaned: int = 0
     bytes_downloaded: int = 0
     bytes_uploaded: int = 0
@@ -222,6 +231,7 @@ class PartitionOutcome:
                 "first_dirty_offset": self.first_dirty_offset, "end_offset": self.end_offset,
                 "new_segments": len(self.new_segment_ids), "replaced_segments": len(self.replaced_segment_ids),
                 "segments_skipped_by_bloom": self.segments_skipped_by_bloom,
+                "segments_skipped_by_key_index": self.segments_skipped_by_key_index,
                 "segments_cleaned": self.segments_cleaned, "bytes_downloaded": self.bytes_downloaded,
                 "bytes_uploaded": self.bytes_uploaded, "records_read": self.messages_read,
                 "records_retained": self.messages_written, "error": self.error}
@@ -249,6 +259,10 @@ class _Part:
     #: for the round report: segments the bloom test skipped, bytes each scan fetched
     skipped: set[int] = field(default_factory=set)
     scanned: dict[int, int] = field(default_factory=dict)
+    #: segments the exact key index ruled out after the bloom filter said "maybe" (#14), and
+    #: the bytes of each key index fetched
+    skipped_by_key_index: set[int] = field(default_factory=set)
+    index_bytes: dict[int, int] = field(default_factory=dict)
 
     def is_clean_region(self, md: RemoteLogSegmentMetadata) -> bool:
         return md.end_offset < self.plan.first_dirty_offset
@@ -281,6 +295,41 @@ def _rewrite(task: RewriteTask, entries: Iterable[tuple[bytes, int]], inject: fr
     return res
 
 
+def _rewrite_bin(groups: Sequence[int], entries: Iterable[tuple[int, tuple[bytes, int]]],
+                 tasks: dict[int, RewriteTask], inject: frozenset[str]) -> list[RewriteResult]:
+    """One Spark task: the rewrite of each group of a bin, with its slice of the map."""
+    by_group: dict[int, list[tuple[bytes, int]]] = {g: [] for g in groups}
+    for g, e in entries:
+        by_group[g].append(e)
+    out = []
+    for g in groups:
+        out.append(_rewrite(tasks[g], by_group.pop(g), inject))
+    return out
+
+
+def rewrite_bins(sizes: Sequence[tuple[int, int]], parallelism: int,
+                 min_bytes: int) -> tuple[dict[int, int], list[list[int]]]:
+    """The sizing rule of the rewrite stage: ``(group key, source bytes)`` in log order packed
+    into consecutive bins of about equal bytes, as many as ``total / min_bytes`` but at least
+    ``parallelism`` (every core busy), never more than the groups. Returns group -> bin and the
+    groups of each bin."""
+    total = sum(n for _k, n in sizes)
+    nbins = max(1, min(len(sizes), max(parallelism, -(-total // max(min_bytes, 1)))))
+    per_bin = total / nbins if total else 1.0
+    bin_of: dict[int, int] = {}
+    bins: list[list[int]] = [[] for _ in range(nbins)]
+    before, prev = 0, -1
+    for i, (key, n) in enumerate(sizes):
+        # by bytes before the group; no bin skipped, and never fewer groups left than bins to fill
+        b = min(int(before / per_bin), nbins - 1, prev + 1)
+        b = max(b, nbins - (len(sizes) - i), prev)
+        prev = b
+        bin_of[key] = b
+        bins[b].append(key)
+        before += n
+    return bin_of, bins
+
+
 def _combiner(v: tuple[int, int]) -> tuple[int, set[int]]:
     return v[1], {v[0]}
 
@@ -292,10 +341,6 @@ def _merge_value(acc: tuple[int, set[int]], v: tuple[int, int]) -> tuple[int, se
 
 def _merge_combiners(a: tuple[int, set[int]], b: tuple[int, set[int]]) -> tuple[int, set[int]]:
     return (a[0] if a[0] >= b[0] else b[0]), a[1] | b[1]
-
-
-def _identity(g: int) -> int:
-    return g
 
 
 # ---- the driver ------------------------------------------------------------------------------------
@@ -448,7 +493,8 @@ class SparkCleanJob:
             p.tp, leader_epoch=p.epoch, started_ms=started_ms, ended_ms=self.clock.milliseconds(),
             status=status or out.status, first_dirty_offset=p.plan.first_dirty_offset, end_offset=p.plan.upper,
             segments=p.segs, skipped=p.skipped, scanned=p.scanned, tasks=p.tasks,
-            sources_of={t.key: self._numbers(p, t) for t in p.tasks}, results=results, error=error or out.error))
+            sources_of={t.key: self._numbers(p, t) for t in p.tasks}, results=results, error=error or out.error,
+            skipped_by_key_index=p.skipped_by_key_index, index_bytes=p.index_bytes))
 
     # ---- stages -----------------------------------------------------------------------------------
     def _execute(self, parts: list[_Part], now: int) -> dict[int, RewriteResult]:
@@ -547,6 +593,13 @@ class SparkCleanJob:
             hit_segments: set[int] = set()
             for found in offset_map.mapPartitions(lambda it: [{i for _d, v in it for i in v[2]}]).collect():
                 hit_segments |= found
+            # 3b. exact key indexes (#14), as the in-process round's skip policy: a clean segment
+            # the bloom filter cannot rule out is rewritten only if its key index holds a mapped key
+            bloom_hits = set(hit_segments)
+            if cfg.key_index_skip and hit_segments:
+                hit_segments = self._key_index_hits(sc, parts, owner, hit_segments, offset_map, broadcasts)
+            for i in bloom_hits - hit_segments:
+                owner[i].skipped_by_key_index.add(i)
 
             # 4. skip decisions, groups, transaction state at each group's start, new ids
             group_of: dict[int, int] = {}
@@ -573,12 +626,15 @@ class SparkCleanJob:
                 for g in groups:
                     yield g, (d, off)
 
-            ntasks = len(tasks)
             bt = sc.broadcast({t.key: t for t in tasks})
             broadcasts.append(bt)
-            routed = offset_map.flatMap(route).partitionBy(ntasks, _identity)
+            # groups are binned into Spark tasks of at least rewrite_task_min_bytes (the sizing
+            # rule: Spark's per-task cost stays a small share of each task's work)
+            bin_of, groups_of_bin = rewrite_bins([(t.key, sum(src.size for src in t.sources)) for t in tasks],
+                                                 sc.defaultParallelism, cfg.rewrite_task_min_bytes)
+            routed = offset_map.flatMap(route).partitionBy(len(groups_of_bin), lambda g: bin_of[g])
             out = routed.mapPartitionsWithIndex(
-                lambda g, it: [_rewrite(bt.value[g], (e for _g, e in it), inject)]).collect()
+                lambda b, it: _rewrite_bin(groups_of_bin[b], it, bt.value, inject)).collect()
             self._stage("rewritten", parts)
             return {r.key: r for r in out}
         finally:
@@ -597,9 +653,14 @@ class SparkCleanJob:
                     and not bf.has_transactional_batches
                     and not (bf.min_delete_horizon_ms is not None and bf.min_delete_horizon_ms <= now)
                     and i not in hit_segments)
+            if not skip and i in p.skipped_by_key_index:
+                p.skipped_by_key_index.discard(i)  # rewritten for another reason (summary)
             if skip:
-                p.outcome.segments_skipped_by_bloom += 1
-                p.skipped.add(i)
+                if i in p.skipped_by_key_index:
+                    p.outcome.segments_skipped_by_key_index += 1
+                else:
+                    p.outcome.segments_skipped_by_bloom += 1
+                    p.skipped.add(i)
                 if runs[-1]:
                     runs.append([])
             else:
@@ -607,6 +668,56 @@ class SparkCleanJob:
         size = p.view.config.segment_bytes
         return [[number[md.id] for md in g] for run in runs if run
                 for g in group_remote_segments(run, size, p.plan.upper)]
+
+    def _key_index_hits(self, sc: Any, parts: list[_Part], owner: dict[int, _Part], hits: set[int],
+                        offset_map: Any, broadcasts: list[Any]) -> set[int]:
+        """The bloom hits whose exact key index holds a mapped digest (or that have no usable index).
+
+        The driver fetches the key index of each hit segment (about 1% of its bytes) and
+        broadcasts the hashes; each map partition looks its digests up in the indexes of the
+        segments its bloom probes hit."""
+        rsm = self.store.open()
+        indexes: dict[int, np.ndarray] = {}
+        for i in sorted(hits):
+            md = owner[i].segs[i]
+            if md.key_index_bytes is None:
+                continue  # no index (copied before indexes existed): keep the bloom's answer
+            try:
+                data = rsm.fetch_index(md, IndexType.KEY_INDEX)
+                index = KeyIndex.from_bytes(data, source=rsm.object_key(md, IndexType.KEY_INDEX))
+            except TiercompactError as e:  # unreadable: every doubt rewrites
+                logger.warning("%s: key index of %s unusable (%s); rewriting it", owner[i].tp, md.id, e)
+                continue
+            owner[i].index_bytes[i] = len(data)
+            owner[i].outcome.bytes_downloaded += len(data)
+            indexes[i] = index.entries
+        if not indexes:
+            return hits
+        bi = sc.broadcast(indexes)
+        broadcasts.append(bi)
+
+        def real_hits(it: Iterable[Any]) -> Iterator[set[int]]:
+            idx = bi.value
+            found: set[int] = set()
+            pending: dict[int, list[bytes]] = {}
+            for d, (_off, _segs, seg_hits) in it:
+                for i in seg_hits:
+                    if i not in idx:
+                        found.add(i)
+                    elif i not in found:
+                        pending.setdefault(i, []).append(d)
+            for i, ds in pending.items():
+                if i in found:
+                    continue
+                digests = np.frombuffer(b"".join(ds), dtype=np.uint8).reshape(-1, 16)
+                if KeyIndex(idx[i]).count_matching(np.unique(stable_hashes(digests))):
+                    found.add(i)
+            yield found
+
+        real: set[int] = set()
+        for found in offset_map.mapPartitions(real_hits).collect():
+            real |= found
+        return real
 
     def _txn_indexes(self, p: _Part, fetched: dict[int, tuple[AbortedT, ...]]) -> RoundTxnIndexes:
         """The partition's transaction indexes over both tiers, seeded with what the scans fetched."""

@@ -19,6 +19,7 @@ from metadata.reports import (
     ACTION_CARRIED_FORWARD,
     ACTION_REWRITTEN,
     ACTION_SKIPPED_BY_BLOOM,
+    ACTION_SKIPPED_BY_KEY_INDEX,
     ACTION_UPLOADED,
     ENGINE_SPARK,
     OUTCOME_COMPLETED,
@@ -38,7 +39,8 @@ def spark_report(tp: TopicPartition, *, leader_epoch: int, started_ms: int, ende
                  first_dirty_offset: int, end_offset: int, segments: Mapping[int, RemoteLogSegmentMetadata],
                  skipped: set[int], scanned: Mapping[int, int], tasks: Sequence[Any],
                  sources_of: Mapping[int, Sequence[int]], results: Sequence[Any],
-                 error: str | None = None) -> CompactionReport:
+                 error: str | None = None, skipped_by_key_index: set[int] | None = None,
+                 index_bytes: Mapping[int, int] | None = None) -> CompactionReport:
     """``segments``: segment number -> metadata; ``scanned``: number -> bytes the scan fetched;
     ``tasks``/``results``: the rewrite tasks and (when they ran) their results, in order;
     ``sources_of``: task key -> the segment numbers it rewrote."""
@@ -48,6 +50,8 @@ def spark_report(tp: TopicPartition, *, leader_epoch: int, started_ms: int, ende
     for i, md in sorted(segments.items(), key=lambda kv: kv[1].start_offset):
         if i in skipped:
             action = ACTION_SKIPPED_BY_BLOOM
+        elif skipped_by_key_index and i in skipped_by_key_index:
+            action = ACTION_SKIPPED_BY_KEY_INDEX
         elif i in rewritten:
             action = ACTION_REWRITTEN
         else:
@@ -56,8 +60,9 @@ def spark_report(tp: TopicPartition, *, leader_epoch: int, started_ms: int, ende
         rows.append(SegmentReport(
             md.id, action, md.start_offset, md.end_offset,
             bytes_in=md.segment_size_in_bytes if fetched else 0,
-            downloaded=scanned.get(i, 0) + (md.segment_size_in_bytes if fetched else 0),
-            requests=(1 if i in scanned else 0) + (1 if fetched else 0)))
+            downloaded=scanned.get(i, 0) + (md.segment_size_in_bytes if fetched else 0)
+            + (index_bytes or {}).get(i, 0),
+            requests=(1 if i in scanned else 0) + (1 if fetched else 0) + (1 if i in (index_bytes or {}) else 0)))
     for task, res in zip(tasks, results, strict=False):
         superseded, tombstone, aborted, marker = getattr(res, "removed", (0, 0, 0, 0))
         rows.append(SegmentReport(
