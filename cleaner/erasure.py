@@ -80,6 +80,8 @@ class KeyLocator:
         self.rsm = rsm
         self.temp_dir = temp_dir
         self.tiered = rlmm is not None and rsm is not None and log.config.remote_storage_enable
+        #: remote segment id -> what it holds (an id's bytes never change): each is read once
+        self._remote_seen: dict[str, dict[bytes, bool]] = {}
 
     # ---- local -----------------------------------------------------------------------------
     def _local_segments(self) -> list[tuple[int, int, Path]]:
@@ -117,6 +119,12 @@ class KeyLocator:
             return self._scan(path, source=self.rsm.object_key(md))
 
     def _remote_holds(self, md: RemoteLogSegmentMetadata, local: Path | None) -> dict[bytes, bool]:
+        seen = self._remote_seen.get(md.id)
+        if seen is None:
+            seen = self._remote_seen[md.id] = self._read_remote_holds(md, local)
+        return dict(seen)
+
+    def _read_remote_holds(self, md: RemoteLogSegmentMetadata, local: Path | None) -> dict[bytes, bool]:
         keys = [k for k, b in self.bounds.items() if md.start_offset < b]
         out = dict.fromkeys(self.bounds, False)
         if not keys:

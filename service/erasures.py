@@ -286,7 +286,7 @@ class ErasureService:
         top = max(bounds.values())
         if values:  # the tombstones must leave the active segment (and be tiered) to be compacted
             with log.lock:
-                if log.active_segment.base_offset < top:
+                if log.active_segment.base_offset <= top:  # the active segment holds a tombstone
                     log.roll()
             if tiered:
                 node.remote.copy_rolled_segments(tp)

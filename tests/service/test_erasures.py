@@ -140,3 +140,30 @@ def test_an_erasure_of_a_deleted_topic_fails_with_the_reason_and_other_brokers_l
     finally:
         owner.shutdown()
         other.shutdown()
+
+
+def test_tombstones_that_open_an_empty_active_segment_are_rolled_and_tiered(tmp_path: Path) -> None:
+    """Regression: the tombstones were rolled out of the active segment only when it held older
+    records too; appended first into an empty one they stayed there and the erasure never ended."""
+    node = _node(tmp_path, "n", 0)
+    try:
+        node.create_topic("t", 1, {**TIERED, "local.retention.ms": 0})
+        node.become_leader("t", 0, 0, 0)
+        node.produce("t", 0, [RecordSpec(b"victim", b"EMPTY-ACTIVE-SECRET"), RecordSpec(b"o", b"o1")])
+        node.roll("t", 0)
+        node.tier("t", 0)
+        node.clean("t", 0)
+        assert node.log("t", 0).active_segment.size == 0
+        rec = node.erasures.create("t", [b"victim"])
+        for _ in range(20):
+            node.erasures.run_once()
+            if node.erasures.get(rec.erasure_id).state != "pending":
+                break
+            time.sleep(0.1)
+        receipt = node.erasures.receipt(node.erasures.get(rec.erasure_id))
+        assert receipt["state"] == "values_removed", receipt
+        assert [s["tier"] for s in receipt["keys"][0]["segments"]] == ["remote"]
+        left = find_values(dir_blobs(tmp_path / "n", tmp_path / "objects"), [b"EMPTY-ACTIVE-SECRET"])
+        assert not any(left.values()), left
+    finally:
+        node.shutdown()
