@@ -173,6 +173,8 @@ class ErasureService:
             if left < (rec.deadline_ms - rec.created_ms) * AT_RISK_FRACTION:
                 out.append({"erasure_id": rec.erasure_id, "topic": rec.topic, "deadline_ms": rec.deadline_ms,
                             "time_left_ms": left, "overdue": left < 0,
+                            # KIP-354's end-to-end delay, from the tombstones' append
+                            "compaction_delay_ms": now - rec.created_ms,
                             "partitions": [p.partition for p in rec.partitions if p.state == PENDING]})
         return out
 

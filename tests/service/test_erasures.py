@@ -37,6 +37,7 @@ def test_erasures_at_risk_show_in_the_cleaner_status_and_metrics(client: TestCli
     status = client.get("/v1/cleaner").json()
     (risk,) = status["erasures_at_risk"]
     assert risk["erasure_id"] == eid and risk["overdue"] and risk["time_left_ms"] < 0
+    assert risk["compaction_delay_ms"] >= 1500
     assert status["partitions_at_risk"] == ["slow-0"]
     metrics = client.get("/metrics").text
     assert "erasures_overdue_count 1.0" in metrics and "erasures_pending_count 1.0" in metrics
