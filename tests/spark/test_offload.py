@@ -33,7 +33,7 @@ pytestmark = pytest.mark.spark
 
 def _standalone(spark: Any, w: World, **kw: Any) -> SparkCleanJob:
     url, opts = w.store_spec  # type: ignore[attr-defined]
-    w.rlmm.put_topic_config(StoredTopic("t", len(partitions_of(w)), dict(TIERED)))
+    w.rlmm.put_topic_config(StoredTopic("t", len(partitions_of(w)), dict(w.lm.topic("t").config.overrides)))
     return SparkCleanJob(spark, rlmm=w.rlmm, store_url=url, store_options=opts,
                          views=SparkCleanJob.standalone_views(w.rlmm, url, opts), broker_id=w.broker_id,
                          clock=w.clock, **kw)
@@ -224,3 +224,32 @@ def test_tiered_pool_offloads_and_the_node_keeps_serving(spark: Any, tmp_path: P
         assert final_state(_read(node, "t")) == expected
     finally:
         node.shutdown(timeout=30)
+
+
+def test_key_index_rules_out_what_the_bloom_filter_cannot(spark: Any, tmp_path: Path) -> None:
+    """#14 in the Spark driver: with a useless bloom filter (fpp 0.5) the exact key index still
+    skips every clean segment that holds no updated key; same bytes as the in-process round."""
+    cfg = {"remote.compaction.bloom.fpp": 0.5}
+    a = make_world(tmp_path / "a", _file_store(tmp_path / "sa"), config=cfg)
+    b = make_world(tmp_path / "b", _file_store(tmp_path / "sb"), config=cfg)
+    try:
+        tp = partitions_of(a)[0]
+        for w in (a, b):
+            for seg in range(8):  # 8 clean segments of disjoint keys
+                w.produce([(f"s{seg}-k{i:02d}".encode(), f"v{i}".encode() * 20) for i in range(30)])
+                w.roll_and_tier()
+        clean_in_process(a, tp)
+        assert _standalone(spark, b).run([tp])[tp].status == "cleaned"
+        for w in (a, b):  # one update to a key of segment 0, and 40 new keys: every bloom says "maybe"
+            w.produce([(b"s0-k00", b"new"), *((f"new-{i:02d}".encode(), b"n") for i in range(40))])
+            w.roll_and_tier()
+        clean_in_process(a, tp)
+        outcome = _standalone(spark, b).run([tp])[tp]
+        assert outcome.status == "cleaned", outcome.error
+        assert outcome.segments_skipped_by_key_index > 0, outcome
+        assert remote_image(a, tp) == remote_image(b, tp)
+        actions = [s.action for s in b.rlmm.list_compaction_reports(tp)[0].segments]
+        assert "skipped-by-key-index" in actions
+    finally:
+        a.close()
+        b.close()
