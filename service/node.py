@@ -53,9 +53,9 @@ from remote.log_manager import COUNTED_BY_RLM, RemoteLogManager
 from remote.object_store import ForwardingObjectStore, ObjectStore, PutData
 from remote.storage_manager import RemoteStorageManager
 from remote.tiered_read import ReadResult
+from service import topic_sync
 from service.config import ServiceConfig
 from service.erasures import ErasureService
-from service import topic_sync
 from service.jobs import Job, JobRegistry
 from service.spark_offload import SparkOffloader
 from service.threads import PeriodicTask

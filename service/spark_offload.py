@@ -177,7 +177,7 @@ class SparkOffloader:
 
     def _run(self, job: Job, tps: list[TopicPartition], *, owned: bool) -> None:
         manager = self.node.cleaner.manager
-        ends: dict[TopicPartition, int | None] = {tp: None for tp in tps}
+        ends: dict[TopicPartition, int | None] = dict.fromkeys(tps)
         try:
             if not owned:
                 tps = self._acquire(tps)

@@ -52,7 +52,8 @@ _NO_END = 2**63 - 1
 class PartitionView(Protocol):
     """The driver's view of one partition (see the module docstring)."""
 
-    topic_partition: TopicPartition
+    @property
+    def topic_partition(self) -> TopicPartition: ...
 
     @property
     def config(self) -> LogConfig: ...

@@ -25,7 +25,14 @@ from log.types import TopicPartition
 from metadata.topic_configs import StoredTopic
 from service.config import load_config
 from service.node import Node
-from tests.spark.conftest import SPARK_MASTER, build, clean_in_process, make_world, partitions_of, remote_image
+from tests.spark.conftest import (
+    SPARK_MASTER,
+    build,
+    clean_in_process,
+    make_world,
+    partitions_of,
+    remote_image,
+)
 from tests.tiered.conftest import TIERED, World, assert_no_leak, final_state
 
 pytestmark = pytest.mark.spark
@@ -171,7 +178,7 @@ def test_leadership_change_during_a_job_fences_it_and_the_node_retries(spark: An
         twin.clean("t", 0)
         assert _read(node, "t") == _read(twin, "t")
         assert node.cleaner_checkpoint(tp) == twin.cleaner_checkpoint(tp)
-        listed = [j for j in node.jobs.list(kind="spark-clean")]
+        listed = node.jobs.list(kind="spark-clean")
         assert listed and listed[0].job_id == job.job_id
     finally:
         node.shutdown(timeout=30)

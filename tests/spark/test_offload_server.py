@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
 import pytest
