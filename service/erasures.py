@@ -38,6 +38,7 @@ from log.segment import DELETED_SUFFIX
 from log.types import TopicPartition
 from metadata.erasures import COMPLETE, FAILED, PENDING, VALUES_REMOVED, ErasurePartition, ErasureRecord
 from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
+from remote.orphans import sweep_orphan_objects
 from service.errors import ErasureNotFoundError, ErasureRefusedError
 
 if TYPE_CHECKING:
@@ -379,6 +380,18 @@ class ErasureService:
                     for obj in node.storage_manager.object_keys(md):
                         out[obj] = when
                         keys[raw[r]]["deleted"].append({"object": obj, "segment_id": md.id, "deleted_ms": when})
+            orphans = locator.orphan_objects()
+            if any(orphans.values()):
+                # the orphan sweep's own rules (objects a live Spark lease names stay until it
+                # expires), now rather than at the next retention pass
+                gone = set(sweep_orphan_objects(node.object_store, node.metadata, tp,
+                                                grace_ms=node.remote.orphan_object_grace_ms, clock=node.clock))
+                when = node.clock.milliseconds()
+                for r, objs in orphans.items():
+                    for obj in objs:
+                        if obj in gone:
+                            out[obj] = when
+                            keys[raw[r]]["deleted"].append({"object": obj, "orphan": True, "deleted_ms": when})
         for r, paths in locator.replaced_local_files().items():
             for path in paths:
                 base = path.name.split(".")[0]
@@ -397,6 +410,8 @@ class ErasureService:
         if any(locator.live_holdings().values()):
             return False
         if any(locator.replaced_remote().values()) or any(locator.replaced_local_files().values()):
+            return False
+        if any(locator.orphan_objects().values()):  # a live lease protects them: wait for it
             return False
         for entry in keys.values():
             for d in entry["deleted"]:

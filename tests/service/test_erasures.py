@@ -168,3 +168,36 @@ def test_tombstones_that_open_an_empty_active_segment_are_rolled_and_tiered(tmp_
         assert not any(left.values()), left
     finally:
         node.shutdown()
+
+
+def test_orphan_objects_holding_the_key_are_deleted_too(tmp_path: Path) -> None:
+    """An object no metadata row names (a crashed Spark driver's upload) counts: it is swept at
+    once under the orphan sweep's rules and listed on the receipt."""
+    import uuid
+
+    node = _node(tmp_path, "n", 0)
+    try:
+        node.create_topic("t", 1, TIERED)
+        node.become_leader("t", 0, 0, 0)
+        node.produce("t", 0, [RecordSpec(b"victim", b"ORPHAN-HELD-SECRET"), RecordSpec(b"o", b"o1")])
+        node.roll("t", 0)
+        node.tier("t", 0)
+        store = node.object_store
+        (log_key,) = [k for k in store.list("t-0/") if k.endswith(".log")]
+        orphan = f"t-0/{0:020d}-{uuid.uuid4().hex}.log"
+        store.put(orphan, store.get(log_key))
+        rec = node.erasures.create("t", [b"victim"])
+        for _ in range(20):
+            node.erasures.run_once()
+            if node.erasures.get(rec.erasure_id).state != "pending":
+                break
+            time.sleep(0.1)
+        receipt = node.erasures.receipt(node.erasures.get(rec.erasure_id))
+        assert receipt["state"] == "values_removed", receipt
+        assert {"object": orphan, "orphan": True} in [
+            {k: v for k, v in d.items() if k != "deleted_ms"} for d in receipt["keys"][0]["deleted"]]
+        assert not store.exists(orphan)
+        left = find_values(dir_blobs(tmp_path / "n", tmp_path / "objects"), [b"ORPHAN-HELD-SECRET"])
+        assert not any(left.values()), left
+    finally:
+        node.shutdown()
