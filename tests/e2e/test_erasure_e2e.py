@@ -352,3 +352,62 @@ def test_deadlines_that_cannot_be_met_are_refused(tmp_path: Path) -> None:
         srv.stop()
 
 
+
+
+def test_erase_during_a_leadership_change(tmp_path: Path) -> None:
+    """Two processes share the metadata store and the object store. A leads, accepts the
+    erasure and tiers its tombstones, then leadership moves to B while A keeps its cached epoch
+    (a zombie): A's erasure round is refused and counted as fenced, B (whose log is restored from
+    the remote tier) continues the same receipt to ``values_removed``."""
+    objects = tmp_path / "objects"
+    meta = f"sqlite:///{tmp_path}/metadata.db"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = Server(tmp_path / "a", objects.as_uri(), extra_args=("--broker-id", "0", "--metadata", meta))
+    b = Server(tmp_path / "b", objects.as_uri(), extra_args=("--broker-id", "1", "--metadata", meta))
+    try:
+        a.start()
+        b.start()
+        topic, p = "users", "/v1/topics/users/partitions/0"
+        config = {**CONFIG, "local.retention.ms": -1, "min.compaction.lag.ms": 4000}
+        a.ok("POST", "/v1/topics", json={"name": topic, "partitions": 1, "config": config})
+        assert b.client.post("/v1/topics", json={"name": topic, "partitions": 1, "config": config}).status_code in (
+            201, 409)
+        old = [_value("lead1"), _value("lead2")]
+        a.produce(topic, [(b"victim", old[0]), (b"keep", b"keep-1")], "none")
+        a.ok("POST", f"{p}/roll")
+        a.ok("POST", f"{p}/tier")
+        a.produce(topic, [(b"victim", old[1])], "gzip")
+        accepted = a.ok("POST", f"/v1/topics/{topic}/erasures", json={"keys": ["victim"]})
+        eid = accepted["erasure_id"]
+        tombstone = a.ok("GET", f"/v1/erasures/{eid}")["keys"][0]["tombstone_offset"]
+        deadline = time.monotonic() + 30
+        while not any(s["tier"] in ("both", "remote") and s["end_offset"] >= tombstone
+                      for s in a.ok("GET", p)["segments"]):  # A's erasure task tiers the tombstones
+            assert time.monotonic() < deadline, a.log_text()
+            time.sleep(0.1)
+        part = b.ok("POST", f"{p}/leadership", json={"leader_epoch": 1, "broker_id": 1})
+        assert part["leader_epoch"] == 1
+        receipt = b.wait_state(eid, ("values_removed", "complete"))
+        assert receipt["error"] is None
+        rounds = {r["round_id"]: r for r in b.ok("GET", f"{p}/compactions", params={"limit": 50})}
+        (key,) = receipt["keys"]
+        assert key["rounds"] and all(rounds[r]["leader_epoch"] == 1 for r in key["rounds"])
+        deadline = time.monotonic() + 30
+        while _metric(a, "fenced_operations_total") < 1:  # the zombie's erasure round was refused
+            assert time.monotonic() < deadline, a.log_text()
+            time.sleep(0.2)
+        left = find_values(_chain(dir_blobs(b.data_dir), dir_blobs(objects)), old)
+        assert not any(left.values()), left
+        latest = {base64.b64decode(r["key"]): r["value"] for r in b.read_all(topic)}
+        assert latest == {b"keep": b64(b"keep-1"), b"victim": None}
+    finally:
+        a.stop()
+        b.stop()
+
+
+def _metric(srv: Server, name: str) -> float:
+    for line in srv.client.get("/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} missing from /metrics")
