@@ -256,8 +256,10 @@ def _erase_across_both_tiers(srv: Server, store: dict[str, Any], compression: st
     def everywhere() -> dict[bytes, list[str]]:
         return find_values(_chain(dir_blobs(srv.data_dir), store["blobs"]()), erased)
 
+    srv.read_all(topic)  # remote reads fill the read cache with chunks holding the values
     before = everywhere()
     assert all(before.values()), f"the scanner must see every value before the erasure: {before}"
+    assert any("remote-cache" in where for where in before[erased[0]]), before[erased[0]]
     assert len(before[erased[0]]) >= 2  # the remote-only segment and the replaced object it came from
 
     accepted = srv.ok("POST", f"/v1/topics/{topic}/erasures", json={"keys": [b64(victim)], "encoding": "base64"})
