@@ -110,10 +110,12 @@ def build_for_segment_fast(seg: LogSegment, start: int, offset_map: CompactOffse
 
 
 def _rebuild_fast(b: RecordBatch, data: bytes | memoryview, keep: bytearray, count: int, horizon: int | None,
-                  offset_map: CompactOffsetMap) -> bytes:
-    """The batch RecordBatchBuilder would write for the kept records (``_rebuild``'s output)."""
+                  offset_map: CompactOffsetMap,
+                  rebuilt: tuple[bytes, int, int, int] | None = None) -> bytes:
+    """The batch RecordBatchBuilder would write for the kept records (``_rebuild``'s output);
+    ``rebuilt``: the kept records already written by ``retain_and_rebuild`` in its scan."""
     log_append = bool(b.attributes & TIMESTAMP_TYPE_MASK)
-    out = offset_map.kernels.rebuild_records(
+    out = rebuilt if rebuilt is not None else offset_map.kernels.rebuild_records(
         data, count, b.base_offset, b.base_timestamp, bytes(keep), horizon is not None,
         horizon if horizon is not None else 0, log_append, b.max_timestamp, b.last_offset_delta)
     if out is None:
@@ -140,7 +142,8 @@ def clean_into_fast(source: LogSegment, dest: LogSegment, offset_map: CompactOff
     stats = stats if stats is not None else CleanerStats()
     k = offset_map.kernels
     table = offset_map.table
-    retain_records = k.retain_records
+    retain_and_rebuild = k.retain_and_rebuild
+    new_horizon = ctx.new_delete_horizon_ms
     corrupt = k.CORRUPT
     zero_copy = k is not pure_kernels()
     txn = ctx.txn_metadata
@@ -172,6 +175,7 @@ def clean_into_fast(source: LogSegment, dest: LogSegment, offset_map: CompactOff
                 continue
             count = b.records_count
             data = None
+            rebuilt = None
             tombstone_kept = False
             if discard_records:
                 retained = 0
@@ -181,8 +185,11 @@ def clean_into_fast(source: LogSegment, dest: LogSegment, offset_map: CompactOff
             else:
                 data = _records(b, zero_copy)
                 retain_deletes = not b.has_delete_horizon or now < (b.delete_horizon_ms or 0)
-                st, retained, tombstone_kept, invalid, superseded = retain_records(
-                    table, data, count, b.base_offset, latest, retain_deletes, keep)
+                # decided and, when the batch must be rebuilt, written in one scan of its records
+                st, retained, tombstone_kept, invalid, superseded, rebuilt = retain_and_rebuild(
+                    table, data, count, b.base_offset, latest, retain_deletes, keep, b.base_timestamp,
+                    b.has_delete_horizon, b.delete_horizon_ms or 0, new_horizon,
+                    bool(b.attributes & TIMESTAMP_TYPE_MASK), b.max_timestamp, b.last_offset_delta)
                 if st == corrupt:
                     _raise_corrupt(b)
                 stats.invalid_messages_read += invalid
@@ -209,7 +216,8 @@ def clean_into_fast(source: LogSegment, dest: LogSegment, offset_map: CompactOff
                 if is_control or data is None:
                     out = _rebuild(b, [True] * count, horizon)
                 else:
-                    out = _rebuild_fast(b, data, keep, count, horizon, offset_map)
+                    # a data batch: the kernel picked the same horizon (no marker flag on data batches)
+                    out = _rebuild_fast(b, data, keep, count, horizon, offset_map, rebuilt)
                 max_ts = RecordBatch(out).max_timestamp
                 stats.batches_rebuilt += 1
             stats.recopy_messages(retained, len(out))

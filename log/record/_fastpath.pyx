@@ -835,3 +835,180 @@ def encode_records(list keys, list values, list timestamps, int64_t base_timesta
         o[w] = 0
         w += 1
     return out, max_ts
+
+
+# ---- one pass: decide and write a data batch's retained records -------------------------------
+
+cdef struct Span:
+    int64_t offset
+    int64_t od
+    int64_t ts_delta
+    Py_ssize_t rec_start
+    Py_ssize_t od_pos
+    Py_ssize_t rec_end
+    Py_ssize_t key_len   # -1: null key
+    uint8_t attr
+    bint has_value
+    bint hashed
+    uint8_t digest[12]
+
+
+cdef inline int _strict_record(const uint8_t* p, Py_ssize_t* pos, Py_ssize_t end, int64_t base_offset,
+                               Span* s, Py_ssize_t* key_pos) noexcept nogil:
+    """One record parsed as ``rebuild_records`` parses it (canonical varints, no headers); -1 if
+    it would decline. A record this accepts, ``_next_key_offset`` accepts with the same offset,
+    key span and has_value (a canonical -1 length is the single byte 0x01)."""
+    cdef int64_t length, klen, vlen, hcount
+    s.rec_start = pos[0]
+    if _canon_varint(p, pos, end, 5, &length) < 0:
+        return -1
+    s.rec_end = pos[0] + length
+    if length < 6 or s.rec_end > end:
+        return -1
+    s.attr = p[pos[0]]
+    pos[0] += 1
+    if _canon_varint(p, pos, s.rec_end, 10, &s.ts_delta) < 0:
+        return -1
+    s.od_pos = pos[0]
+    if _canon_varint(p, pos, s.rec_end, 5, &s.od) < 0:
+        return -1
+    if _canon_varint(p, pos, s.rec_end, 5, &klen) < 0 or klen < -1:
+        return -1
+    key_pos[0] = pos[0]
+    if klen > 0:
+        if klen > s.rec_end - pos[0]:
+            return -1
+        pos[0] += klen
+    if _canon_varint(p, pos, s.rec_end, 5, &vlen) < 0 or vlen < -1:
+        return -1
+    if vlen > 0:
+        if vlen > s.rec_end - pos[0]:
+            return -1
+        pos[0] += vlen
+    if _canon_varint(p, pos, s.rec_end, 5, &hcount) < 0 or hcount != 0:
+        return -1
+    if pos[0] != s.rec_end:
+        return -1
+    s.key_len = klen
+    s.has_value = vlen != -1
+    s.offset = base_offset + s.od
+    return 0
+
+
+def retain_and_rebuild(KeyTable table, const uint8_t[::1] data, Py_ssize_t count, int64_t base_offset,
+                       int64_t latest, bint retain_deletes, bytearray keep, int64_t base_timestamp,
+                       bint has_delete_horizon, int64_t delete_horizon, int64_t new_delete_horizon,
+                       bint log_append_time, int64_t log_append_ts, int64_t last_offset_delta):
+    """:func:`retain_records` and, when the batch must be rebuilt, :func:`rebuild_records`, in
+    one scan: each record is decoded once (its spans kept), then decided, then the retained
+    ones written from their own bytes.
+
+    Returns ``retain_records``' five values plus ``rebuilt``: ``None`` when the batch is not
+    rebuilt here (nothing retained, all retained and no delete horizon needed, or a batch
+    ``rebuild_records`` would decline: the caller then takes its usual path), else
+    ``rebuild_records``' ``(records_bytes, retained, base_timestamp, max_timestamp)`` for the
+    horizon the cleaner would pick (a new one if a tombstone stays and the batch has none).
+    """
+    cdef const uint8_t* p = &data[0] if data.shape[0] else NULL
+    cdef Py_ssize_t end = data.shape[0], pos = 0, lpos, i, retained = 0, invalid = 0, superseded = 0
+    cdef Py_ssize_t key_pos, w = 0, body, tn
+    cdef KeySpan r
+    cdef bint k, tomb = False, strict = True, need_horizon, have_base
+    cdef int64_t found, ts, new_base, new_delta, last_kept = -1, max_ts = -1, horizon
+    cdef uint8_t dummy = 0
+    cdef uint8_t tmp[10]
+    cdef uint8_t* o
+    cdef Span* sc
+    if len(keep) != count:
+        keep[:] = bytes(count)
+    cdef uint8_t* out = <uint8_t*>(<char*>keep) if count else &dummy
+    if count <= 0:
+        return CORRUPT if count < 0 else OK, 0, False, 0, 0, None
+    sc = <Span*>malloc(count * sizeof(Span))
+    if sc == NULL:
+        raise MemoryError()
+    try:
+        for i in range(count):
+            if p == NULL:
+                return CORRUPT, 0, False, 0, 0, None
+            lpos = pos
+            if strict and _strict_record(p, &pos, end, base_offset, &sc[i], &key_pos) == 0:
+                pass
+            else:
+                # not rebuildable here: read it (and the rest) as retain_records does
+                strict = False
+                pos = lpos
+                if _next_key_offset(p, &pos, end, base_offset, &r) < 0:
+                    return CORRUPT, 0, False, 0, 0, None
+                sc[i].offset = r.offset
+                sc[i].key_len = r.key_len
+                sc[i].has_value = r.has_value
+                key_pos = r.key_pos
+            sc[i].hashed = sc[i].offset <= latest and sc[i].key_len >= 0 and table.size > 0
+            if sc[i].hashed:
+                _digest(p + key_pos if sc[i].key_len else &dummy, sc[i].key_len, table.k0, table.k1, sc[i].digest)
+                table._prefetch(sc[i].digest)
+        if pos != end:
+            return CORRUPT, 0, False, 0, 0, None
+        for i in range(count):
+            if sc[i].offset > latest:
+                k = True
+            elif sc[i].key_len < 0:
+                invalid += 1
+                k = True
+            else:
+                found = table._get_d(sc[i].digest) if sc[i].hashed else -1
+                if sc[i].offset < found:
+                    k = False
+                    superseded += 1
+                else:
+                    k = sc[i].has_value or retain_deletes
+            if k:
+                retained += 1
+                if not sc[i].has_value and sc[i].key_len >= 0:
+                    tomb = True
+            out[i] = k
+        need_horizon = tomb and not has_delete_horizon
+        if retained == 0 or (retained == count and not need_horizon) or not strict:
+            return OK, retained, tomb, invalid, superseded, None
+        # rebuild_records' writing, from the spans (no record decoded again)
+        if need_horizon:
+            horizon = new_delete_horizon
+            have_base = True
+        else:
+            horizon = delete_horizon
+            have_base = has_delete_horizon
+        new_base = horizon
+        records = PyBytes_FromStringAndSize(NULL, end + 16 * count)
+        o = <uint8_t*>PyBytes_AS_STRING(records)
+        for i in range(count):
+            if not out[i]:
+                continue
+            ts = log_append_ts if log_append_time else base_timestamp + sc[i].ts_delta
+            if ts < -1 or sc[i].od < 0 or sc[i].offset <= last_kept:
+                return OK, retained, tomb, invalid, superseded, None
+            last_kept = sc[i].offset
+            if not have_base:
+                new_base = ts
+                have_base = True
+            if ts > max_ts:
+                max_ts = ts
+            new_delta = ts - new_base
+            if new_delta == sc[i].ts_delta and sc[i].attr == 0:
+                memcpy(o + w, p + sc[i].rec_start, sc[i].rec_end - sc[i].rec_start)
+                w += sc[i].rec_end - sc[i].rec_start
+            else:
+                tn = _put_varlong(tmp, new_delta)
+                body = 1 + tn + (sc[i].rec_end - sc[i].od_pos)
+                w += _put_varlong(o + w, body)
+                o[w] = 0
+                w += 1
+                memcpy(o + w, tmp, tn)
+                w += tn
+                memcpy(o + w, p + sc[i].od_pos, sc[i].rec_end - sc[i].od_pos)
+                w += sc[i].rec_end - sc[i].od_pos
+        if last_kept - base_offset > last_offset_delta:
+            return OK, retained, tomb, invalid, superseded, None
+        return OK, retained, tomb, invalid, superseded, (records[:w], retained, new_base, max_ts)
+    finally:
+        free(sc)

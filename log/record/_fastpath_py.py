@@ -214,3 +214,12 @@ def encode_records(keys: list[bytes | None], values: list[bytes | None], timesta
                    base_timestamp: int) -> tuple[bytes, int] | None:
     """Always ``None``: the reference encoder is RecordBatchBuilder.append itself."""
     return None
+
+
+def retain_and_rebuild(table: KeyTable, data: bytes, count: int, base_offset: int, latest: int, retain_deletes: bool,
+                       keep: bytearray, base_timestamp: int, has_delete_horizon: bool, delete_horizon: int,
+                       new_delete_horizon: int, log_append_time: bool, log_append_ts: int,
+                       last_offset_delta: int) -> tuple[int, int, bool, int, int, None]:
+    """:func:`retain_records`; the rebuild is always left to the caller (the builder is the
+    reference encoder, see :func:`rebuild_records`)."""
+    return (*retain_records(table, data, count, base_offset, latest, retain_deletes, keep), None)

@@ -59,6 +59,11 @@ class RecordKernels(Protocol):
 
     def hash_keys(self, data: bytes | memoryview, count: int, base_offset: int, seed: bytes) -> tuple[int, int, int]: ...
 
+    def retain_and_rebuild(self, table: Any, data: bytes | memoryview, count: int, base_offset: int, latest: int,
+                           retain_deletes: bool, keep: bytearray, base_timestamp: int, has_delete_horizon: bool,
+                           delete_horizon: int, new_delete_horizon: int, log_append_time: bool,
+                           log_append_ts: int, last_offset_delta: int) -> tuple[Any, ...]: ...
+
     def decode_records(self, data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,
                        base_sequence: int, log_append_time: int | None) -> list[Any] | None: ...
 

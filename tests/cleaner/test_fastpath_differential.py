@@ -175,3 +175,44 @@ def test_rebuilt_batches_are_the_builders_bytes(seed, codec, log_append, old_hor
 def record_kernels():
     """These tests pick their kernels themselves: no need for conftest's two runs."""
     return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(seed=st.integers(0, 2**32), codec=st.sampled_from(CODECS), log_append=st.booleans(),
+       old_horizon=st.sampled_from([None, 1_700_000_500_000]), retain_deletes=st.booleans(),
+       edits=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=2), cut=st.integers(0, 3))
+def test_one_scan_retain_and_rebuild_equals_the_two_kernels(seed, codec, log_append, old_horizon, retain_deletes,
+                                                            edits, cut):
+    # retain_and_rebuild decodes each record once; its answer must be retain_records' and, when
+    # the cleaner rebuilds the batch, rebuild_records' bytes for the horizon the cleaner picks
+    rnd = random.Random(seed)
+    b = RecordBatch(_random_batch(rnd, codec, log_append, old_horizon))
+    data = bytearray(b._records_section())
+    for pos, byte in edits:
+        data[pos % len(data)] = byte
+    data = bytes(data[: len(data) - cut])
+    k = fastpath.compiled_kernels()
+    table = k.KeyTable(1000)
+    table.reset(bytes(16))
+    n = b.records_count
+    k.map_records(table, data, n, b.base_offset, 0, 1000)
+    latest = b.base_offset + rnd.randrange(0, 60)
+    keep1, keep2 = bytearray(), bytearray()
+    ref = k.retain_records(table, data, n, b.base_offset, latest, retain_deletes, keep1)
+    new_horizon = 1_700_000_900_000
+    got = k.retain_and_rebuild(table, data, n, b.base_offset, latest, retain_deletes, keep2, b.base_timestamp,
+                               b.has_delete_horizon, b.delete_horizon_ms or 0, new_horizon, log_append,
+                               b.max_timestamp, b.last_offset_delta)
+    assert got[:5] == ref
+    if ref[0] != k.OK:
+        return
+    assert keep2 == keep1
+    _st, retained, tomb, _inv, _sup = ref
+    need_horizon = tomb and not b.has_delete_horizon
+    if retained == 0 or (retained == n and not need_horizon):
+        assert got[5] is None
+        return
+    horizon = new_horizon if need_horizon else b.delete_horizon_ms
+    expected = k.rebuild_records(data, n, b.base_offset, b.base_timestamp, bytes(keep1), horizon is not None,
+                                 horizon or 0, log_append, b.max_timestamp, b.last_offset_delta)
+    assert got[5] == expected
