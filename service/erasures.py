@@ -414,6 +414,9 @@ class ErasureService:
         if any(locator.orphan_objects().values()):  # a live lease protects them: wait for it
             return False
         for entry in keys.values():
+            for sid in {d["segment_id"] for d in entry["deleted"] if d.get("segment_id")}:
+                # a read that began before the deletion may have cached a chunk since: drop it again
+                self.node.remote.cache.invalidate_segment(sid)
             for d in entry["deleted"]:
                 obj = d.get("object")
                 if obj is not None and store.exists(obj):
