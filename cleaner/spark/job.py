@@ -387,6 +387,7 @@ class SparkCleanJob:
         self.on_stage = on_stage
         self.check_abort = check_abort
         self.job_id = ""
+        self._reports = 0
         if views is None:
             if logs is None or leader_epoch is None:
                 raise ValueError("SparkCleanJob needs views=, or logs= and leader_epoch=")
@@ -458,7 +459,7 @@ class SparkCleanJob:
                 self.reporter.record(spark_report(
                     tp, leader_epoch=epoch, started_ms=now, ended_ms=self.clock.milliseconds(),
                     status="nothing-to-clean", first_dirty_offset=end, end_offset=end, segments={}, skipped=set(),
-                    scanned={}, tasks=[], sources_of={}, results=[]))
+                    scanned={}, tasks=[], sources_of={}, results=[], round_id=self._round_id()))
                 continue
             out = outcomes[tp] = PartitionOutcome(tp, "cleaned", epoch, plan.first_dirty_offset, plan.upper)
             parts.append(_Part(len(parts), tp, view, epoch, plan, out))
@@ -494,7 +495,13 @@ class SparkCleanJob:
             status=status or out.status, first_dirty_offset=p.plan.first_dirty_offset, end_offset=p.plan.upper,
             segments=p.segs, skipped=p.skipped, scanned=p.scanned, tasks=p.tasks,
             sources_of={t.key: self._numbers(p, t) for t in p.tasks}, results=results, error=error or out.error,
-            skipped_by_key_index=p.skipped_by_key_index, index_bytes=p.index_bytes))
+            skipped_by_key_index=p.skipped_by_key_index, index_bytes=p.index_bytes, round_id=self._round_id()))
+
+    def _round_id(self) -> str:
+        """A Spark round's report id names its Spark application and job:
+        ``<application id>:<job id>:<n>`` (at most 64 characters)."""
+        self._reports += 1
+        return f"{self.application_id[:36]}:{self.job_id.removeprefix('spark-')[:16]}:{self._reports}"
 
     # ---- stages -----------------------------------------------------------------------------------
     def _execute(self, parts: list[_Part], now: int) -> dict[int, RewriteResult]:

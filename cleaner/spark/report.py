@@ -39,7 +39,7 @@ def spark_report(tp: TopicPartition, *, leader_epoch: int, started_ms: int, ende
                  first_dirty_offset: int, end_offset: int, segments: Mapping[int, RemoteLogSegmentMetadata],
                  skipped: set[int], scanned: Mapping[int, int], tasks: Sequence[Any],
                  sources_of: Mapping[int, Sequence[int]], results: Sequence[Any],
-                 error: str | None = None, skipped_by_key_index: set[int] | None = None,
+                 error: str | None = None, skipped_by_key_index: set[int] | None = None, round_id: str | None = None,
                  index_bytes: Mapping[int, int] | None = None) -> CompactionReport:
     """``segments``: segment number -> metadata; ``scanned``: number -> bytes the scan fetched;
     ``tasks``/``results``: the rewrite tasks and (when they ran) their results, in order;
@@ -72,4 +72,4 @@ def spark_report(tp: TopicPartition, *, leader_epoch: int, started_ms: int, ende
     outcome = _OUTCOMES.get(status, OUTCOME_FAILED)
     return build_report(tp, engine=ENGINE_SPARK, leader_epoch=leader_epoch, started_ms=started_ms,
                         ended_ms=ended_ms, checkpoint_before=first_dirty_offset, checkpoint_after=end_offset,
-                        segments=rows, error=error, outcome=outcome)
+                        segments=rows, error=error, outcome=outcome, round_id=round_id)

@@ -169,6 +169,7 @@ def test_leadership_change_during_a_job_fences_it_and_the_node_retries(spark: An
         assert outcome["status"] == "cleaned" and outcome["leader_epoch"] == epoch + 1
         reports = node.metadata.list_compaction_reports(tp)
         assert [(r.engine, r.outcome) for r in reports][:2] == [("spark", "completed"), ("spark", "fenced")]
+        assert all(r.round_id.startswith(job.spark_application_id + ":") for r in reports[:2])  # the report names it
         # nothing of the fenced attempt is left: every object belongs to a known segment
         known = {m.id for m in node.metadata.list_remote_log_segments(tp)}
         known |= {m.id for m in node.metadata.unreferenced_segments(tp, orphan_grace_ms=10**12)}
