@@ -219,7 +219,7 @@ class Node:
             PeriodicTask("tiercompact-force-roll", self.run_force_roll_once, self.config.roll_check_interval_ms),
             PeriodicTask("tiercompact-erasures", self.run_erasures_once, self.config.erasure_check_interval_ms),
         ]
-        self.erasures.wake = self.threads[-1].wake  # a new erasure starts at once
+        self.erasures.wake = next(t.wake for t in self.threads if t.name == "tiercompact-erasures")  # start at once
         for t in self.threads:
             t.start()
         self.cleaner.start()
