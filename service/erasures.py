@@ -148,8 +148,12 @@ class ErasureService:
         for part in rec.partitions:
             for k in part.detail.get("keys", []):
                 keys.append({**k, "partition": part.partition})
+        removed = [p.detail.get("values_removed_ms") for p in rec.partitions]
+        # missed: a partition's values went after the deadline, or are still there past it
+        missed = any((r if r is not None else now) > rec.deadline_ms for r in removed)
         return {"erasure_id": rec.erasure_id, "topic": rec.topic, "state": rec.state, "deadline_ms": rec.deadline_ms,
                 "created_ms": rec.created_ms, "encoding": rec.encoding, "time_left_ms": rec.deadline_ms - now,
+                "deadline_missed": missed and rec.state != FAILED,
                 "partitions": [{"partition": p.partition, "state": p.state, "updated_ms": p.updated_ms,
                                 "values_removed_ms": p.detail.get("values_removed_ms"),
                                 "complete_ms": p.detail.get("complete_ms"), "rounds": p.detail.get("rounds", []),

@@ -422,6 +422,9 @@ class ErasureReceipt(BaseModel):
     created_ms: int
     encoding: str
     time_left_ms: int
+    deadline_missed: bool = Field(False, description="Some partition's older values were removed after "
+                                                     "deadline_ms, or are still there past it (the erasure "
+                                                     "continues; GET /v1/cleaner lists it as overdue).")
     partitions: list[ErasurePartitionState]
     keys: list[ErasureKey]
     error: str | None = None

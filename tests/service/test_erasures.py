@@ -41,7 +41,8 @@ def test_erasures_at_risk_show_in_the_cleaner_status_and_metrics(client: TestCli
     assert status["partitions_at_risk"] == ["slow-0"]
     metrics = client.get("/metrics").text
     assert "erasures_overdue_count 1.0" in metrics and "erasures_pending_count 1.0" in metrics
-    assert client.get(f"/v1/erasures/{eid}").json()["time_left_ms"] < 0
+    receipt = client.get(f"/v1/erasures/{eid}").json()
+    assert receipt["time_left_ms"] < 0 and receipt["deadline_missed"] and receipt["state"] == "pending"
 
 
 def test_an_erasure_during_a_leadership_change_is_finished_by_the_new_leader(tmp_path: Path) -> None:
