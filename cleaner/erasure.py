@@ -83,6 +83,10 @@ class KeyLocator:
         self.tiered = rlmm is not None and rsm is not None and log.config.remote_storage_enable
         #: remote segment id -> what it holds (an id's bytes never change): each is read once
         self._remote_seen: dict[str, dict[bytes, bool]] = {}
+        self._remote_scanned: set[str] = set()
+        #: how the last :meth:`live_holdings` decided: segments ruled in or out by a key index
+        #: alone, remote segments read and scanned, local files scanned
+        self.checked = {"key_index": 0, "remote_scanned": 0, "local_scanned": 0}
 
     # ---- local -----------------------------------------------------------------------------
     def _local_segments(self) -> list[tuple[int, int, Path]]:
@@ -131,7 +135,7 @@ class KeyLocator:
         if not keys:
             return out
         index = self._key_index(md)
-        need_scan = []
+        need_scan: list[bytes] = []
         for k in keys:
             if index is None or index.contains(k):
                 if index is not None and md.end_offset < self.bounds[k]:
@@ -142,12 +146,15 @@ class KeyLocator:
             scanned = self._scan(local) if local is not None else self._scan_remote(md)
             for k in need_scan:
                 out[k] = scanned[k]
+        if need_scan:
+            self._remote_scanned.add(md.id)
         return out
 
     # ---- the answers -----------------------------------------------------------------------
     def live_holdings(self) -> dict[bytes, list[Holding]]:
         """key -> every segment readers see (local or referenced remote) holding it below its bound."""
         out: dict[bytes, list[Holding]] = {k: [] for k in self.bounds}
+        self.checked = dict.fromkeys(self.checked, 0)
         local = self._local_segments()
         by_base = {base: (end, path) for base, end, path in local}
         remote: list[RemoteLogSegmentMetadata] = []
@@ -161,6 +168,7 @@ class KeyLocator:
             if both:
                 copies.add(md.start_offset)
             held = self._remote_holds(md, copy[1] if both and copy is not None else None)
+            self.checked["remote_scanned" if md.id in self._remote_scanned else "key_index"] += 1
             for k, yes in held.items():
                 if yes:
                     out[k].append(Holding(TIER_BOTH if both else TIER_REMOTE, md.start_offset, md.end_offset,
@@ -169,6 +177,7 @@ class KeyLocator:
             if base in copies:
                 continue
             # local-only, or a local copy of remote data that is not byte-identical: a file all the same
+            self.checked["local_scanned"] += 1
             for k, yes in self._scan(path).items():
                 if yes:
                     out[k].append(Holding(TIER_LOCAL, base, end, None, str(path)))

@@ -157,6 +157,7 @@ class ErasureService:
                 "partitions": [{"partition": p.partition, "state": p.state, "updated_ms": p.updated_ms,
                                 "values_removed_ms": p.detail.get("values_removed_ms"),
                                 "complete_ms": p.detail.get("complete_ms"), "rounds": p.detail.get("rounds", []),
+                                "verification": p.detail.get("verification"),
                                 "notes": p.detail.get("notes", [])[-10:], "error": p.error}
                                for p in rec.partitions],
                 "keys": keys, "error": rec.error}
@@ -340,6 +341,9 @@ class ErasureService:
         if not verified:
             return None
         stamp = node.clock.milliseconds()
+        objects = sum(1 for e in keys.values() for d in e["deleted"] if "object" in d)
+        detail["verification" if values else "tombstone_verification"] = {
+            "verified_ms": stamp, **locator.checked, "deleted_objects_not_found": objects}
         for entry in keys.values():
             entry["verified_ms" if values else "tombstone_verified_ms"] = stamp
         return "done"

@@ -409,6 +409,10 @@ class ErasurePartitionState(BaseModel):
     updated_ms: int
     values_removed_ms: int | None = None
     complete_ms: int | None = None
+    verification: dict[str, int] | None = Field(
+        None, description="The final check of the values: live segments ruled out by their key index alone "
+                          "(key_index), remote segments read and scanned (remote_scanned), local files scanned "
+                          "(local_scanned), deleted objects that answered 'not found'.")
     rounds: list[str] = []
     notes: list[str] = []
     error: str | None = None

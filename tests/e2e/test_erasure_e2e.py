@@ -282,6 +282,9 @@ def _erase_across_both_tiers(srv: Server, store: dict[str, Any], compression: st
     held = {s["base_offset"]: s["tier"] for s in key["segments"]}
     assert held == {a: "remote", b: "both", c: "local", d: "local"}, key["segments"]
     assert key["rounds"] and key["verified_ms"] is not None
+    check = receipt["partitions"][0]["verification"]
+    assert check["verified_ms"] == key["verified_ms"] and check["key_index"] + check["remote_scanned"] >= 1
+    assert check["deleted_objects_not_found"] == len([x for x in key["deleted"] if "object" in x])
     rounds = {r["round_id"] for r in srv.ok("GET", f"{base}/compactions", params={"limit": 50})}
     assert set(key["rounds"]) <= rounds
     objects = [x["object"] for x in key["deleted"] if "object" in x]
