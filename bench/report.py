@@ -205,7 +205,9 @@ def _service() -> list[str]:
         out += [f"**HTTP throughput** (`bench service`){_scale(d)}: one `tiercompact serve` process, "
                 f"{t['produce']['clients']} clients (keep-alive connections, each sending its next request when "
                 f"the last is answered) from a load generator in a separate process, {t['produce']['records_per_request']} "
-                f"records per request ({t['value_bytes']}-byte values) over {t['partitions']} partitions. Server CPU "
+                f"records per request ({t['value_bytes']}-byte values) over {t['partitions']} partitions"
+                + (" of a topic that keeps everything (no background cleaning competes with the requests)"
+                   if "topic_config" in t else "") + ". Server CPU "
                 f"per request is the steadier figure: the 2 cores are shared with other work, load average as "
                 f"shown. Targets: {t['targets']['requests_per_sec']:,} requests/s, p99 <= {t['targets']['p99_ms']} ms.",
                 "", "| request | requests/s | records/s | p50 ms | p99 ms | server CPU ms/request | server CPU share | "
