@@ -78,6 +78,7 @@ from cleaner.spark.tasks import (
     aborted_batches,
     aborted_from_plain,
     aborted_to_plain,
+    drop_kept,
     replay_segment,
     run_rewrite,
     run_scan,
@@ -123,6 +124,8 @@ class SparkCleanConfig:
     #: the sizing rule (see README "Spark"): a rewrite task carries groups of at least this many
     #: source bytes, so the ~40-90 ms a Spark task costs stays under ~5% of its work
     rewrite_task_min_bytes: int = 32 * 1024 * 1024
+    #: a dirty segment's scan leaves its download for the rewrite on the same host (read once)
+    reuse_scan_downloads: bool = True
     orphan_grace_ms: int = 60 * 60 * 1000
     io_buffer_size: int = 256 * 1024
     scan_tasks_per_core: int = 2
@@ -479,6 +482,9 @@ class SparkCleanJob:
             if isinstance(e, Exception) and not isinstance(e, SparkJobError):
                 raise SparkJobError(f"the Spark clean of {[str(p.tp) for p in parts]} failed: {e}") from e
             raise
+        finally:
+            if self.config.reuse_scan_downloads:  # what no rewrite took (same host only; else they expire)
+                drop_kept(md.id for p in parts for md in p.segs.values() if not p.is_clean_region(md))
         for p in parts:
             try:
                 self._publish(p, [results[t.key] for t in p.tasks], now)
@@ -533,7 +539,7 @@ class SparkCleanJob:
             for i, md in p.segs.items():
                 if not p.is_clean_region(md):
                     scan_tasks.append(ScanTask(i, store, SegmentRef.of(md), p.plan.first_dirty_offset,
-                                               txn_possible(p, i)))
+                                               txn_possible(p, i), keep=cfg.reuse_scan_downloads))
                 elif txn_possible(p, i):
                     scan_tasks.append(ScanTask(i, store, SegmentRef.of(md)))
         part_of = {i: owner[i].idx for i in owner}
@@ -757,7 +763,8 @@ class SparkCleanJob:
             latest_offset=p.plan.upper - 1, active_producers=producers, txn_state=state,
             fpp=float(config.get("remote.compaction.bloom.fpp")),
             index_interval_bytes=int(config.get("index.interval.bytes")),
-            io_buffer_size=self.config.io_buffer_size, broker_id=self.broker_id)
+            io_buffer_size=self.config.io_buffer_size, broker_id=self.broker_id,
+            use_kept=self.config.reuse_scan_downloads)
 
     # ---- publish -----------------------------------------------------------------------------------
     def _publish(self, p: _Part, results: list[RewriteResult], now: int) -> None:

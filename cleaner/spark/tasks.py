@@ -21,10 +21,12 @@ The functions reproduce the in-process tiered round (:mod:`cleaner.tiered`) step
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -254,6 +256,8 @@ class ScanTask:
     segment: SegmentRef
     map_start: int | None = None
     with_txn_index: bool = True
+    #: leave the download on this executor's disk for the rewrite task (see :func:`keep_download`)
+    keep: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,11 +298,67 @@ def run_scan(task: ScanTask, temp_dir: str | os.PathLike[str] | None = None) -> 
         seg = LogSegment(tmp, ref.start_offset)
         try:
             with _named(path, f"remote segment {rsm.object_key(md)}"):
-                return scan_segment(task.key, seg, task.map_start, aborted, n)
+                result = scan_segment(task.key, seg, task.map_start, aborted, n)
         finally:
             seg.close()
+        if task.keep:
+            keep_download(path, ref.segment_id)
+        return result
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---- a scan's download handed to the rewrite on the same host ------------------------------------
+#
+# Every dirty segment is read twice: by its scan and by the rewrite of its group. When both land
+# on the same host (always in local and local-cluster modes; on a cluster when the scheduler
+# places them together), the scan leaves its verified download in a per-user directory and the
+# rewrite takes it (an atomic rename) instead of fetching the object again. A file is used at
+# most once; one the rewrite never took (another host ran it, or the job failed) expires after
+# KEPT_MAX_AGE_S. Kept only while the disk keeps 3x its size free.
+
+KEPT_MAX_AGE_S = 3600.0
+
+
+def _kept_dir() -> Path:
+    d = Path(tempfile.gettempdir()) / f"tiercompact-spark-kept-{os.getuid()}"
+    d.mkdir(mode=0o700, exist_ok=True)
+    return d
+
+
+def keep_download(path: Path, segment_id: str) -> bool:
+    """Leave a scanned segment's file for the rewrite; returns whether it was kept."""
+    try:
+        d = _kept_dir()
+        size = path.stat().st_size
+        if shutil.disk_usage(d).free < 3 * size:
+            return False
+        now = time.time()
+        for old in d.iterdir():  # expire what no rewrite took
+            with contextlib.suppress(OSError):
+                if now - old.stat().st_mtime > KEPT_MAX_AGE_S:
+                    old.unlink()
+        os.replace(path, d / f"{segment_id}.log")  # same file system (both under the temp dir)
+        return True
+    except OSError:
+        return False
+
+
+def take_kept(segment_id: str, dest: Path) -> bool:
+    """Move the kept download of ``segment_id`` to ``dest``; False when there is none."""
+    try:
+        os.replace(_kept_dir() / f"{segment_id}.log", dest)
+        return True
+    except OSError:
+        return False
+
+
+def drop_kept(segment_ids: Iterable[str]) -> None:
+    """Remove kept downloads no rewrite took (the driver, once the job ended; same host only)."""
+    d = _kept_dir()
+    for sid in segment_ids:
+        with contextlib.suppress(OSError):
+            (d / f"{sid}.log").unlink()
 
 
 @contextmanager
@@ -403,6 +463,8 @@ class RewriteTask:
     index_interval_bytes: int
     io_buffer_size: int
     broker_id: int = 0
+    #: take a source from this host's kept scan downloads when there (see :func:`keep_download`)
+    use_kept: bool = True
 
     def __post_init__(self) -> None:
         if not self.sources or len(self.aborted) != len(self.sources):
@@ -481,7 +543,8 @@ def run_rewrite(task: RewriteTask, entries: Iterable[tuple[bytes, int]],
         try:
             for ref, aborted in zip(task.sources, task.aborted, strict=True):
                 path = src_dir / f"{ref.start_offset:020d}.log"
-                downloaded += rsm.fetch_log_segment_to_file(ref.metadata(), path)
+                if not (task.use_kept and take_kept(ref.segment_id, path)):
+                    downloaded += rsm.fetch_log_segment_to_file(ref.metadata(), path)
                 src = LogSegment(src_dir, ref.start_offset, index_interval_bytes=task.index_interval_bytes)
                 try:
                     txn.add_aborted(aborted_from_plain(t) for t in aborted)

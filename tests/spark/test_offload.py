@@ -261,3 +261,25 @@ def test_key_index_rules_out_what_the_bloom_filter_cannot(spark: Any, tmp_path: 
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_a_dirty_segment_is_downloaded_once_when_scan_and_rewrite_share_a_host(spark: Any, tmp_path: Path,
+                                                                               reuse: bool) -> None:
+    w = make_world(tmp_path / "w", _file_store(tmp_path / "s"))
+    try:
+        tp = partitions_of(w)[0]
+        for r in range(6):
+            w.produce([(f"k{i:02d}".encode(), f"v{r}-{i}".encode() * 10) for i in range(30)])
+            w.roll_and_tier()
+        dirty = sum(m.segment_size_in_bytes for m in w.rlmm.list_remote_log_segments(tp))
+        job = _standalone(spark, w, config=SparkCleanConfig(master=SPARK_MASTER, reuse_scan_downloads=reuse))
+        outcome = job.run([tp])[tp]
+        assert outcome.status == "cleaned", outcome.error
+        assert dirty <= outcome.bytes_downloaded < (1.2 if reuse else 3) * dirty
+        assert reuse or outcome.bytes_downloaded >= 2 * dirty
+        from cleaner.spark.tasks import _kept_dir
+
+        assert not any(_kept_dir().glob("*.log"))  # nothing left behind
+    finally:
+        w.close()
