@@ -18,9 +18,6 @@ from __future__ import annotations
 import base64
 import io
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 import uuid
@@ -32,74 +29,35 @@ import httpx
 import pytest
 
 from log.record.records import iter_file_batches
+from tests.support.serve import ServeProcess, clean_env
 
 REPO = Path(__file__).resolve().parents[2]
-STARTUP_S = 60
 ERASE_BOUND_S = 90
 S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 CONFIG = {"cleanup.policy": "compact", "remote.storage.enable": True, "local.retention.ms": 0,
           "min.cleanable.dirty.ratio": 0.01}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def b64(b: bytes) -> str:
     return base64.b64encode(b).decode("ascii")
 
 
-class Server:
+class Server(ServeProcess):
     """One ``tiercompact serve`` process; background cleaning and tiering off (the erasure
     worker runs every 200 ms), so only the test and the erasure change the partition."""
 
     def __init__(self, root: Path, remote: str, extra_env: dict[str, str] | None = None,
                  extra_args: tuple[str, ...] = ()) -> None:
-        self.root, self.remote = root, remote
-        self.data_dir = root / "data"
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("TIERCOMPACT_", "AWS_"))}
-        self.env["TIERCOMPACT_LOCK_CHECK"] = "1"
-        self.env.update(extra_env or {})
-        self.extra_args = extra_args
-        self.port = _free_port()
-        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=60)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self) -> Server:
-        self.starts += 1
-        log = (self.root / f"serve-{self.starts}.log").open("wb")
-        cmd = [sys.executable, "-m", "service.cli", "serve", "--data-dir", str(self.data_dir), "--port",
-               str(self.port), "--remote", self.remote, "--cleaner-threads", "0", "--tiered-cleaner-threads", "0",
-               "--tiering-interval-ms", "3600000", "--roll-check-interval-ms", "3600000",
-               "--erasure-check-interval-ms", "200", "--log-level", "warning", *self.extra_args]
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=self.env,
-                                     start_new_session=True)
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            try:
-                if self.client.get("/healthz", timeout=1).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            assert self.proc.poll() is None, f"server exited: {self.log_text()}"
-            assert time.monotonic() < deadline, f"server did not start: {self.log_text()}"
-            time.sleep(0.05)
+        args = ["--remote", remote, "--cleaner-threads", "0", "--tiered-cleaner-threads", "0",
+                "--tiering-interval-ms", "3600000", "--roll-check-interval-ms", "3600000",
+                "--erasure-check-interval-ms", "200", "--log-level", "warning", *extra_args]
+        super().__init__(root / "data", args, env=clean_env({"TIERCOMPACT_LOCK_CHECK": "1", **(extra_env or {})}),
+                         output=root / "serve.log", command=[sys.executable, "-m", "service.cli"], cwd=REPO)
+        self.root = root
+        self.client = httpx.Client(base_url=self.url, timeout=60)
 
     def log_text(self) -> str:
-        return (self.root / f"serve-{self.starts}.log").read_text(errors="replace")[-4000:]
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
-        self.proc = None
+        return self.output_text()
 
     def ok(self, method: str, path: str, **kw: Any) -> Any:
         r = self.client.request(method, path, **kw)

@@ -23,11 +23,8 @@ of every key; nothing unacknowledged), nothing the zombie wrote is visible, and 
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,80 +33,30 @@ import httpx
 import pytest
 
 from tests.contract.conftest import private_postgres_schema
+from tests.support.serve import ServeProcess
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = {"cleanup.policy": "compact", "remote.storage.enable": True, "segment.bytes": 2048,
           "local.retention.ms": -1, "min.cleanable.dirty.ratio": 0.01}
-STARTUP_S = 30
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
+class Server(ServeProcess):
     """One ``tiercompact serve`` process (restartable on the same data dir and port).
 
     Background cleaning and tiering are off (cleans and tiers happen on request), so the
     shared state changes only when the test says so."""
 
     def __init__(self, root: Path, name: str, broker_id: int, metadata_url: str) -> None:
+        args = ["--broker-id", str(broker_id), "--remote", (root / "objects").as_uri(), "--metadata", metadata_url,
+                "--cleaner-threads", "0", "--tiered-cleaner-threads", "0", "--tiering-interval-ms", "3600000",
+                "--roll-check-interval-ms", "3600000", "--log-level", "warning"]
+        super().__init__(root / name, args, env=dict(os.environ), output=root / f"{name}.log",
+                         command=[sys.executable, "-m", "service.cli"], cwd=REPO)
         self.root, self.name, self.broker_id, self.metadata_url = root, name, broker_id, metadata_url
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
         self.client = httpx.Client(base_url=self.url, timeout=60)
-        self.starts = 0
-
-    @property
-    def data_dir(self) -> Path:
-        return self.root / self.name
-
-    def start(self) -> Server:
-        self.spawn()
-        return self.wait_ready()
-
-    def spawn(self) -> None:
-        self.starts += 1
-        log = (self.root / f"{self.name}-{self.starts}.log").open("wb")
-        cmd = [sys.executable, "-m", "service.cli", "serve", "--data-dir", str(self.data_dir),
-               "--port", str(self.port), "--broker-id", str(self.broker_id),
-               "--remote", (self.root / "objects").as_uri(), "--metadata", self.metadata_url,
-               "--cleaner-threads", "0", "--tiered-cleaner-threads", "0", "--tiering-interval-ms", "3600000", "--roll-check-interval-ms", "3600000",
-               "--log-level", "warning"]
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=dict(os.environ))
-
-    def wait_ready(self) -> Server:
-        assert self.proc is not None
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            try:
-                if self.client.get("/healthz", timeout=1).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            assert self.proc.poll() is None, f"{self.name} exited: {self.log_text()}"
-            assert time.monotonic() < deadline, f"{self.name} did not start: {self.log_text()}"
-            time.sleep(0.05)
-
-    def terminate(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
 
     def log_text(self) -> str:
-        return (self.root / f"{self.name}-{self.starts}.log").read_text(errors="replace")[-3000:]
-
-    def stop(self) -> None:
-        self.terminate()
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.proc = None
+        return self.output_text()
 
     def close(self) -> None:
         self.stop()

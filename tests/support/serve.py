@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Self
 
 TIERCOMPACT = Path(sys.executable).with_name("tiercompact")
 #: how long a server may take to answer /healthz after start (imports, recovery)
@@ -68,12 +68,21 @@ class ServeProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self._out: IO[bytes] | None = None
 
-    def start(self, bound_s: float = STARTUP_BOUND_S) -> ServeProcess:
+    def start(self, bound_s: float = STARTUP_BOUND_S) -> Self:
+        self.spawn()
+        return self.wait_ready(bound_s)
+
+    def spawn(self) -> None:
+        """Start the process (on the same port and data dir as any earlier start)."""
         cmd = [*self.command, "serve", "--data-dir", str(self.data_dir), "--port", str(self.port), *self.args]
         self._out = open(self.output, "ab") if self.output is not None else None  # noqa: SIM115
         self.proc = subprocess.Popen(cmd, env=self.env, cwd=self.cwd, start_new_session=True,
                                      stdout=self._out or subprocess.DEVNULL,
                                      stderr=subprocess.STDOUT if self._out else subprocess.PIPE)
+
+    def wait_ready(self, bound_s: float = STARTUP_BOUND_S) -> Self:
+        """Wait until /healthz answers; fail with the server's output if it exits or takes too long."""
+        assert self.proc is not None, "spawn() first"
         deadline = time.monotonic() + bound_s
         while time.monotonic() < deadline:
             try:
@@ -82,9 +91,14 @@ class ServeProcess:
             except OSError:
                 if self.proc.poll() is not None:
                     raise AssertionError(f"serve exited with {self.proc.returncode}: {self.output_text()}") from None
-                time.sleep(0.1)
+                time.sleep(0.05)
         self.kill()
         raise AssertionError(f"serve did not answer /healthz within {bound_s:.0f}s: {self.output_text()}")
+
+    def terminate(self) -> None:
+        """SIGTERM to the process group, without waiting."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
 
     def output_text(self) -> str:
         if self.output is not None:
@@ -98,7 +112,7 @@ class ServeProcess:
         if self.proc is None:
             return 0
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.terminate()
             try:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
