@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ import httpx
 import pytest
 
 from log import locks
+from tests.support.serve import ServeProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 STOP_BOUND_S = 10.0
@@ -28,43 +28,21 @@ TIERED = {"cleanup.policy": "compact", "remote.storage.enable": True, "segment.b
           "min.cleanable.dirty.ratio": 0.01, "local.retention.ms": 0}
 
 
-class Served:
-    def __init__(self, proc: subprocess.Popen[bytes], url: str, stderr: Path) -> None:
-        self.proc, self.url, self.stderr = proc, url, stderr
-
+class Served(ServeProcess):
     def log(self) -> str:
-        return self.stderr.read_text(errors="replace")
+        return self.output.read_text(errors="replace") if self.output is not None else ""
 
 
 @contextlib.contextmanager
 def serve(tmp_path: Path, *flags: str) -> Iterator[Served]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    err = tmp_path / "serve.stderr"
-    env = {**os.environ, locks.LOCK_CHECK_ENV: "1"}
-    with open(err, "wb") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--data-dir", str(tmp_path / "d"),
-                                 "--port", str(port), "--log-level", "info", "--tiering-interval-ms", "100",
-                                 "--roll-check-interval-ms", "100", "--cleaner-backoff-ms", "100", *flags],
-                                stdout=subprocess.DEVNULL, stderr=f, cwd=ROOT, env=env)
-    served = Served(proc, f"http://127.0.0.1:{port}", err)
+    served = Served(tmp_path / "d", ["--log-level", "info", "--tiering-interval-ms", "100",
+                                     "--roll-check-interval-ms", "100", "--cleaner-backoff-ms", "100", *flags],
+                    env={**os.environ, locks.LOCK_CHECK_ENV: "1"}, output=tmp_path / "serve.stderr",
+                    command=[sys.executable, "-m", "service.cli"], cwd=ROOT)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{served.url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, served.log()
-            assert time.monotonic() < deadline, "serve did not come up within 60 s"
-            time.sleep(0.05)
-        yield served
+        yield served.start()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        served.kill()
 
 
 def sigterm_and_wait(served: Served) -> tuple[int, float]:
