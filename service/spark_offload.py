@@ -294,8 +294,17 @@ class SparkOffloader:
         clean = not self._running
         session = self._session if self._owns_session else None
         if session is not None:
-            stopper = threading.Thread(target=session.stop, daemon=True, name="tiercompact-spark-stop")
+            stopper = threading.Thread(target=_stop_quietly, args=(session,), daemon=True,
+                                       name="tiercompact-spark-stop")
             stopper.start()
             stopper.join(max(deadline - time.monotonic(), 0.5))
             clean = clean and not stopper.is_alive()
         return clean
+
+
+def _stop_quietly(session: Any) -> None:
+    """Stop the session; on SIGTERM of the process group the JVM may be gone already."""
+    try:
+        session.stop()
+    except Exception:  # noqa: BLE001 - shutting down: nothing left to do about it
+        logger.debug("stopping the Spark session failed", exc_info=True)

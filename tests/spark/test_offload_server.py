@@ -42,6 +42,13 @@ class Server:
     def __init__(self, url: str, store: tuple[str, dict[str, Any]], metadata: str, moto: str) -> None:
         self.url, self.store, self.metadata, self.moto = url, store, metadata, moto
 
+    @staticmethod
+    def executor_pids(app_id: str) -> list[int]:
+        """The executor JVMs of the Spark application ``app_id`` (the server's local-cluster)."""
+        out = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True, check=True).stdout
+        return [int(line.split(None, 1)[0]) for line in out.splitlines()
+                if "CoarseGrainedExecutorBackend" in line and f"--app-id {app_id}" in line]
+
     def call(self, path: str, method: str = "GET", body: Any = None, timeout: float = 60) -> Any:
         return http(self.url + path, method, body, token=TOKEN, timeout=timeout)
 
@@ -157,6 +164,30 @@ def test_spark_clean_through_the_service(server: Server) -> None:
     assert rounds[0]["engine"] == "spark" and rounds[0]["checkpoint_after"] == outcome["end_offset"]
     assert server.call("/v1/topics/api/partitions/0")["cleaner_checkpoint"] == outcome["end_offset"]
     assert server.final_state("api") == expected
+
+
+def test_an_executor_killed_during_a_job(server: Server) -> None:
+    """kill -9 of an executor JVM while the job runs: Spark relaunches it and retries its tasks;
+    the job succeeds, nothing leaks, the data reads back."""
+    import os
+    import signal
+
+    server.call("/v1/topics", "POST", {"name": "kill", "partitions": 1, "config": CONFIG})
+    expected = server.dirty_but_below_the_ratio("kill")
+    job_id = server.call("/v1/topics/kill/spark-clean?wait=false", "POST")["job_id"]
+    job = _wait(lambda: (j := server.call(f"/v1/jobs/{job_id}"))["spark_application_id"] and j,
+                "the job's Spark application", timeout=90)
+    app = job["spark_application_id"]
+    victims = server.executor_pids(app)
+    assert victims, (job, app)
+    os.kill(victims[0], signal.SIGKILL)  # an executor of this test's server's application
+    job = _wait(lambda: (j := server.call(f"/v1/jobs/{job_id}"))["state"] in ("succeeded", "failed") and j,
+                "the job to end")
+    assert job["state"] == "succeeded", job
+    assert job["stats"]["partitions"][0]["status"] == "cleaned"
+    assert victims[0] not in server.executor_pids(app)
+    assert server.leaked("kill") == set()
+    assert server.final_state("kill") == expected
 
 
 def test_standalone_spark_clean_beside_the_running_service(server: Server) -> None:
