@@ -49,12 +49,12 @@ from pathlib import Path
 
 import numpy as np
 
+from cleaner.round_metadata import RoundMetadata
 from cleaner.stats import CleanerStats
 from log.errors import CorruptIndexError, TiercompactError
 from log.index.bloom import KeyBloomFilter
 from log.index.key_index import KeyIndex, build_segment_key_index, stable_hashes
 from log.types import TopicPartition
-from metadata.manager import RemoteLogMetadataManager
 from metadata.reports import ACTION_CARRIED_FORWARD, ACTION_SKIPPED_BY_BLOOM, ACTION_SKIPPED_BY_KEY_INDEX
 from metadata.types import RemoteLogSegmentMetadata
 from remote.errors import ObjectNotFoundError
@@ -171,7 +171,7 @@ class SkipPolicy:
     when its disk bound allows) and returns the local ``.log`` path.
     """
 
-    def __init__(self, rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager, keys: DirtyKeys, *,
+    def __init__(self, rlmm: RoundMetadata, rsm: RemoteStorageManager, keys: DirtyKeys, *,
                  now: int, max_compaction_lag_ms: int, min_reclaimable_ratio: float, use_key_index: bool,
                  stats: CleanerStats, download: Callable[[RemoteLogSegmentMetadata], Path]) -> None:
         self.rlmm = rlmm

@@ -64,6 +64,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from cleaner.cleaner import (
     CleanContext,
@@ -77,6 +78,7 @@ from cleaner.errors import InsufficientDiskError
 from cleaner.key_skip import REWRITE_DISABLED, Decision, DirtyKeys, SkipPolicy
 from cleaner.log_to_clean import CleanRatios
 from cleaner.offset_map import OffsetMap, max_map_entries
+from cleaner.round_metadata import RoundMetadata
 from cleaner.stats import CleanerStats
 from cleaner.throttler import Throttler
 from cleaner.transactions import CleanedTransactionMetadata
@@ -253,7 +255,7 @@ class RoundTxnIndexes:
     ``known`` seeds entries already fetched (the Spark scan returns them). Not thread-safe.
     """
 
-    def __init__(self, log: LocalLog, segments: Sequence[RemoteLogSegmentMetadata], rlmm: RemoteLogMetadataManager,
+    def __init__(self, log: LocalLog, segments: Sequence[RemoteLogSegmentMetadata], rlmm: RoundMetadata,
                  fetch: Callable[[RemoteLogSegmentMetadata], bytes], *,
                  local_copy: Callable[[RemoteLogSegmentMetadata], LogSegment | None] | None = None,
                  on_download: Callable[[int], None] | None = None,
@@ -353,11 +355,12 @@ def _naming(sources: Sequence[_Source]) -> Iterator[None]:
 class TieredCleaner:
     """Runs tiered cleaning rounds with one offset map. See the module docstring."""
 
-    def __init__(self, rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager, offset_map: OffsetMap,
+    def __init__(self, rlmm: RoundMetadata, rsm: RemoteStorageManager, offset_map: OffsetMap,
                  config: CleanerConfig, *, temp_dir: Path, broker_id: int = 0, clock: Clock = SYSTEM_CLOCK,
                  throttler: Throttler | None = None, free_disk: Callable[[Path], int] | None = None,
                  disk_hook: Callable[[int], None] | None = None, bloom_skip: bool = True,
-                 check_done: Callable[[TopicPartition], None] | None = None, use_key_index: bool = True) -> None:
+                 check_done: Callable[[TopicPartition], None] | None = None, use_key_index: bool = True,
+                 segment_ids: Callable[[TopicPartition], RemoteLogSegmentId] = RemoteLogSegmentId.generate) -> None:
         self.rlmm = rlmm
         self.rsm = rsm
         self.offset_map = offset_map
@@ -372,6 +375,8 @@ class TieredCleaner:
         #: False: the clean region is decided by bloom filters alone (the behaviour before key indexes)
         self.use_key_index = use_key_index
         self.check_done = check_done
+        #: the id of each new segment (a Spark executor's carry its job's tag, see remote.orphans)
+        self.segment_ids = segment_ids
         #: downloads of this round kept on disk for the rewrite (segment id -> source), within _keep_budget
         self._kept: dict[str, _Source] = {}
         self._keep_budget = 0
@@ -402,8 +407,12 @@ class TieredCleaner:
 
     # ---- the round -------------------------------------------------------------------------
     def clean(self, log: LocalLog, *, leader_epoch: int, local_checkpoint: int | None,
-              now: int | None = None) -> tuple[int, CleanerStats]:
+              now: int | None = None, plan: TieredRoundPlan | None = None) -> tuple[int, CleanerStats]:
         """One round on ``log``'s partition; returns (new checkpoint, stats).
+
+        ``plan``: the round's plan when the caller made it already (a Spark executor runs the
+        round its driver planned, see :mod:`cleaner.spark.partition_round`); else planned here
+        from the metadata store, which ``self.rlmm`` must then be.
 
         Raises:
             FencedLeaderEpochError: leadership moved while the round ran; nothing was published
@@ -415,7 +424,9 @@ class TieredCleaner:
         stats = CleanerStats(self.clock, tp)
         self.current_stats = stats  # what a failed round got through (its report)
         self._round_txns = None
-        plan = plan_round(tp, log, self.rlmm, leader_epoch=leader_epoch, local_checkpoint=local_checkpoint, now=now)
+        if plan is None:
+            plan = plan_round(tp, log, cast(RemoteLogMetadataManager, self.rlmm), leader_epoch=leader_epoch,
+                              local_checkpoint=local_checkpoint, now=now)
         if plan is None or plan.upper <= plan.first_dirty_offset:
             cp = plan.first_dirty_offset if plan else (local_checkpoint or 0)
             stats.first_dirty_offset = stats.end_offset = cp
@@ -770,7 +781,7 @@ class TieredCleaner:
                 epochs[e] = min(off, epochs.get(e, off))
         max_ts = dest.max_timestamp_so_far if dest.max_timestamp_so_far >= 0 else max(m.max_timestamp_ms for m in group)
         md = RemoteLogSegmentMetadata(
-            remote_log_segment_id=RemoteLogSegmentId.generate(tp), start_offset=group[0].start_offset,
+            remote_log_segment_id=self.segment_ids(tp), start_offset=group[0].start_offset,
             end_offset=group[-1].end_offset, max_timestamp_ms=max_ts, broker_id=self.broker_id,
             event_timestamp_ms=self.clock.milliseconds(), segment_size_in_bytes=dest.size,
             segment_leader_epochs=epochs, state=RemoteLogSegmentState.COPY_SEGMENT_STARTED)

@@ -10,7 +10,8 @@ knows their real sizes. A driver that dies in between leaves objects no metadata
 :func:`sweep_orphan_objects` finds and deletes them. An object store has no portable
 "last modified", so in-flight jobs protect their objects with a **lease**: before its tasks
 upload, a job writes ``<topic>-<partition>/_leases/<job id>.json`` listing the segment ids it
-will use and when it (last) renewed the lease; the job deletes the lease when it is done.
+will use (or the prefix every id it makes starts with: the job's tag) and when it (last) renewed
+the lease; the job deletes the lease when it is done.
 An object with an unknown id is deleted unless a lease younger than ``grace_ms`` names it;
 leases older than that are deleted too (their job is presumed dead). ``grace_ms`` must
 therefore exceed the time between two renewals of a running job (the Spark driver renews at
@@ -55,19 +56,30 @@ class Lease:
     job_id: str
     renewed_ms: int
     segment_ids: frozenset[str]
+    #: every id starting with one of these is claimed too (ids made on executors carry the job's tag)
+    id_prefixes: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", self.job_id):
             raise ValueError(f"invalid lease job id {self.job_id!r}")
+        if any(not re.fullmatch(r"[0-9a-f]{8,32}", p) for p in self.id_prefixes):
+            raise ValueError(f"lease id prefixes are 8 to 32 lowercase hex digits, got {sorted(self.id_prefixes)}")
+
+    def claims(self, segment_id: str) -> bool:
+        return segment_id in self.segment_ids or any(segment_id.startswith(p) for p in self.id_prefixes)
 
     def to_bytes(self) -> bytes:
-        return json.dumps({"job_id": self.job_id, "renewed_ms": self.renewed_ms,
-                           "segment_ids": sorted(self.segment_ids)}).encode()
+        doc: dict[str, object] = {"job_id": self.job_id, "renewed_ms": self.renewed_ms,
+                                  "segment_ids": sorted(self.segment_ids)}
+        if self.id_prefixes:
+            doc["id_prefixes"] = sorted(self.id_prefixes)
+        return json.dumps(doc).encode()
 
     @staticmethod
     def from_bytes(data: bytes) -> Lease:
         doc = json.loads(data)
-        return Lease(str(doc["job_id"]), int(doc["renewed_ms"]), frozenset(str(s) for s in doc["segment_ids"]))
+        return Lease(str(doc["job_id"]), int(doc["renewed_ms"]), frozenset(str(s) for s in doc["segment_ids"]),
+                     frozenset(str(p) for p in doc.get("id_prefixes", ())))
 
 
 def lease_key(tp: TopicPartition, job_id: str) -> str:
@@ -75,9 +87,10 @@ def lease_key(tp: TopicPartition, job_id: str) -> str:
 
 
 def write_lease(store: ObjectStore, tp: TopicPartition, job_id: str, segment_ids: Iterable[str],
-                clock: Clock) -> Lease:
-    """Write (or renew) ``job_id``'s lease on ``segment_ids`` for ``tp``."""
-    lease = Lease(job_id, clock.milliseconds(), frozenset(segment_ids))
+                clock: Clock, id_prefixes: Iterable[str] = ()) -> Lease:
+    """Write (or renew) ``job_id``'s lease on ``segment_ids`` (and every id starting with one of
+    ``id_prefixes``) for ``tp``."""
+    lease = Lease(job_id, clock.milliseconds(), frozenset(segment_ids), frozenset(id_prefixes))
     store.put(lease_key(tp, job_id), lease.to_bytes())
     return lease
 
@@ -115,6 +128,7 @@ def sweep_orphan_objects(store: ObjectStore, rlmm: RemoteLogMetadataManager, tp:
     lease_prefix = f"{prefix}{LEASE_DIR}/"
     now = clock.milliseconds()
     protected = set(protect)
+    live: list[Lease] = []
     expired: list[str] = []
     for key in store.list(lease_prefix):  # 2. leases
         try:
@@ -126,7 +140,7 @@ def sweep_orphan_objects(store: ObjectStore, rlmm: RemoteLogMetadataManager, tp:
             expired.append(key)
             continue
         if now - lease.renewed_ms < grace_ms:
-            protected |= lease.segment_ids
+            live.append(lease)
         else:
             expired.append(key)
     # 3. metadata: every segment not yet deleted. Objects of a DELETE_SEGMENT_FINISHED segment are
@@ -137,7 +151,7 @@ def sweep_orphan_objects(store: ObjectStore, rlmm: RemoteLogMetadataManager, tp:
     deleted: list[str] = []
     for key in keys:
         sid = segment_id_of_key(tp, key)
-        if sid is None or sid in known or sid in protected:
+        if sid is None or sid in known or sid in protected or any(lease.claims(sid) for lease in live):
             continue
         store.delete(key)
         deleted.append(key)

@@ -3,8 +3,18 @@
 It performs the in-process tiered round (:mod:`cleaner.tiered`) with the work spread over
 executors, and produces the same bytes. For every requested partition the driver captures the
 leader epoch and the cleaner checkpoint, sweeps orphan objects (:mod:`remote.orphans`) and
-plans the round from metadata alone (:func:`cleaner.tiered.plan_round`). Then, for all
-partitions at once:
+plans the round from metadata alone (:func:`cleaner.tiered.plan_round`). Then each partition
+runs one of two ways:
+
+* **Whole** (every partition whose round may read at most ``split_partition_bytes``, 1 GiB by
+  default): the partition's round runs as one task, the in-process round's own code on an
+  executor (:mod:`cleaner.spark.partition_round`: compiled kernels, no shuffle); partitions run
+  in parallel, several small ones packed into one task. Its metadata writes come back to the
+  driver, which replays them under the job's epoch (step 6 below). The job's lease claims the
+  ids these rounds make by their tag, and once it is released the driver sweeps what a failed or
+  killed attempt left.
+* **Split** (larger partitions): one partition's work is spread over many tasks, for all split
+  partitions at once:
 
 1. **Transaction indexes** of the segments that may hold transactions (no bloom summary, or
    one flagging transactional batches) are fetched in parallel by the scans: they are small.
@@ -38,10 +48,11 @@ partitions at once:
    known from the pre-generated ids) and the log is unchanged for readers. Then the local
    checkpoint is written through a callback and stale local copies are dropped.
 
-Deliberate differences from the in-process round: groups are bounded by ``segment.bytes``
-only (executors have their own disks; the in-process bound is ``min(segment.bytes, free/3)``
-of the broker's disk), local copies are never used as sources (executors read the object
-store), and the offset map never fills.
+Deliberate differences from the in-process round: local copies are never used as sources
+(executors read the object store) and the chunk bound is the executor's disk, not the broker's.
+A split partition's groups are bounded by ``segment.bytes`` only and its offset map never fills
+(it is reduced across executors); a whole partition's map fills as in process (the round ends
+where it got; the next continues).
 """
 
 from __future__ import annotations
@@ -65,7 +76,14 @@ from pyspark.sql import SparkSession
 
 from cleaner.report import RoundReporter
 from cleaner.spark.errors import SparkJobError
-from cleaner.spark.report import spark_report
+from cleaner.spark.partition_round import (
+    TAG_LENGTH,
+    PartitionRoundResult,
+    PartitionRoundTask,
+    local_txn_segments,
+    run_partition_round,
+)
+from cleaner.spark.report import partition_round_report, spark_report
 from cleaner.spark.tasks import (
     AbortedT,
     RewriteResult,
@@ -94,7 +112,8 @@ from log.local_log import LocalLog
 from log.types import TopicPartition
 from metadata.errors import FencedLeaderEpochError
 from metadata.manager import RemoteLogMetadataManager
-from metadata.types import RemoteLogSegmentMetadata, RemoteLogSegmentState
+from metadata.reports import ACTION_SKIPPED_BY_KEY_INDEX
+from metadata.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
 from remote.orphans import release_lease, sweep_orphan_objects, write_lease
 from remote.storage_manager import IndexType
 
@@ -126,6 +145,12 @@ class SparkCleanConfig:
     rewrite_task_min_bytes: int = 32 * 1024 * 1024
     #: a dirty segment's scan leaves its download for the rewrite on the same host (read once)
     reuse_scan_downloads: bool = True
+    #: a partition whose round may read more than this many bytes is split across tasks (map
+    #: shuffled, groups rewritten in parallel); smaller ones run whole, one partition round per
+    #: task (:mod:`cleaner.spark.partition_round`). 0 splits every partition.
+    split_partition_bytes: int = 1 << 30
+    #: the offset map of a partition round (grows with the keys up to this, as in process)
+    dedupe_buffer_size: int = 128 * 1024 * 1024
     orphan_grace_ms: int = 60 * 60 * 1000
     io_buffer_size: int = 256 * 1024
     scan_tasks_per_core: int = 2
@@ -140,6 +165,8 @@ class SparkCleanConfig:
         if min(self.shuffle_partitions, self.max_task_failures, self.scan_tasks_per_core) < 1 or self.orphan_grace_ms < 0:
             raise ValueError("shuffle_partitions, max_task_failures and scan_tasks_per_core must be >= 1, "
                              "orphan_grace_ms >= 0")
+        if self.split_partition_bytes < 0 or self.dedupe_buffer_size < 1024 * 1024:
+            raise ValueError("split_partition_bytes must be >= 0 and dedupe_buffer_size >= 1 MiB")
 
     @property
     def is_local(self) -> bool:
@@ -266,6 +293,9 @@ class _Part:
     #: the bytes of each key index fetched
     skipped_by_key_index: set[int] = field(default_factory=set)
     index_bytes: dict[int, int] = field(default_factory=dict)
+    #: the partition runs as one partition round (not split across tasks), and its result
+    whole: bool = False
+    round: PartitionRoundResult | None = None
 
     def is_clean_region(self, md: RemoteLogSegmentMetadata) -> bool:
         return md.end_offset < self.plan.first_dirty_offset
@@ -289,6 +319,12 @@ def _maybe_fail(stage: str, inject: frozenset[str]) -> None:
 def _scan(task: ScanTask, inject: frozenset[str]) -> ScanResult:
     res = run_scan(task)
     _maybe_fail("scan", inject)
+    return res
+
+
+def _round(task: PartitionRoundTask, inject: frozenset[str]) -> PartitionRoundResult:
+    res = run_partition_round(task)
+    _maybe_fail("round", inject)  # after the uploads: the retry uploads under new ids, the sweep ends these
     return res
 
 
@@ -471,9 +507,16 @@ class SparkCleanJob:
         sc = self.spark.sparkContext
         sc.setJobGroup(self.job_id, f"tiercompact spark-clean of {', '.join(str(p.tp) for p in parts)}",
                        interruptOnCancel=True)
+        limit = self.config.split_partition_bytes
+        for p in parts:
+            p.whole = sum(md.segment_size_in_bytes for md in p.plan.segments
+                          if md.start_offset < p.plan.upper) <= limit
+        split = [p for p in parts if not p.whole]
         try:
             self._stage("planned", parts)
-            results = self._execute(parts, now)
+            if len(split) < len(parts):
+                self._run_rounds([p for p in parts if p.whole], now)
+            results = self._execute(split, now) if split else {}
         except BaseException as e:
             for p in parts:
                 self._abandon(p, fenced=False)
@@ -487,7 +530,10 @@ class SparkCleanJob:
                 drop_kept(md.id for p in parts for md in p.segs.values() if not p.is_clean_region(md))
         for p in parts:
             try:
-                self._publish(p, [results[t.key] for t in p.tasks], now)
+                if p.whole:
+                    self._publish_round(p)
+                else:
+                    self._publish(p, [results[t.key] for t in p.tasks], now)
             finally:
                 self._release(p)
                 self._report(p, [results[t.key] for t in p.tasks if t.key in results], now)
@@ -496,6 +542,13 @@ class SparkCleanJob:
     def _report(self, p: _Part, results: list[RewriteResult], started_ms: int, *, error: str | None = None,
                 status: str | None = None) -> None:
         out = p.outcome
+        if p.whole:
+            self.reporter.record(partition_round_report(
+                p.tp, leader_epoch=p.epoch, started_ms=started_ms, ended_ms=self.clock.milliseconds(),
+                status=status or out.status, first_dirty_offset=p.plan.first_dirty_offset, end_offset=out.end_offset,
+                stats=p.round.stats if p.round is not None else None, error=error or out.error,
+                round_id=self._round_id()))
+            return
         self.reporter.record(spark_report(
             p.tp, leader_epoch=p.epoch, started_ms=started_ms, ended_ms=self.clock.milliseconds(),
             status=status or out.status, first_dirty_offset=p.plan.first_dirty_offset, end_offset=p.plan.upper,
@@ -510,6 +563,42 @@ class SparkCleanJob:
         return f"{self.application_id[:36]}:{self.job_id.removeprefix('spark-')[:16]}:{self._reports}"
 
     # ---- stages -----------------------------------------------------------------------------------
+    def _run_rounds(self, parts: list[_Part], now: int) -> None:
+        """Run each partition's whole round as one task (several small ones packed into a task of
+        at least ``rewrite_task_min_bytes``, never fewer tasks than cores): no shuffle, the
+        compiled kernels, the in-process round's code (:mod:`cleaner.spark.partition_round`)."""
+        sc = self.spark.sparkContext
+        cfg = self.config
+        inject = cfg.fail_first_attempt | {f"kill:{s}" for s in cfg.kill_first_attempt}
+        tag = self.segment_tag
+        tasks: list[PartitionRoundTask] = []
+        for p in parts:
+            candidates = [md.id for md in p.plan.segments if md.start_offset < p.plan.upper]
+            blooms = self.rlmm.get_bloom_filters(p.tp, candidates) if cfg.bloom_skip else {}
+            tasks.append(PartitionRoundTask(
+                key=p.idx, store=self.store, plan=p.plan, config=tuple(sorted(p.view.config.overrides.items())),
+                producers=p.view.producers(),
+                local_txn_segments=local_txn_segments(p.log, p.plan.segments[-1].end_offset + 1),
+                blooms=tuple(sorted(blooms.items())), now_ms=now, segment_tag=tag, broker_id=self.broker_id,
+                dedupe_buffer_size=cfg.dedupe_buffer_size, io_buffer_size=cfg.io_buffer_size,
+                bloom_skip=cfg.bloom_skip, use_key_index=cfg.key_index_skip))
+            write_lease(self.store.open().store, p.tp, self.job_id, (), self.clock, id_prefixes=[tag])
+            p.leased = True
+        by_key = {t.key: t for t in tasks}
+        _bin_of, bins = rewrite_bins([(t.key, t.source_bytes) for t in tasks], sc.defaultParallelism,
+                                     cfg.rewrite_task_min_bytes)
+        packed = [[by_key[k] for k in b] for b in bins]
+        part = {p.idx: p for p in parts}
+        for res in sc.parallelize(packed, len(packed)).flatMap(lambda ts: [_round(t, inject) for t in ts]).collect():
+            part[res.key].round = res
+        self._stage("scanned", parts)
+        self._stage("rewritten", parts)
+
+    @property
+    def segment_tag(self) -> str:
+        """The hex prefix of every segment id a partition round of this job makes (its lease claims it)."""
+        return self.job_id.removeprefix("spark-")[:TAG_LENGTH]
+
     def _execute(self, parts: list[_Part], now: int) -> dict[int, RewriteResult]:
         sc = self.spark.sparkContext
         cfg = self.config
@@ -810,6 +899,60 @@ class SparkCleanJob:
                     p.plan.first_dirty_offset, p.plan.upper, len(p.tasks), out.segments_skipped_by_bloom,
                     out.bytes_downloaded, out.bytes_uploaded)
 
+    def _publish_round(self, p: _Part) -> None:
+        """Replay a partition round's metadata writes under the job's epoch (fenced as in process)."""
+        out = p.outcome
+        res = p.round
+        registered: list[RemoteLogSegmentMetadata] = []
+        try:
+            if res is None or res.writes.cleaner_offsets is None:
+                raise SparkJobError(f"the round of {p.tp} returned no publish")
+            writes = res.writes
+            for sid, size in writes.key_indexes:  # indexes built for segments that had none
+                try:
+                    self.rlmm.set_key_index(RemoteLogSegmentId(p.tp, sid), size)
+                except TiercompactError as e:
+                    logger.warning("%s: could not record the key index of %s: %s", p.tp, sid, e)
+            for md, bloom in writes.new_segments:
+                self.rlmm.add_remote_log_segment_metadata(md, leader_epoch=p.epoch)
+                registered.append(md)
+                if bloom is not None:
+                    self.rlmm.put_bloom_filter(md.remote_log_segment_id, bloom)
+            vector = dict(writes.cleaner_offsets or ())
+            self._stage("before-publish", [p])
+            if registered or writes.replaced_ids:
+                self.rlmm.publish_compaction(
+                    p.tp, leader_epoch=p.epoch, new_segment_ids=[m.remote_log_segment_id for m in registered],
+                    replaced_segment_ids=[RemoteLogSegmentId(p.tp, sid) for sid in writes.replaced_ids],
+                    cleaner_offsets=vector)
+            else:
+                self.rlmm.publish_cleaner_offsets(p.tp, leader_epoch=p.epoch, cleaner_offsets=vector)
+        except FencedLeaderEpochError as e:
+            logger.warning("%s: leadership moved during the Spark clean (epoch %d): %s", p.tp, p.epoch, e)
+            out.status, out.error = "fenced", str(e)
+            self._abandon(p, fenced=True, registered=registered)
+            return
+        except Exception as e:  # noqa: BLE001 - one partition's failure must not stop the others
+            logger.exception("%s: publishing the Spark clean failed", p.tp)
+            out.status, out.error = "failed", f"{type(e).__name__}: {e}"
+            self._abandon(p, fenced=False, registered=registered)
+            return
+        stats = res.stats
+        out.end_offset = res.end
+        out.new_segment_ids = [m.id for m in registered]
+        out.replaced_segment_ids = list(writes.replaced_ids)
+        out.segments_skipped_by_bloom = stats.segments_skipped_by_bloom
+        out.segments_skipped_by_key_index = sum(a.action == ACTION_SKIPPED_BY_KEY_INDEX
+                                                for a in stats.segment_accounts)
+        out.segments_cleaned = stats.segments_cleaned
+        out.bytes_downloaded, out.bytes_uploaded = stats.bytes_downloaded, stats.bytes_uploaded
+        out.messages_read, out.messages_written = stats.messages_read, stats.messages_written
+        p.view.adopt(res.end)
+        logger.info("spark clean %s [%d, %d) in one partition round: %d segments cleaned, %d skipped by bloom, "
+                    "%d by key index, %d B down, %d B up", p.tp, p.plan.first_dirty_offset, res.end,
+                    out.segments_cleaned, out.segments_skipped_by_bloom, out.segments_skipped_by_key_index,
+                    out.bytes_downloaded, out.bytes_uploaded)
+
     @staticmethod
     def _numbers(p: _Part, task: RewriteTask) -> list[int]:
         ids = {s.segment_id for s in task.sources}
@@ -822,8 +965,12 @@ class SparkCleanJob:
         writer may not touch metadata; the new leader's deferred-delete loop ends those rows)."""
         rsm = self.store.open()
         reg = {m.id: m for m in registered}
-        for task in p.tasks:
-            md = reg.get(task.new_segment_id) or task.new_metadata(0, 0, 0)
+        if p.whole:  # what a round uploaded (a failed stage left only tagged objects: the sweep ends them)
+            uploads = [md for md, _bloom in p.round.writes.new_segments] if p.round is not None else []
+        else:
+            uploads = [task.new_metadata(0, 0, 0) for task in p.tasks]
+        for upload in uploads:
+            md = reg.get(upload.id) or upload
             try:
                 if md.id in reg and not fenced:
                     self.rlmm.update_remote_log_segment_state(
@@ -838,11 +985,21 @@ class SparkCleanJob:
                 logger.warning("%s: could not remove upload %s of the Spark clean", p.tp, md.id, exc_info=True)
 
     def _release(self, p: _Part) -> None:
+        """Release the partition's lease. For a partition round, then sweep: a task attempt that
+        failed or was killed after uploading left objects only its tag names, and nothing names
+        them once the lease is gone (what the round published is in metadata by now)."""
         if not p.leased:
             return
+        store = self.store.open().store
         try:
-            release_lease(self.store.open().store, p.tp, self.job_id)
+            release_lease(store, p.tp, self.job_id)
             p.leased = False
         except Exception:  # noqa: BLE001 - an expired lease is removed by the next sweep
             logger.warning("%s: could not release lease %s", p.tp, self.job_id, exc_info=True)
+            return
+        if p.whole:
+            try:
+                sweep_orphan_objects(store, self.rlmm, p.tp, grace_ms=self.config.orphan_grace_ms, clock=self.clock)
+            except Exception:  # noqa: BLE001 - the next job's (or the node's) sweep finds them
+                logger.warning("%s: sweeping the job's leftover objects failed", p.tp, exc_info=True)
 

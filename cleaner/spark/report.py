@@ -73,3 +73,13 @@ def spark_report(tp: TopicPartition, *, leader_epoch: int, started_ms: int, ende
     return build_report(tp, engine=ENGINE_SPARK, leader_epoch=leader_epoch, started_ms=started_ms,
                         ended_ms=ended_ms, checkpoint_before=first_dirty_offset, checkpoint_after=end_offset,
                         segments=rows, error=error, outcome=outcome, round_id=round_id)
+
+
+def partition_round_report(tp: TopicPartition, *, leader_epoch: int, started_ms: int, ended_ms: int, status: str,
+                           first_dirty_offset: int, end_offset: int, stats: Any | None, error: str | None = None,
+                           round_id: str | None = None) -> CompactionReport:
+    """The report of a partition the job ran whole (one partition round on an executor): the
+    round's own per-segment accounts (``stats``, a CleanerStats), as an in-process round reports."""
+    return build_report(tp, engine=ENGINE_SPARK, leader_epoch=leader_epoch, started_ms=started_ms,
+                        ended_ms=ended_ms, checkpoint_before=first_dirty_offset, checkpoint_after=end_offset,
+                        stats=stats, error=error, outcome=_OUTCOMES.get(status, OUTCOME_FAILED), round_id=round_id)

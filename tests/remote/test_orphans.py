@@ -80,3 +80,28 @@ def test_objects_of_a_finished_deletion_that_land_late_are_swept(tmp_path):
     keep = _objects(store, live.id, 10)
     assert sorted(sweep_orphan_objects(store, rlmm, TP, grace_ms=10**9, clock=clock)) == sorted(late)
     assert set(keep) <= set(store.list(""))
+
+
+def test_a_lease_claims_every_id_with_its_prefix_until_released(tmp_path):
+    """Ids made on Spark executors carry the job's tag: the lease claims them by prefix while the
+    job runs, and the sweep after its release removes what no metadata row names."""
+    from remote.orphans import Lease
+
+    store = load_object_store(f"file://{tmp_path / 'obj'}")
+    rlmm = load_metadata_manager("sqlite:///:memory:")
+    clock = MockClock()
+    tag = "0123456789ab"
+    tagged = _objects(store, tag + "e" * 20)
+    other = _objects(store, "f" * 32, 10)
+    write_lease(store, TP, "job-3", (), clock, id_prefixes=[tag])
+    assert sorted(sweep_orphan_objects(store, rlmm, TP, grace_ms=1000, clock=clock)) == sorted(other)
+    assert set(tagged) <= set(store.list(""))
+    release_lease(store, TP, "job-3")
+    assert sorted(sweep_orphan_objects(store, rlmm, TP, grace_ms=1000, clock=clock)) == sorted(tagged)
+    # the format: an old lease (no prefixes) still reads; prefixes must be hex
+    assert Lease.from_bytes(b'{"job_id": "j", "renewed_ms": 1, "segment_ids": []}').id_prefixes == frozenset()
+    assert Lease.from_bytes(Lease("j", 1, frozenset(), frozenset({tag})).to_bytes()).claims(tag + "0" * 20)
+    import pytest
+
+    with pytest.raises(ValueError, match="hex"):
+        Lease("j", 1, frozenset(), frozenset({"not-hex!"}))

@@ -22,6 +22,24 @@ SPARK_MASTER = "local[2,2]"
 START_MS = 1_700_000_000_000
 
 
+#: how a job runs a partition: whole (one partition round per task) or split across tasks
+MODES: dict[str, dict[str, Any]] = {"whole": {}, "split": {"split_partition_bytes": 0}}
+#: the stages whose first task attempt fails (or dies) in each mode
+TASK_STAGES = {"whole": frozenset({"round"}), "split": frozenset({"scan", "rewrite"})}
+
+
+@pytest.fixture(params=sorted(MODES))
+def mode(request: pytest.FixtureRequest) -> str:
+    """Both ways a job runs a partition (tests that pin one pass ``MODES[...]`` themselves)."""
+    return str(request.param)
+
+
+def mode_config(mode: str, **kw: Any) -> Any:
+    from cleaner.spark.job import SparkCleanConfig
+
+    return SparkCleanConfig(**{"master": SPARK_MASTER, **MODES[mode], **kw})
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     from cleaner.spark.job import SparkCleanConfig, build_session

@@ -7,12 +7,13 @@ from pathlib import Path
 import pytest
 
 from cleaner.spark.errors import SparkJobError
-from cleaner.spark.job import SparkCleanConfig
 from metadata import load_metadata_manager
 from tests.spark.conftest import (
+    TASK_STAGES,
     build,
     clean_in_process,
     make_world,
+    mode_config,
     partitions_of,
     remote_image,
     s3_store,
@@ -54,7 +55,7 @@ def _more(w: World, seed: int) -> None:
         w.clock.advance(5_000)  # past delete.retention.ms: tombstones and markers may expire now
 
 
-def test_spark_job_matches_the_in_process_cleaner_byte_for_byte_on_s3(spark, moto_server_url, tmp_path):
+def test_spark_job_matches_the_in_process_cleaner_byte_for_byte_on_s3(spark, moto_server_url, tmp_path, mode):
     seed = 1
     a, b = _twins(tmp_path, s3_store(moto_server_url), s3_store(moto_server_url), seed, rounds=4)
     try:
@@ -62,7 +63,7 @@ def test_spark_job_matches_the_in_process_cleaner_byte_for_byte_on_s3(spark, mot
         for round_no in range(2):
             before = a.read_all()
             clean_in_process(a, tp)
-            outcome = spark_job(spark, b).run([tp])[tp]
+            outcome = spark_job(spark, b, config=mode_config(mode)).run([tp])[tp]
             assert outcome.status == "cleaned", outcome.error
             _assert_same(a, b)
             assert b.read_all() == a.read_all()
@@ -79,7 +80,7 @@ def test_spark_job_matches_the_in_process_cleaner_byte_for_byte_on_s3(spark, mot
         b.close()
 
 
-def test_many_partitions_in_one_job(spark, tmp_path):
+def test_many_partitions_in_one_job(spark, tmp_path, mode):
     a, b = _twins(tmp_path, (f"file://{tmp_path / 'obj-a'}", {}), (f"file://{tmp_path / 'obj-b'}", {}), seed=5,
                   partitions=4, rounds=3)
     try:
@@ -87,7 +88,8 @@ def test_many_partitions_in_one_job(spark, tmp_path):
         for tp in tps:
             clean_in_process(a, tp)
         stages: list[tuple[str, int]] = []
-        outcomes = spark_job(spark, b, on_stage=lambda s, ps: stages.append((s, len(ps)))).run(tps)
+        outcomes = spark_job(spark, b, config=mode_config(mode),
+                             on_stage=lambda s, ps: stages.append((s, len(ps)))).run(tps)
         assert {tp: o.status for tp, o in outcomes.items()} == dict.fromkeys(tps, "cleaned")
         # one job: the shared stages ran once, over all partitions
         assert [s for s in stages if s[0] != "before-publish"] == [("planned", 4), ("scanned", 4), ("rewritten", 4)]
@@ -107,25 +109,27 @@ def test_many_partitions_in_one_job(spark, tmp_path):
         b.close()
 
 
-def test_a_task_failing_once_is_retried_and_the_result_is_identical(spark, tmp_path):
+def test_a_task_failing_once_is_retried_and_the_result_is_identical(spark, tmp_path, mode):
     a, b = _twins(tmp_path, (f"file://{tmp_path / 'obj-a'}", {}), (f"file://{tmp_path / 'obj-b'}", {}), seed=3,
                   rounds=3)
     try:
         tp = partitions_of(a)[0]
         clean_in_process(a, tp)
-        cfg = SparkCleanConfig(master="local[2,2]", fail_first_attempt=frozenset({"scan", "rewrite"}))
+        cfg = mode_config(mode, fail_first_attempt=TASK_STAGES[mode])
         outcome = spark_job(spark, b, config=cfg).run([tp])[tp]
         assert outcome.status == "cleaned", outcome.error
         _assert_same(a, b)
         b.rlm.delete_unreferenced(tp)
-        assert_no_leak(b)  # the retried rewrite overwrote the same keys: nothing duplicated
+        # split: the retried rewrite overwrote the same keys; whole: the retry uploaded under new
+        # ids of the job's tag, and the job swept the failed attempt's objects
+        assert_no_leak(b)
     finally:
         a.close()
         b.close()
 
 
 @pytest.mark.parametrize("stage", ["scanned", "before-publish"])
-def test_leadership_moved_during_the_job_fences_it(spark, tmp_path, stage):
+def test_leadership_moved_during_the_job_fences_it(spark, tmp_path, stage, mode):
     b = make_world(tmp_path / "spark", (f"file://{tmp_path / 'obj'}", {}))
     try:
         build(b, seed=4, rounds=3)
@@ -140,7 +144,7 @@ def test_leadership_moved_during_the_job_fences_it(spark, tmp_path, stage):
             if name == stage:
                 other.become_leader(tp, epoch + 1, 1, start_offset=b.lm.get_log(tp).log_end_offset)
 
-        outcome = spark_job(spark, b, on_stage=move).run([tp])[tp]
+        outcome = spark_job(spark, b, config=mode_config(mode), on_stage=move).run([tp])[tp]
         assert outcome.status == "fenced"
         assert b.object_keys() == keys_before  # every upload of the job was removed, the lease too
         assert b.rlmm.list_remote_log_segments(tp) == segments_before
@@ -154,7 +158,7 @@ def test_leadership_moved_during_the_job_fences_it(spark, tmp_path, stage):
         b.close()
 
 
-def test_a_failing_job_publishes_nothing_and_leaks_nothing(spark, tmp_path):
+def test_a_failing_job_publishes_nothing_and_leaks_nothing(spark, tmp_path, mode):
     b = make_world(tmp_path / "spark", (f"file://{tmp_path / 'obj'}", {}))
     try:
         build(b, seed=6, rounds=3)
@@ -166,7 +170,7 @@ def test_a_failing_job_publishes_nothing_and_leaks_nothing(spark, tmp_path):
                 raise RuntimeError("driver lost")
 
         with pytest.raises(SparkJobError):
-            spark_job(spark, b, on_stage=boom).run([tp])
+            spark_job(spark, b, config=mode_config(mode), on_stage=boom).run([tp])
         assert b.object_keys() == keys_before
         assert b.rlmm.cleaner_offsets(tp) == {}
         (r,) = b.rlmm.list_compaction_reports(tp)  # a failed round leaves its report (#14)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from cleaner.spark.job import SparkCleanConfig, SparkCleanJob
+from cleaner.spark.job import SparkCleanJob
 from log.local_log import RecordSpec
 from log.record import ControlRecordType
 from log.types import TopicPartition
@@ -27,9 +27,11 @@ from service.config import load_config
 from service.node import Node
 from tests.spark.conftest import (
     SPARK_MASTER,
+    TASK_STAGES,
     build,
     clean_in_process,
     make_world,
+    mode_config,
     partitions_of,
     remote_image,
 )
@@ -50,7 +52,7 @@ def _file_store(root: Path) -> tuple[str, dict[str, Any]]:
     return f"file://{root}", {}
 
 
-def test_standalone_job_needs_no_data_dir_and_matches_in_process(spark: Any, tmp_path: Path) -> None:
+def test_standalone_job_needs_no_data_dir_and_matches_in_process(spark: Any, tmp_path: Path, mode: str) -> None:
     a = make_world(tmp_path / "a", _file_store(tmp_path / "sa"))
     b = make_world(tmp_path / "b", _file_store(tmp_path / "sb"))
     try:
@@ -58,7 +60,7 @@ def test_standalone_job_needs_no_data_dir_and_matches_in_process(spark: Any, tmp
             build(w, 7, rounds=4)
         tp = partitions_of(a)[0]
         clean_in_process(a, tp)
-        outcome = _standalone(spark, b).run([tp])[tp]
+        outcome = _standalone(spark, b, config=mode_config(mode)).run([tp])[tp]
         assert outcome.status == "cleaned", outcome.error
         assert outcome.segments_cleaned > 0
         assert remote_image(a, tp) == remote_image(b, tp)
@@ -71,7 +73,8 @@ def test_standalone_job_needs_no_data_dir_and_matches_in_process(spark: Any, tmp
         b.close()
 
 
-def test_standalone_job_stops_below_a_transaction_open_at_the_remote_end(spark: Any, tmp_path: Path) -> None:
+def test_standalone_job_stops_below_a_transaction_open_at_the_remote_end(spark: Any, tmp_path: Path,
+                                                                          mode: str) -> None:
     w = make_world(tmp_path / "w", _file_store(tmp_path / "s"))
     try:
         build(w, 3, rounds=3)
@@ -85,14 +88,14 @@ def test_standalone_job_stops_below_a_transaction_open_at_the_remote_end(spark: 
         w.rlm.tier(tp)
         remote = w.rlmm.list_remote_log_segments(tp)
         assert remote[-1].end_offset + 1 == first_txn + 1  # the aborted data is remote, its marker is not
-        outcome = _standalone(spark, w).run([tp])[tp]
+        outcome = _standalone(spark, w, config=mode_config(mode)).run([tp])[tp]
         assert outcome.status == "cleaned", outcome.error
         assert outcome.end_offset <= first_txn
     finally:
         w.close()
 
 
-def test_python_worker_killed_during_the_rewrite_is_retried(spark: Any, tmp_path: Path) -> None:
+def test_python_worker_killed_during_the_rewrite_is_retried(spark: Any, tmp_path: Path, mode: str) -> None:
     a = make_world(tmp_path / "a", _file_store(tmp_path / "sa"))
     b = make_world(tmp_path / "b", _file_store(tmp_path / "sb"))
     try:
@@ -100,11 +103,13 @@ def test_python_worker_killed_during_the_rewrite_is_retried(spark: Any, tmp_path
             build(w, 11, rounds=3)
         tp = partitions_of(a)[0]
         clean_in_process(a, tp)
-        job = _standalone(spark, b, config=SparkCleanConfig(master=SPARK_MASTER, max_task_failures=2,
-                                                            kill_first_attempt=frozenset({"rewrite"})))
+        kill = frozenset({"rewrite"}) if mode == "split" else TASK_STAGES[mode]
+        job = _standalone(spark, b, config=mode_config(mode, max_task_failures=2, kill_first_attempt=kill))
         outcome = job.run([tp])[tp]
         assert outcome.status == "cleaned", outcome.error
         assert remote_image(a, tp) == remote_image(b, tp)
+        b.rlm.delete_unreferenced(tp)
+        assert_no_leak(b)  # whole: the killed attempt's uploads were swept at the job's end
     finally:
         a.close()
         b.close()
@@ -234,7 +239,7 @@ def test_tiered_pool_offloads_and_the_node_keeps_serving(spark: Any, tmp_path: P
         node.shutdown(timeout=30)
 
 
-def test_key_index_rules_out_what_the_bloom_filter_cannot(spark: Any, tmp_path: Path) -> None:
+def test_key_index_rules_out_what_the_bloom_filter_cannot(spark: Any, tmp_path: Path, mode: str) -> None:
     """#14 in the Spark driver: with a useless bloom filter (fpp 0.5) the exact key index still
     skips every clean segment that holds no updated key; same bytes as the in-process round."""
     cfg = {"remote.compaction.bloom.fpp": 0.5}
@@ -247,12 +252,12 @@ def test_key_index_rules_out_what_the_bloom_filter_cannot(spark: Any, tmp_path: 
                 w.produce([(f"s{seg}-k{i:02d}".encode(), f"v{i}".encode() * 20) for i in range(30)])
                 w.roll_and_tier()
         clean_in_process(a, tp)
-        assert _standalone(spark, b).run([tp])[tp].status == "cleaned"
+        assert _standalone(spark, b, config=mode_config(mode)).run([tp])[tp].status == "cleaned"
         for w in (a, b):  # one update to a key of segment 0, and 40 new keys: every bloom says "maybe"
             w.produce([(b"s0-k00", b"new"), *((f"new-{i:02d}".encode(), b"n") for i in range(40))])
             w.roll_and_tier()
         clean_in_process(a, tp)
-        outcome = _standalone(spark, b).run([tp])[tp]
+        outcome = _standalone(spark, b, config=mode_config(mode)).run([tp])[tp]
         assert outcome.status == "cleaned", outcome.error
         assert outcome.segments_skipped_by_key_index > 0, outcome
         assert remote_image(a, tp) == remote_image(b, tp)
@@ -263,9 +268,11 @@ def test_key_index_rules_out_what_the_bloom_filter_cannot(spark: Any, tmp_path: 
         b.close()
 
 
-@pytest.mark.parametrize("reuse", [True, False])
+@pytest.mark.parametrize(("mode", "reuse"), [("split", True), ("split", False), ("whole", True)])
 def test_a_dirty_segment_is_downloaded_once_when_scan_and_rewrite_share_a_host(spark: Any, tmp_path: Path,
-                                                                               reuse: bool) -> None:
+                                                                               mode: str, reuse: bool) -> None:
+    """split: the scan's download is handed to the rewrite on the same host; whole: the round
+    keeps its downloads for the rewrite, as in process."""
     w = make_world(tmp_path / "w", _file_store(tmp_path / "s"))
     try:
         tp = partitions_of(w)[0]
@@ -273,7 +280,7 @@ def test_a_dirty_segment_is_downloaded_once_when_scan_and_rewrite_share_a_host(s
             w.produce([(f"k{i:02d}".encode(), f"v{r}-{i}".encode() * 10) for i in range(30)])
             w.roll_and_tier()
         dirty = sum(m.segment_size_in_bytes for m in w.rlmm.list_remote_log_segments(tp))
-        job = _standalone(spark, w, config=SparkCleanConfig(master=SPARK_MASTER, reuse_scan_downloads=reuse))
+        job = _standalone(spark, w, config=mode_config(mode, reuse_scan_downloads=reuse))
         outcome = job.run([tp])[tp]
         assert outcome.status == "cleaned", outcome.error
         assert dirty <= outcome.bytes_downloaded < (1.2 if reuse else 3) * dirty

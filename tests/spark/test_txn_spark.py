@@ -17,7 +17,7 @@ from log.fetch import READ_COMMITTED, READ_UNCOMMITTED
 from log.local_log import RecordSpec
 from log.record import ControlRecordType
 from log.types import TopicPartition
-from tests.spark.conftest import clean_in_process, make_world, remote_image, s3_store, spark_job
+from tests.spark.conftest import clean_in_process, make_world, mode_config, remote_image, s3_store, spark_job
 from tests.tiered.conftest import World
 
 pytestmark = pytest.mark.spark
@@ -94,7 +94,8 @@ def _check(w: World) -> None:
 
 
 @pytest.mark.parametrize("backend", ["file", "s3"])
-def test_spark_rounds_see_abort_markers_in_later_segments(spark, request, tmp_path: Path, backend: str) -> None:
+def test_spark_rounds_see_abort_markers_in_later_segments(spark, request, tmp_path: Path, backend: str,
+                                                          mode: str) -> None:
     def store(name: str) -> tuple[str, dict[str, Any]]:
         if backend == "file":
             return f"file://{tmp_path / name}", {}
@@ -105,7 +106,7 @@ def test_spark_rounds_see_abort_markers_in_later_segments(spark, request, tmp_pa
     try:
         for w in (sp, ip):
             _build(w)
-        outcomes = spark_job(spark, sp).run([P0, P1])
+        outcomes = spark_job(spark, sp, config=mode_config(mode)).run([P0, P1])
         assert {tp: o.status for tp, o in outcomes.items()} == {P0: "cleaned", P1: "cleaned"}
         for tp in (P0, P1):
             clean_in_process(ip, tp)
@@ -117,7 +118,7 @@ def test_spark_rounds_see_abort_markers_in_later_segments(spark, request, tmp_pa
         for w in (sp, ip):
             _roll_tier(w, P0)
             w.clock.advance(5_000)  # past delete.retention.ms
-        spark_job(spark, sp).run([P0, P1])
+        spark_job(spark, sp, config=mode_config(mode)).run([P0, P1])
         for tp in (P0, P1):
             clean_in_process(ip, tp)
         _check(sp)

@@ -1,0 +1,222 @@
+"""A whole tiered round of one partition as one Spark task: the in-process round's own code on
+an executor, its metadata writes handed back to the driver.
+
+Most jobs clean many partitions of moderate size: there, spreading one partition's map over a
+shuffle costs more than it saves (every key crosses the network as a pickled Python tuple, twice).
+A *partition round* runs :meth:`cleaner.tiered.TieredCleaner.clean` itself on an executor, with
+the compiled record kernels and a :class:`~cleaner.offset_map.CompactOffsetMap`, so its output is
+the in-process round's by construction: same plan, same map passes, same skip tests (bloom
+filter, then the exact key index), same grouping, same bytes. Partitions run in parallel across
+the cluster; the driver (:mod:`cleaner.spark.job`) decides which partitions run this way and which
+are split across tasks.
+
+What the executor gets, as plain data (:class:`PartitionRoundTask`): the driver's plan, the topic
+config, the active producers, the transaction-index entries of the partition's local segments
+above the remote tier (an ABORT marker of a remote transaction may still sit there), and the
+bloom filters of the plan's segments. It reads segments and key indexes from the object store
+and uploads new segments under ids carrying the job's tag (:mod:`remote.orphans` leases protect
+them by that prefix, and sweep what a failed attempt left). Every metadata write is recorded
+(:class:`~cleaner.round_metadata.DeferredRoundMetadata`) and replayed by the driver under the
+epoch it captured at the job's start, so a zombie's job is fenced exactly as an in-process round.
+
+No pyspark import: tests call :func:`run_partition_round` directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from cleaner.config import CleanerConfig
+from cleaner.offset_map import CompactOffsetMap
+from cleaner.round_metadata import DeferredRoundMetadata, RoundWrites
+from cleaner.stats import CleanerStats
+from cleaner.tiered import TieredCleaner, TieredRoundPlan
+from log.clock import SYSTEM_CLOCK
+from log.config import LogConfig
+from log.index.txn_index import AbortedTxn
+from log.local_log import LocalLog
+from log.types import TopicPartition
+from metadata.types import RemoteLogSegmentId
+
+#: (producer id, last data offset, producer epoch)
+ProducerT = tuple[int, int, int]
+#: (producer id, first offset, last offset, last stable offset) of an aborted transaction
+AbortedT = tuple[int, int, int, int]
+#: a local segment above the remote tier: (base offset, next offset, its aborted transactions)
+LocalTxnSegment = tuple[int, int, tuple[AbortedT, ...]]
+
+#: hex digits of a segment id that carry the job's tag (the rest stay random)
+TAG_LENGTH = 12
+
+
+def tagged_segment_id(tag: str) -> Any:
+    """A segment id factory: ``tag`` followed by random hex, 32 digits in all."""
+    if len(tag) != TAG_LENGTH or any(c not in "0123456789abcdef" for c in tag):
+        raise ValueError(f"a segment tag is {TAG_LENGTH} lowercase hex digits, got {tag!r}")
+
+    def new(tp: TopicPartition) -> RemoteLogSegmentId:
+        return RemoteLogSegmentId(tp, tag + uuid.uuid4().hex[TAG_LENGTH:])
+    return new
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRoundTask:
+    """One partition's round, as the driver planned it (see the module docstring)."""
+
+    key: int
+    store: Any  # cleaner.spark.tasks.StoreSpec (imported lazily: that module imports this one's users)
+    plan: TieredRoundPlan
+    config: tuple[tuple[str, Any], ...]  # the topic config's overrides
+    producers: tuple[ProducerT, ...]
+    local_txn_segments: tuple[LocalTxnSegment, ...]
+    blooms: tuple[tuple[str, bytes], ...]
+    now_ms: int
+    segment_tag: str
+    broker_id: int = 0
+    dedupe_buffer_size: int = 128 * 1024 * 1024
+    io_buffer_size: int = 512 * 1024
+    bloom_skip: bool = True
+    use_key_index: bool = True
+
+    def __post_init__(self) -> None:
+        tagged_segment_id(self.segment_tag)  # validates the tag
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return self.plan.topic_partition
+
+    @property
+    def source_bytes(self) -> int:
+        """The bytes the round may read: every referenced segment below its upper bound."""
+        return sum(s.segment_size_in_bytes for s in self.plan.segments if s.start_offset < self.plan.upper)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRoundResult:
+    key: int
+    #: the new checkpoint (below the plan's upper bound when the offset map filled)
+    end: int
+    stats: CleanerStats
+    writes: RoundWrites
+
+
+# ---- the little of a LocalLog a round reads, shipped ---------------------------------------------
+
+@dataclass(slots=True)  # not frozen: cleaner.cleaner.ProducerInfo declares settable attributes
+class _Producer:
+    last_data_offset: int
+    producer_epoch: int
+
+
+@dataclass
+class _Producers:
+    entries: dict[int, _Producer]
+
+    def active_producers(self) -> dict[int, _Producer]:
+        return self.entries
+
+
+@dataclass
+class _TxnIndex:
+    entries: list[AbortedTxn]
+
+    def all(self) -> list[AbortedTxn]:
+        return self.entries
+
+
+@dataclass
+class _LocalSegment:
+    """A local segment above the remote tier, as :class:`~cleaner.tiered.RoundTxnIndexes` reads it."""
+
+    base_offset: int
+    next_offset: int
+    txn_index: _TxnIndex
+
+    def read_next_offset(self) -> int:
+        return self.next_offset
+
+
+class _NoSegments:
+    @staticmethod
+    def get(base_offset: int) -> None:
+        return None  # an executor holds no local copy of a remote segment
+
+
+@dataclass
+class ShippedLog:
+    """The partition's log as a round on an executor sees it: its config and producers, its
+    local segments' transaction indexes, no local copies of remote data, nothing to delete."""
+
+    topic_partition: TopicPartition
+    config: LogConfig
+    producer_state: _Producers
+    local: list[_LocalSegment] = field(default_factory=list)
+    lock: Any = field(default_factory=contextlib.nullcontext)
+    segments: _NoSegments = field(default_factory=_NoSegments)
+
+    @staticmethod
+    def of(task: PartitionRoundTask) -> ShippedLog:
+        return ShippedLog(
+            task.topic_partition, LogConfig.from_dict(dict(task.config)),
+            _Producers({pid: _Producer(last, epoch) for pid, last, epoch in task.producers}),
+            [_LocalSegment(base, nxt, _TxnIndex([AbortedTxn(*t) for t in txns]))
+             for base, nxt, txns in task.local_txn_segments])
+
+    @property
+    def active_segment(self) -> _LocalSegment | None:
+        return self.local[-1] if self.local else None
+
+    def all_segments(self) -> list[_LocalSegment]:
+        return list(self.local)
+
+    def delete_segments(self, segments: list[Any]) -> list[int]:
+        return []  # the driver drops the node's stale local copies once the publish landed
+
+
+def local_txn_segments(log: Any, remote_end: int) -> tuple[LocalTxnSegment, ...]:
+    """What a round on an executor needs of the driver's local log: the transaction index of
+    each local segment reaching above the remote tier (driver side)."""
+    with log.lock:
+        return tuple((seg.base_offset, seg.read_next_offset(),
+                      tuple((t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
+                            for t in seg.txn_index.all()))
+                     for seg in log.all_segments() if seg.read_next_offset() > remote_end)
+
+
+# ---- the task ----------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _scratch(temp_dir: str | Path | None) -> Iterator[Path]:
+    tmp = Path(tempfile.mkdtemp(prefix="tiercompact-round-", dir=temp_dir))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_partition_round(task: PartitionRoundTask, temp_dir: str | Path | None = None) -> PartitionRoundResult:
+    """Run the planned round on this executor (see the module docstring).
+
+    A failure removes what the round uploaded (TieredCleaner's own cleanup) and raises; Spark
+    retries the task, and the driver's sweep removes anything a killed attempt left.
+    """
+    rsm = task.store.open()
+    meta = DeferredRoundMetadata(dict(task.blooms))
+    log = ShippedLog.of(task)
+    config = CleanerConfig(dedupe_buffer_size=task.dedupe_buffer_size, io_buffer_size=task.io_buffer_size)
+    with _scratch(temp_dir) as tmp:
+        cleaner = TieredCleaner(meta, rsm, CompactOffsetMap(config.dedupe_buffer_per_thread), config,
+                                temp_dir=tmp, broker_id=task.broker_id, clock=SYSTEM_CLOCK,
+                                bloom_skip=task.bloom_skip, use_key_index=task.use_key_index,
+                                segment_ids=tagged_segment_id(task.segment_tag))
+        end, stats = cleaner.clean(cast(LocalLog, log), leader_epoch=task.plan.leader_epoch,
+                                   local_checkpoint=task.plan.first_dirty_offset, now=task.now_ms, plan=task.plan)
+    stats.clock = SYSTEM_CLOCK
+    return PartitionRoundResult(task.key, end, stats, meta.writes())
