@@ -111,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Spark master URL, standalone only (default: the spark_master option, else local[*])")
     _add_server_flags(spark)
     _add_option_flags(spark.add_argument_group("without --server: the stores to open (no data dir is opened)"),
-                      (*DATA_DIR_OPTIONS, "spark_master", "spark_conf", "spark_ship_packages"))
+                      (*DATA_DIR_OPTIONS, "spark_master", "spark_conf", "spark_ship_packages",
+                       "spark_split_partition_bytes"))
 
     report = sub.add_parser(
         "report", allow_abbrev=False, help="print a partition's compaction rounds, newest first",

@@ -116,6 +116,12 @@ class ServiceConfig(BaseModel):
                                                         "files) to a non-local Spark master's executors; turn off "
                                                         "when the executors run the tiercompact image (it has the "
                                                         "compiled record kernels, which a zip cannot carry).")
+    spark_split_partition_bytes: int = Field(1 << 30, ge=0, le=2**62,
+                                             description="A partition whose Spark round may read more than this "
+                                                         "many bytes is split across tasks (offset map shuffled, "
+                                                         "groups rewritten in parallel); smaller partitions run "
+                                                         "whole, one task each (the in-process round's code on an "
+                                                         "executor). 0 splits every partition.")
     spark_max_concurrent_jobs: int = Field(1, ge=1, le=64,
                                            description="Spark offload jobs the node runs at once (each one "
                                                        "cleans one partition; the rest wait, the node serves).")

@@ -62,7 +62,8 @@ def clean_config(config: ServiceConfig, *, master: str | None = None) -> SparkCl
     return SparkCleanConfig(master=master or config.spark_master or "local[*]",
                             app_name=f"tiercompact-broker-{config.broker_id}",
                             extra_conf=config.spark_conf_pairs(),
-                            ship_packages=None if config.spark_ship_packages else False)
+                            ship_packages=None if config.spark_ship_packages else False,
+                            split_partition_bytes=config.spark_split_partition_bytes)
 
 
 def store_options(config: ServiceConfig) -> dict[str, Any]:
