@@ -23,7 +23,7 @@ demo: $(STAMP)
 
 # pytest exits 5 when it collected nothing: treat that as a failure, never as green.
 test: $(STAMP)
-	$(BIN)/python -m pytest $(ARGS); rc=$$?; \
+	$(BIN)/python -m pytest --durations=30 $(ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
 
 bench: $(STAMP)
