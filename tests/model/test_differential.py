@@ -105,7 +105,8 @@ def test_local_and_tiered_engines_give_the_same_logical_log(seed: int, engine_sp
 
 
 @pytest.mark.spark
-def test_a_spark_round_gives_the_same_logical_log(spark: Any, tmp_path: Any) -> None:
+@pytest.mark.parametrize("mode", ["whole", "split"])
+def test_a_spark_round_gives_the_same_logical_log(spark: Any, tmp_path: Any, mode: str) -> None:
     """Every scenario is a topic of one tiered node, run one after the other on the node's
     clock; then ONE Spark job runs every scenario's final clean. Each topic must then read as
     the same scenario does on its own tiered node with an in-process final clean at that time."""
@@ -113,6 +114,7 @@ def test_a_spark_round_gives_the_same_logical_log(spark: Any, tmp_path: Any) -> 
     from log.clock import MockClock
     from service.node import Node
     from tests.model.engines import START_MS
+    from tests.spark.conftest import mode_config
 
     clock = MockClock(START_MS)
     spec = EngineSpec("file")
@@ -130,7 +132,7 @@ def test_a_spark_round_gives_the_same_logical_log(spark: Any, tmp_path: Any) -> 
         job = SparkCleanJob(spark, logs=node.log_manager.get_log, rlmm=node.metadata, store_url=node.config.remote_url,
                             leader_epoch=node.remote.leader_epoch, checkpoint=node.cleaner_checkpoint,
                             write_checkpoint=lambda tp, off: node.cleaner.manager.update_checkpoints(add=(tp, off)),
-                            broker_id=node.broker_id, clock=clock)
+                            broker_id=node.broker_id, clock=clock, config=mode_config(mode))
         outcomes: dict[Any, Any] = {}
 
         def spark_round() -> None:
