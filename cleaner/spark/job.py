@@ -858,88 +858,78 @@ class SparkCleanJob:
     # ---- publish -----------------------------------------------------------------------------------
     def _publish(self, p: _Part, results: list[RewriteResult], now: int) -> None:
         out = p.outcome
-        registered: list[RemoteLogSegmentMetadata] = []
-        p.outcome.new_segment_ids = [t.new_segment_id for t in p.tasks]
-        try:
-            for task, res in zip(p.tasks, results, strict=True):
-                md = task.new_metadata(res.size, res.max_timestamp_ms, self.clock.milliseconds(),
-                                       key_index_bytes=res.key_index_bytes)
-                self.rlmm.add_remote_log_segment_metadata(md, leader_epoch=p.epoch)
-                registered.append(md)
-                self.rlmm.put_bloom_filter(md.remote_log_segment_id, res.bloom)
-                out.segments_cleaned += res.segments_cleaned
-                out.bytes_downloaded += res.bytes_downloaded
-                out.bytes_uploaded += res.bytes_uploaded
-                out.messages_read += res.messages_read
-                out.messages_written += res.messages_written
-            replaced = [p.segs[i] for t in p.tasks for i in self._numbers(p, t)]
-            out.replaced_segment_ids = [m.id for m in replaced]
-            vector = dict(p.plan.cleaner_offsets)
-            vector[p.epoch] = p.plan.upper
-            self._stage("before-publish", [p])
-            if registered:
-                self.rlmm.publish_compaction(p.tp, leader_epoch=p.epoch,
-                                             new_segment_ids=[m.remote_log_segment_id for m in registered],
-                                             replaced_segment_ids=[m.remote_log_segment_id for m in replaced],
-                                             cleaner_offsets=vector)
-            else:
-                self.rlmm.publish_cleaner_offsets(p.tp, leader_epoch=p.epoch, cleaner_offsets=vector)
-        except FencedLeaderEpochError as e:
-            logger.warning("%s: leadership moved during the Spark clean (epoch %d): %s", p.tp, p.epoch, e)
-            out.status, out.error = "fenced", str(e)
-            self._abandon(p, fenced=True, registered=registered)
-            return
-        except Exception as e:  # noqa: BLE001 - one partition's failure must not stop the others
-            logger.exception("%s: publishing the Spark clean failed", p.tp)
-            out.status, out.error = "failed", f"{type(e).__name__}: {e}"
-            self._abandon(p, fenced=False, registered=registered)
+        out.new_segment_ids = [t.new_segment_id for t in p.tasks]
+        for res in results:
+            out.segments_cleaned += res.segments_cleaned
+            out.bytes_downloaded += res.bytes_downloaded
+            out.bytes_uploaded += res.bytes_uploaded
+            out.messages_read += res.messages_read
+            out.messages_written += res.messages_written
+        new = [(task.new_metadata(res.size, res.max_timestamp_ms, self.clock.milliseconds(),
+                                  key_index_bytes=res.key_index_bytes), res.bloom)
+               for task, res in zip(p.tasks, results, strict=True)]
+        replaced = [p.segs[i] for t in p.tasks for i in self._numbers(p, t)]
+        out.replaced_segment_ids = [m.id for m in replaced]
+        vector = dict(p.plan.cleaner_offsets)
+        vector[p.epoch] = p.plan.upper
+        if not self._commit(p, new, [m.remote_log_segment_id for m in replaced], vector):
             return
         p.view.adopt(p.plan.upper)
         logger.info("spark clean %s [%d, %d): %d groups, %d skipped by bloom, %d B down, %d B up", p.tp,
                     p.plan.first_dirty_offset, p.plan.upper, len(p.tasks), out.segments_skipped_by_bloom,
                     out.bytes_downloaded, out.bytes_uploaded)
 
-    def _publish_round(self, p: _Part) -> None:
-        """Replay a partition round's metadata writes under the job's epoch (fenced as in process)."""
+    def _commit(self, p: _Part, new: Sequence[tuple[RemoteLogSegmentMetadata, bytes | None]],
+                replaced: Sequence[RemoteLogSegmentId], vector: dict[int, int]) -> bool:
+        """Register the new segments (COPY_SEGMENT_STARTED, with their bloom filters) and publish
+        them with the cleaner-offset vector under the job's epoch. False when the partition was
+        fenced or failed: its outcome says so and its uploads were removed."""
         out = p.outcome
-        res = p.round
         registered: list[RemoteLogSegmentMetadata] = []
         try:
-            if res is None or res.writes.cleaner_offsets is None:
-                raise SparkJobError(f"the round of {p.tp} returned no publish")
-            writes = res.writes
-            for sid, size in writes.key_indexes:  # indexes built for segments that had none
-                try:
-                    self.rlmm.set_key_index(RemoteLogSegmentId(p.tp, sid), size)
-                except TiercompactError as e:
-                    logger.warning("%s: could not record the key index of %s: %s", p.tp, sid, e)
-            for md, bloom in writes.new_segments:
+            for md, bloom in new:
                 self.rlmm.add_remote_log_segment_metadata(md, leader_epoch=p.epoch)
                 registered.append(md)
                 if bloom is not None:
                     self.rlmm.put_bloom_filter(md.remote_log_segment_id, bloom)
-            vector = dict(writes.cleaner_offsets or ())
             self._stage("before-publish", [p])
-            if registered or writes.replaced_ids:
-                self.rlmm.publish_compaction(
-                    p.tp, leader_epoch=p.epoch, new_segment_ids=[m.remote_log_segment_id for m in registered],
-                    replaced_segment_ids=[RemoteLogSegmentId(p.tp, sid) for sid in writes.replaced_ids],
-                    cleaner_offsets=vector)
+            if registered or replaced:
+                self.rlmm.publish_compaction(p.tp, leader_epoch=p.epoch,
+                                             new_segment_ids=[m.remote_log_segment_id for m in registered],
+                                             replaced_segment_ids=replaced, cleaner_offsets=vector)
             else:
                 self.rlmm.publish_cleaner_offsets(p.tp, leader_epoch=p.epoch, cleaner_offsets=vector)
+            return True
         except FencedLeaderEpochError as e:
             logger.warning("%s: leadership moved during the Spark clean (epoch %d): %s", p.tp, p.epoch, e)
             out.status, out.error = "fenced", str(e)
             self._abandon(p, fenced=True, registered=registered)
-            return
         except Exception as e:  # noqa: BLE001 - one partition's failure must not stop the others
             logger.exception("%s: publishing the Spark clean failed", p.tp)
             out.status, out.error = "failed", f"{type(e).__name__}: {e}"
             self._abandon(p, fenced=False, registered=registered)
+        return False
+
+    def _publish_round(self, p: _Part) -> None:
+        """Replay a partition round's metadata writes under the job's epoch (fenced as in process)."""
+        out = p.outcome
+        res = p.round
+        writes = res.writes if res is not None else None
+        if res is None or writes is None or writes.cleaner_offsets is None:
+            out.status, out.error = "failed", f"the round of {p.tp} returned no publish"
+            self._abandon(p, fenced=False)
+            return
+        for sid, size in writes.key_indexes:  # indexes built for segments that had none
+            try:
+                self.rlmm.set_key_index(RemoteLogSegmentId(p.tp, sid), size)
+            except TiercompactError as e:
+                logger.warning("%s: could not record the key index of %s: %s", p.tp, sid, e)
+        if not self._commit(p, writes.new_segments, [RemoteLogSegmentId(p.tp, sid) for sid in writes.replaced_ids],
+                            dict(writes.cleaner_offsets)):
             return
         stats = res.stats
         out.end_offset = res.end
-        out.new_segment_ids = [m.id for m in registered]
+        out.new_segment_ids = [md.id for md, _bloom in writes.new_segments]
         out.replaced_segment_ids = list(writes.replaced_ids)
         out.segments_skipped_by_bloom = stats.segments_skipped_by_bloom
         out.segments_skipped_by_key_index = sum(a.action == ACTION_SKIPPED_BY_KEY_INDEX
