@@ -2,9 +2,18 @@
 record kernels (``log/record/fastpath.py``) doing the per-record work.
 
 Same decisions, in the same order, as :func:`cleaner.cleaner._build_for_segment` and
-:func:`cleaner.cleaner.clean_into` (the reference, used with any other OffsetMap): batch-level
-decisions stay here in Python, once per batch, because they drive the transaction state; every
-per-record step (decode the key span, hash, probe the map, decide, write) runs in the kernels.
+:func:`cleaner.cleaner.clean_into` (the reference, used with any other OffsetMap).
+
+A segment is read into one reusable buffer and framed into the reference's chunks, each batch
+checked (length, magic, CRC-32C, counts) before any batch of its chunk is used
+(:class:`~cleaner.fast_reader.ChunkReader`). Runs of plain batches (uncompressed, neither
+transactional nor control, and in the rewriting pass neither their producer's last batch nor
+the one ending at the round's upper bound) are then handled by one kernel call per run:
+``map_batches`` maps them, ``clean_batches`` decides them and writes what stays into one output
+buffer. Every other batch, and any batch a kernel declines, goes through the per-batch code
+below, whose batch-level decisions are the reference cleaner's own (they drive the transaction
+state); the kernels report where the transaction state must catch up
+(``on_plain_batches_read``), so it advances exactly as it would batch by batch.
 
 Per pass, each batch's records section is decompressed once and each record decoded once;
 no Record objects are made. A batch that loses nothing and needs no delete horizon is copied
@@ -13,20 +22,25 @@ and timestampDelta are re-encoded where the new baseTimestamp moves them), then 
 with the batch's codec, as RecordBatchBuilder would. Whatever the kernels decline (headers,
 non-canonical varints, records the reader or builder would refuse) goes through the reference
 code, so the output is byte-identical to :func:`cleaner.cleaner.clean_into` or that code's error.
+
+The rewriting pass decides records of batches the map pass read with the key table's
+supersession bitmap instead of hashing their keys again (``KeyTable._known``): the same answer
+(a later put of the same digest exists iff ``offset < map[key]``) without the second hash.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
+from typing import Any
 
 from cleaner.cleaner import (
     BatchRetention,
     CleanContext,
-    _chunks,
-    _Pending,
     _rebuild,
     decide_batch,
 )
+from cleaner.fast_reader import ChunkReader
 from cleaner.offset_map import CompactOffsetMap
 from cleaner.stats import CleanerStats
 from cleaner.throttler import Throttler
@@ -44,6 +58,7 @@ _HORIZON_FLAG = 0x40
 _TXN_FLAG = 0x10
 _CONTROL_FLAG = 0x20
 _CODEC_MASK = 0x07
+_NO_BATCH = -(2**63)  # the kernels' "no plain batch passed"
 
 
 def _records(b: RecordBatch, zero_copy: bool) -> bytes | memoryview:
@@ -61,6 +76,14 @@ def _raise_corrupt(b: RecordBatch) -> None:
     raise CorruptRecordError(f"records of batch at base offset {b.base_offset} do not decode")
 
 
+def _batch_at(buf: bytearray, p: int) -> RecordBatch:
+    """The (framed, checked) batch at ``buf[p:]``."""
+    size = int.from_bytes(buf[p + 8 : p + 12], "big") + 12
+    return RecordBatch(memoryview(buf)[p : p + size])
+
+
+# ---- 1. the map pass ------------------------------------------------------------------------
+
 def build_for_segment_fast(seg: LogSegment, start: int, offset_map: CompactOffsetMap,
                            txn: CleanedTransactionMetadata, max_entries: int, stats: CleanerStats | None,
                            throttler: Throttler | None, check_done: Callable[[], None],
@@ -68,19 +91,40 @@ def build_for_segment_fast(seg: LogSegment, start: int, offset_map: CompactOffse
     """:func:`cleaner.cleaner._build_for_segment` over the kernels; True if the map filled."""
     k = offset_map.kernels
     table = offset_map.table
-    map_records = k.map_records
-    ok = k.OK
+    map_records, map_batches = k.map_records, k.map_batches
+    ok, stop, corrupt = k.OK, k.STOP, k.CORRUPT
     zero_copy = k is not pure_kernels()
     position = seg.offset_index.lookup(start)[1]
-    for chunk, size in _chunks(seg, position, io_buffer_size):
+    reader = ChunkReader(seg, position, k, io_buffer_size)
+    for buf, lo, hi in reader.chunks():
         check_done()
+        size = hi - lo
         if throttler is not None:
             throttler.maybe_throttle(size)
         if stats is not None:
             stats.index_bytes_read(size)
         messages = 0
         latest = offset_map.latest_offset
-        for b in chunk:
+        p = lo
+        while p < hi:
+            st, p, n, latest, index, plain_last = map_batches(table, buf, p, hi, start, max_entries, latest)
+            messages += n
+            if plain_last != _NO_BATCH:
+                txn.on_plain_batches_read(plain_last)
+            if st == ok:
+                break
+            b = _batch_at(buf, p)
+            if st == corrupt:
+                _raise_corrupt(b)
+            if st != stop:
+                # full (or past the 32-bit delta) inside this plain batch at record ``index``
+                offset_map.note_mapped(seg, position, reader.file_base + p + b.size_in_bytes)
+                if stats is not None:
+                    stats.index_messages_read(messages + index)
+                offset_map.update_latest_offset(latest)
+                return True
+            # a batch the kernel left to this code: as the reference, batch by batch
+            table.note_batch(b.base_offset, b.last_offset)
             if b.is_control:
                 txn.on_control_batch_read(b)
                 messages += 1
@@ -91,11 +135,12 @@ def build_for_segment_fast(seg: LogSegment, start: int, offset_map: CompactOffse
                                                       max_entries)
                     if last_put > latest:
                         latest = last_put
-                    if st == k.CORRUPT:
+                    if st == corrupt:
                         _raise_corrupt(b)
                     if st != ok:
                         # full (or past the 32-bit delta) at record ``index``: the round stops there;
                         # Kafka counts the records read before it
+                        offset_map.note_mapped(seg, position, reader.file_base + p + b.size_in_bytes)
                         if stats is not None:
                             stats.index_messages_read(messages + index)
                         offset_map.update_latest_offset(latest)
@@ -103,11 +148,15 @@ def build_for_segment_fast(seg: LogSegment, start: int, offset_map: CompactOffse
                 messages += b.records_count
             if b.last_offset >= start and b.last_offset > latest:
                 latest = b.last_offset
+            p += b.size_in_bytes
         if stats is not None:
             stats.index_messages_read(messages)
         offset_map.update_latest_offset(latest)
+    offset_map.note_mapped(seg, position, reader.end)
     return False
 
+
+# ---- 2. the rewriting pass ------------------------------------------------------------------
 
 def _rebuild_fast(b: RecordBatch, data: bytes | memoryview, keep: bytearray, count: int, horizon: int | None,
                   offset_map: CompactOffsetMap,
@@ -136,92 +185,187 @@ def _rebuild_fast(b: RecordBatch, data: bytes | memoryview, keep: bytearray, cou
         producer_epoch=b.producer_epoch, base_sequence=b.base_sequence, records_count=n)
 
 
+class _Output:
+    """The rewriting pass's pending output (``cleaner._Pending``'s rule) in one reusable buffer
+    that the kernel writes into too: ``pend`` = (bytes pending, largest offset, max timestamp,
+    offset of the max timestamp)."""
+
+    __slots__ = ("buf", "pend", "dest", "throttler", "flush_at")
+
+    def __init__(self, dest: Any, throttler: Throttler | None) -> None:
+        self.dest = dest
+        self.throttler = throttler
+        self.flush_at = max(dest.index_interval_bytes, 1)
+        self.buf = bytearray(1 << 16)
+        self.pend = array("q", [0, -1, -1, -1])
+
+    def add(self, data: bytes, last_offset: int, max_timestamp: int, may_flush: bool = True) -> None:
+        pend = self.pend
+        n = pend[0]
+        self.buf[n : n + len(data)] = data
+        pend[0] = n + len(data)
+        pend[1] = last_offset
+        if max_timestamp > pend[2] or pend[3] < 0:
+            pend[2] = max_timestamp
+            pend[3] = last_offset
+        if may_flush and pend[0] > self.flush_at:
+            self.flush()
+
+    def flush(self) -> None:
+        """Append what is pending to the destination as one chunk (one index entry at most)."""
+        pend = self.pend
+        n = pend[0]
+        if not n:
+            return
+        with memoryview(self.buf) as mv, mv[:n] as data:
+            self.dest.append(data, largest_offset=pend[1], largest_timestamp=pend[2],
+                             offset_of_largest_timestamp=pend[3])
+        if self.throttler is not None:
+            self.throttler.maybe_throttle(n)
+        pend[0] = 0
+        pend[2] = pend[3] = -1
+
+
+class _BatchCleaner:
+    """``clean_into``'s per-batch code for the batches the kernel leaves to Python."""
+
+    def __init__(self, offset_map: CompactOffsetMap, ctx: CleanContext, stats: CleanerStats) -> None:
+        self.offset_map = offset_map
+        self.ctx = ctx
+        self.stats = stats
+        self.table = offset_map.table
+        self.retain_and_rebuild = offset_map.kernels.retain_and_rebuild
+        self.corrupt = offset_map.kernels.CORRUPT
+        self.zero_copy = offset_map.kernels is not pure_kernels()
+        self.latest = offset_map.latest_offset
+        self.keep = bytearray()
+
+    def clean(self, b: RecordBatch, known: bool) -> tuple[bytes, int, bool] | None:
+        """What stays of ``b``: (bytes, max timestamp, whether the pending output may be flushed
+        after it: not after an emptied header, as the reference), or None."""
+        ctx, stats = self.ctx, self.stats
+        now = ctx.now_ms
+        # batch-level decisions, in log order (they advance the transaction state): the
+        # reference cleaner's own function
+        is_control = b.is_control
+        decision = decide_batch(b, ctx.txn_metadata, now, ctx.upper_bound_of_round, ctx.active_producers)
+        retention, discard_records = decision.retention, decision.discard_records
+        if retention is BatchRetention.DELETE:
+            stats.batches_deleted += 1
+            stats.removed_discarded_batch(is_control, b.records_count)
+            return None
+        count = b.records_count
+        data = None
+        rebuilt = None
+        tombstone_kept = False
+        keep = self.keep
+        if discard_records:
+            retained = 0
+            stats.removed_discarded_batch(is_control, count)
+        elif is_control:
+            retained = count
+        else:
+            data = _records(b, self.zero_copy)
+            retain_deletes = not b.has_delete_horizon or now < (b.delete_horizon_ms or 0)
+            # decided and, when the batch must be rebuilt, written in one scan of its records
+            st, retained, tombstone_kept, invalid, superseded, rebuilt = self.retain_and_rebuild(
+                self.table, data, count, b.base_offset, self.latest, retain_deletes, keep, b.base_timestamp,
+                b.has_delete_horizon, b.delete_horizon_ms or 0, ctx.new_delete_horizon_ms,
+                bool(b.attributes & TIMESTAMP_TYPE_MASK), b.max_timestamp, b.last_offset_delta, known)
+            if st == self.corrupt:
+                _raise_corrupt(b)
+            stats.invalid_messages_read += invalid
+            # the removals' reasons, for the round report, from the same scan
+            stats.removed_superseded += superseded
+            stats.removed_tombstone += count - retained - superseded
+        stats.messages_read += count
+        if retained == 0:
+            if retention is BatchRetention.RETAIN_EMPTY:
+                out = build_empty_header(b)
+                stats.batches_emptied += 1
+                stats.recopy_messages(0, len(out))
+                return out, b.max_timestamp, False
+            stats.batches_deleted += 1
+            return None
+        need_horizon = (tombstone_kept or decision.marker_for_empty_txn) and not b.has_delete_horizon
+        if retained == count and not need_horizon:
+            out = bytes(b.raw)
+            max_ts = b.max_timestamp
+            stats.batches_copied += 1
+        else:
+            horizon = ctx.new_delete_horizon_ms if need_horizon else b.delete_horizon_ms
+            if is_control or data is None:
+                out = _rebuild(b, [True] * count, horizon)
+            else:
+                # a data batch: the kernel picked the same horizon (no marker flag on data batches)
+                out = _rebuild_fast(b, data, keep, count, horizon, self.offset_map, rebuilt)
+            max_ts = RecordBatch(out).max_timestamp
+            stats.batches_rebuilt += 1
+        stats.recopy_messages(retained, len(out))
+        return out, max_ts, True
+
+
+def _add_counts(stats: CleanerStats, c: Any) -> None:
+    """The kernel's counters (``_fastpath_batches.pxi``'s C_* order) into ``stats``; zeroes them."""
+    stats.messages_read += c[0]
+    stats.invalid_messages_read += c[1]
+    stats.removed_superseded += c[2]
+    stats.removed_tombstone += c[3]
+    stats.batches_deleted += c[4]
+    stats.batches_copied += c[5]
+    stats.batches_rebuilt += c[6]
+    stats.recopy_messages(c[7], c[8])
+    for i in range(len(c)):
+        c[i] = 0
+
+
 def clean_into_fast(source: LogSegment, dest: LogSegment, offset_map: CompactOffsetMap, ctx: CleanContext,
                     stats: CleanerStats | None = None) -> None:
     """:func:`cleaner.cleaner.clean_into` over the kernels (same contract)."""
     stats = stats if stats is not None else CleanerStats()
     k = offset_map.kernels
     table = offset_map.table
-    retain_and_rebuild = k.retain_and_rebuild
-    new_horizon = ctx.new_delete_horizon_ms
-    corrupt = k.CORRUPT
-    zero_copy = k is not pure_kernels()
+    clean_batches = k.clean_batches
+    ok, flush, stop = k.OK, k.FLUSH, k.STOP
     txn = ctx.txn_metadata
-    now = ctx.now_ms
-    upper = ctx.upper_bound_of_round
-    producers = ctx.active_producers
+    now, upper, new_horizon = ctx.now_ms, ctx.upper_bound_of_round, ctx.new_delete_horizon_ms
     latest = offset_map.latest_offset
     throttler = ctx.throttler
-    pending = _Pending()
-    flush_at = max(dest.index_interval_bytes, 1)
-    keep = bytearray()
-    DELETE, RETAIN_EMPTY = BatchRetention.DELETE, BatchRetention.RETAIN_EMPTY
-    decide = decide_batch
-
-    for chunk, size in _chunks(source, 0, ctx.io_buffer_size):
-        ctx.check_done()
-        if throttler is not None:
-            throttler.maybe_throttle(size)
-        stats.bytes_read += size
-        for b in chunk:
-            # batch-level decisions, in log order (they advance the transaction state): the
-            # reference cleaner's own function
-            is_control = b.is_control
-            decision = decide(b, txn, now, upper, producers)
-            retention, discard_records = decision.retention, decision.discard_records
-            if retention is DELETE:
-                stats.batches_deleted += 1
-                stats.removed_discarded_batch(is_control, b.records_count)
-                continue
-            count = b.records_count
-            data = None
-            rebuilt = None
-            tombstone_kept = False
-            if discard_records:
-                retained = 0
-                stats.removed_discarded_batch(is_control, count)
-            elif is_control:
-                retained = count
-            else:
-                data = _records(b, zero_copy)
-                retain_deletes = not b.has_delete_horizon or now < (b.delete_horizon_ms or 0)
-                # decided and, when the batch must be rebuilt, written in one scan of its records
-                st, retained, tombstone_kept, invalid, superseded, rebuilt = retain_and_rebuild(
-                    table, data, count, b.base_offset, latest, retain_deletes, keep, b.base_timestamp,
-                    b.has_delete_horizon, b.delete_horizon_ms or 0, new_horizon,
-                    bool(b.attributes & TIMESTAMP_TYPE_MASK), b.max_timestamp, b.last_offset_delta)
-                if st == corrupt:
-                    _raise_corrupt(b)
-                stats.invalid_messages_read += invalid
-                # the removals' reasons, for the round report, from the same scan
-                stats.removed_superseded += superseded
-                stats.removed_tombstone += count - retained - superseded
-            stats.messages_read += count
-            if retained == 0:
-                if retention is RETAIN_EMPTY:
-                    out = build_empty_header(b)
-                    stats.batches_emptied += 1
-                    stats.recopy_messages(0, len(out))
-                    pending.add(out, b.last_offset, b.max_timestamp)
-                else:
-                    stats.batches_deleted += 1
-                continue
-            need_horizon = (tombstone_kept or decision.marker_for_empty_txn) and not b.has_delete_horizon
-            if retained == count and not need_horizon:
-                out = bytes(b.raw)
-                max_ts = b.max_timestamp
-                stats.batches_copied += 1
-            else:
-                horizon = ctx.new_delete_horizon_ms if need_horizon else b.delete_horizon_ms
-                if is_control or data is None:
-                    out = _rebuild(b, [True] * count, horizon)
-                else:
-                    # a data batch: the kernel picked the same horizon (no marker flag on data batches)
-                    out = _rebuild_fast(b, data, keep, count, horizon, offset_map, rebuilt)
-                max_ts = RecordBatch(out).max_timestamp
-                stats.batches_rebuilt += 1
-            stats.recopy_messages(retained, len(out))
-            pending.add(out, b.last_offset, max_ts)
-            if pending.size > flush_at:
-                pending.flush_to(dest, throttler)
-    pending.flush_to(dest, throttler)
+    output = _Output(dest, throttler)
+    pend, flush_at = output.pend, output.flush_at
+    counts = array("q", bytes(8 * k.N_COUNTS))
+    # the batches whose batch-level decision may be RETAIN_EMPTY because they are their
+    # producer's last one: the kernel leaves them to decide_batch
+    specials = array("q", sorted({p.last_data_offset for p in ctx.active_producers.values()
+                                  if p.last_data_offset >= 0}))
+    known_lo, known_hi = offset_map.mapped_range(source)
+    one = _BatchCleaner(offset_map, ctx, stats)
+    reader = ChunkReader(source, 0, k, ctx.io_buffer_size)
+    try:
+        for buf, lo, hi in reader.chunks():
+            ctx.check_done()
+            if throttler is not None:
+                throttler.maybe_throttle(hi - lo)
+            stats.bytes_read += hi - lo
+            base = reader.file_base
+            p = lo
+            while p < hi:
+                st, p, plain_last = clean_batches(table, buf, p, hi, known_lo - base, known_hi - base, latest, now,
+                                                  new_horizon, upper, specials, output.buf, pend, counts, flush_at)
+                if plain_last != _NO_BATCH:
+                    txn.on_plain_batches_read(plain_last)
+                if st == ok:
+                    break
+                if st == flush:
+                    output.flush()
+                    continue
+                assert st == stop
+                b = _batch_at(buf, p)
+                size = b.size_in_bytes
+                kept = one.clean(b, known_lo <= base + p and base + p + size <= known_hi)
+                if kept is not None:
+                    output.add(kept[0], b.last_offset, kept[1], kept[2])
+                p += size
+        output.flush()
+    finally:
+        _add_counts(stats, counts)

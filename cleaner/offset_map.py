@@ -18,9 +18,11 @@ collision merges two keys, which Kafka accepts.
 
 :class:`CompactOffsetMap` is the local cleaner's map: 16-byte slots (a 12-byte keyed digest and a
 4-byte offset delta from the round's first mapped offset) in the record kernels' key table
-(``log/record/fastpath.py``: compiled, or the pure-Python reference), the same probing and
-capacity rule, allocated as keys arrive. The cleaner recognises it and runs its compiled loops
-over it (``cleaner/fast_cleaner.py``); the LogCleaner gives one to local and tiered rounds.
+(``log/record/fastpath.py``: compiled, or the pure-Python reference), the same capacity rule,
+allocated as keys arrive; it probes linearly from a digest's home slot (Kafka's probe sequence
+jumps to an unrelated slot per attempt, a cache miss each), which changes no answer. The
+cleaner recognises it and runs its compiled loops over it (``cleaner/fast_cleaner.py``); the
+LogCleaner gives one to local and tiered rounds.
 SkimpyOffsetMap is the reference path (any other OffsetMap, e.g. the Spark tasks' digest map,
 goes through the same reference code) and the one to use where the map's full MD5 digests are
 needed, since CompactOffsetMap keeps only keyed, truncated ones.
@@ -38,7 +40,9 @@ from __future__ import annotations
 import abc
 import hashlib
 import os
+import weakref
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -384,6 +388,8 @@ class CompactOffsetMap(OffsetMap):
         self.table = self.kernels.KeyTable(slots)
         self.table.reset(os.urandom(16))
         self._latest = -1
+        #: id(segment) -> (weak reference, first byte, end byte) the map pass read this round
+        self._mapped: dict[int, tuple[weakref.ref[Any], int, int]] = {}
 
     @property
     def slots(self) -> int:
@@ -409,6 +415,21 @@ class CompactOffsetMap(OffsetMap):
     def clear(self) -> None:
         self.table.reset(os.urandom(16))  # a new secret per round
         self._latest = -1
+        self._mapped.clear()
+
+    def note_mapped(self, segment: object, first_byte: int, end_byte: int) -> None:
+        """The map pass read ``segment``'s batches in ``[first_byte, end_byte)`` (this round). The
+        rewriting pass may then decide those very batches' records with the table's supersession
+        bitmap (``KeyTable._known``): same segment object, same bytes (a rolled segment does not
+        change while the cleaner holds it), so an offset the bitmap knows is that record's."""
+        self._mapped[id(segment)] = (weakref.ref(segment), first_byte, end_byte)
+
+    def mapped_range(self, segment: object) -> tuple[int, int]:
+        """``[first_byte, end_byte)`` of ``segment`` the map pass read this round, or (0, 0)."""
+        entry = self._mapped.get(id(segment))
+        if entry is None or entry[0]() is not segment:
+            return 0, 0
+        return entry[1], entry[2]
 
     def update_latest_offset(self, offset: int) -> None:
         self._latest = offset

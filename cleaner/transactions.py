@@ -59,6 +59,12 @@ class CleanedTransactionMetadata:
         self._ongoing_committed.add(batch.producer_id)
         return False
 
+    def on_plain_batches_read(self, last_offset: int) -> None:
+        """Data batches that are neither transactional nor control were read, the highest last
+        offset among them being ``last_offset`` (the compiled loops report such runs at once):
+        what :meth:`on_batch_read` does for each of them, since they are never aborted."""
+        self._consume_up_to(last_offset)
+
     def on_control_batch_read(self, batch: RecordBatch) -> bool:
         """A control batch was read; returns True if the marker may be discarded."""
         self._consume_up_to(batch.last_offset)

@@ -11,7 +11,13 @@ two deliberate simplifications that change no output byte:
   records is :class:`~log.record.builder.RecordBatchBuilder` itself, which the caller uses.
 
 The table keeps the compiled layout (16-byte slots: 12-byte digest, little-endian uint32
-offset delta) and Kafka's probing, so both implementations size and fill alike.
+offset delta) and probing (linear from the digest's home slot), so both implementations size
+and fill alike; it has no supersession bitmap (every record is looked up by its digest, which
+is what the bitmap answers for the compiled table anyway).
+
+The chunk kernels: :func:`frame_batches` frames and checks for real (struct and the crc32c
+package, as ``RecordBatch.ensure_valid``); :func:`map_batches` and :func:`clean_batches` leave
+every batch to the cleaner's per-batch code (the reference for what they do).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import hashlib
 import struct
 
 from log.errors import CorruptRecordError
+from log.record.crc32c import crc32c
 from log.record.decode import iter_key_offsets
 
 try:  # CPython's own MD5 (HACL*) is faster per short key than OpenSSL's via hashlib
@@ -38,7 +45,9 @@ MIN_SLOTS = 1024
 MAX_DELTA = (1 << 32) - 1
 _EMPTY = bytes(DIGEST)
 _DELTA = struct.Struct("<I")
-_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+_FRAME = struct.Struct(">i4xb")  # batchLength, (partitionLeaderEpoch), magic
+_COUNTS = struct.Struct(">i")
 
 
 def _digest(key: bytes) -> bytes:
@@ -46,19 +55,22 @@ def _digest(key: bytes) -> bytes:
     return b"\x01" + d[1:] if d == _EMPTY else d
 
 
-def _position(d: bytes, attempt: int, slots: int) -> int:
-    (probe,) = _INT32.unpack_from(d, min(attempt, 8))
-    if attempt > 8:
-        probe = ((probe + attempt - 8 + 2**31) % 2**32) - 2**31
-    return (0 if probe == -(2**31) else abs(probe)) % slots
+def _home(d: bytes, slots: int) -> int:
+    """The first slot ``d`` probes: its first 32 bits (big-endian) scaled to ``[0, slots)``."""
+    return (_UINT32.unpack_from(d, 0)[0] * slots) >> 32
 
 
 class KeyTable:
     """Digest -> offset table with 16-byte slots, growing up to ``capacity`` slots. Not thread-safe."""
 
+    bits_ok = False  # no supersession bitmap here
+    bitmap_bytes = 0
+
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
             raise ValueError(f"a key table needs at least one slot, got {capacity}")
+        if capacity > 1 << 32:
+            raise ValueError(f"a key table holds at most 2^32 slots, got {capacity}")
         self.capacity = capacity
         self.slots = 0
         self.size = 0
@@ -88,13 +100,22 @@ class KeyTable:
 
     def _find(self, d: bytes) -> int:
         buf, slots = self._buf, self.slots
-        for attempt in range(slots + 8):
-            pos = _position(d, attempt, slots)
+        if not slots:
+            return -1
+        pos = _home(d, slots)
+        for _ in range(slots):
             s = buf[pos * SLOT : pos * SLOT + DIGEST]
-            if s == _EMPTY or s == d:
+            if s == d or s == _EMPTY:
                 return pos
+            pos = pos + 1 if pos + 1 < slots else 0
             self.collisions += 1
         return -1
+
+    def note_batch(self, base_offset: int, last_offset: int) -> None:
+        """The compiled table checks batch offsets for its bitmap; nothing to do here."""
+
+    def forget_bitmap(self) -> None:
+        """No bitmap here."""
 
     def put(self, key: bytes, offset: int, max_entries: int) -> int:
         if self.size >= max_entries or self.size >= self.capacity:
@@ -219,7 +240,68 @@ def encode_records(keys: list[bytes | None], values: list[bytes | None], timesta
 def retain_and_rebuild(table: KeyTable, data: bytes, count: int, base_offset: int, latest: int, retain_deletes: bool,
                        keep: bytearray, base_timestamp: int, has_delete_horizon: bool, delete_horizon: int,
                        new_delete_horizon: int, log_append_time: bool, log_append_ts: int,
-                       last_offset_delta: int) -> tuple[int, int, bool, int, int, None]:
+                       last_offset_delta: int, known: bool = False) -> tuple[int, int, bool, int, int, None]:
     """:func:`retain_records`; the rebuild is always left to the caller (the builder is the
-    reference encoder, see :func:`rebuild_records`)."""
+    reference encoder, see :func:`rebuild_records`). ``known`` changes nothing here (no bitmap)."""
     return (*retain_records(table, data, count, base_offset, latest, retain_deletes, keep), None)
+
+
+# ---- chunks of batches (the compiled module's _fastpath_batches.pxi) ----------------------------
+
+FRAME_CHUNK = 0
+FRAME_MORE = 1
+FRAME_BAD = 2
+STOP = 3
+FLUSH = 4
+N_COUNTS = 9
+_NO_BATCH = -(2**63)
+
+
+def _batch_ok(buf: bytes | bytearray | memoryview, pos: int, size: int) -> bool:
+    """RecordBatch.ensure_valid's checks on a batch whose length and magic were read."""
+    if crc32c(memoryview(buf)[pos + 21 : pos + size]) != _UINT32.unpack_from(buf, pos + 17)[0]:
+        return False
+    (count,) = _COUNTS.unpack_from(buf, pos + 57)
+    (lod,) = _COUNTS.unpack_from(buf, pos + 23)
+    body = size - 61
+    if count < 0:
+        return False
+    if buf[pos + 22] & 0x07 == 0:
+        if count * 7 > body or (count == 0 and body != 0):
+            return False
+    elif count == 0 and body != 0:
+        return False
+    return not (count and lod < count - 1)
+
+
+def frame_batches(buf: bytes | bytearray | memoryview, pos: int, end: int, chunk_bytes: int,
+                  have: int) -> tuple[int, int, int]:
+    """Walk and check the batches of ``buf[pos:end]`` into a chunk (the compiled docstring)."""
+    while True:
+        if end - pos < 17:
+            return FRAME_MORE, pos, have
+        length, magic = _FRAME.unpack_from(buf, pos + 8)
+        if length < 49 or magic != 2:
+            return FRAME_BAD, pos, have
+        size = length + 12
+        if size > end - pos:
+            return FRAME_MORE, pos, have
+        if not _batch_ok(buf, pos, size):
+            return FRAME_BAD, pos, have
+        pos += size
+        have += size
+        if have >= chunk_bytes:
+            return FRAME_CHUNK, pos, have
+
+
+def map_batches(table: KeyTable, buf: bytes | bytearray | memoryview, pos: int, end: int, start: int,
+                max_entries: int, latest: int) -> tuple[int, int, int, int, int, int]:
+    """Leaves every batch to the cleaner's per-batch code (the reference for this kernel)."""
+    return (STOP if pos < end else OK), pos, 0, latest, 0, _NO_BATCH
+
+
+def clean_batches(table: KeyTable, buf: bytes | bytearray | memoryview, pos: int, end: int, known_lo: int,
+                  known_hi: int, latest: int, now: int, new_horizon: int, upper: int, specials: object,
+                  out: bytearray, pend: object, counts: object, flush_at: int) -> tuple[int, int, int]:
+    """Leaves every batch to the cleaner's per-batch code (the reference for this kernel)."""
+    return (STOP if pos < end else OK), pos, _NO_BATCH

@@ -37,6 +37,10 @@ class KeyTableLike(Protocol):
 
     def digests(self) -> list[bytes]: ...
 
+    def note_batch(self, base_offset: int, last_offset: int) -> None: ...
+
+    def forget_bitmap(self) -> None: ...
+
 
 class RecordKernels(Protocol):
     """What both ``_fastpath`` modules provide (their docstrings give the details)."""
@@ -45,6 +49,12 @@ class RecordKernels(Protocol):
     FULL: int
     DELTA_OVERFLOW: int
     CORRUPT: int
+    FRAME_CHUNK: int
+    FRAME_MORE: int
+    FRAME_BAD: int
+    STOP: int
+    FLUSH: int
+    N_COUNTS: int
     KeyTable: Any  # a class whose instances are KeyTableLike; constructor KeyTable(capacity)
 
     def map_records(self, table: Any, data: bytes | memoryview, count: int, base_offset: int, start: int,
@@ -62,7 +72,17 @@ class RecordKernels(Protocol):
     def retain_and_rebuild(self, table: Any, data: bytes | memoryview, count: int, base_offset: int, latest: int,
                            retain_deletes: bool, keep: bytearray, base_timestamp: int, has_delete_horizon: bool,
                            delete_horizon: int, new_delete_horizon: int, log_append_time: bool,
-                           log_append_ts: int, last_offset_delta: int) -> tuple[Any, ...]: ...
+                           log_append_ts: int, last_offset_delta: int, known: bool = False) -> tuple[Any, ...]: ...
+
+    def frame_batches(self, buf: bytes | bytearray | memoryview, pos: int, end: int, chunk_bytes: int,
+                      have: int) -> tuple[int, int, int]: ...
+
+    def map_batches(self, table: Any, buf: bytes | bytearray | memoryview, pos: int, end: int, start: int,
+                    max_entries: int, latest: int) -> tuple[int, int, int, int, int, int]: ...
+
+    def clean_batches(self, table: Any, buf: bytes | bytearray | memoryview, pos: int, end: int, known_lo: int,
+                      known_hi: int, latest: int, now: int, new_horizon: int, upper: int, specials: Any,
+                      out: bytearray, pend: Any, counts: Any, flush_at: int) -> tuple[int, int, int]: ...
 
     def decode_records(self, data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,
                        base_sequence: int, log_append_time: int | None) -> list[Any] | None: ...

@@ -1,0 +1,171 @@
+# ---- record decoding for readers -------------------------------------------------------------
+
+cdef int64_t _I64_MAX = INT64_MAX
+cdef int64_t _I64_MIN = INT64_MIN
+
+
+cdef inline bint _add_overflows(int64_t a, int64_t b) noexcept nogil:
+    return (b > 0 and a > _I64_MAX - b) or (b < 0 and a < _I64_MIN - b)
+
+
+def decode_records(const uint8_t[::1] data, Py_ssize_t count, int64_t base_offset, int64_t base_timestamp,
+                   int64_t base_sequence, log_append_time):
+    """Every record of one batch's (decompressed) records section as the tuples
+    ``decode.iter_record_fields`` yields: ``(offset, timestamp, key, value, headers, sequence)``.
+
+    Returns ``None`` for anything it does not decode exactly as the reference would: records
+    with headers, a varlong of 10 bytes, arithmetic beyond int64, and every malformed record
+    (the caller then runs the reference, which raises its own error). So its answer is the
+    reference's list or nothing.
+    """
+    cdef const uint8_t* p = &data[0] if data.shape[0] else NULL
+    cdef Py_ssize_t end = data.shape[0], pos = 0, rec_end, start, i
+    cdef int64_t length, ts_delta, od, klen, vlen, ts, off, seq
+    cdef bint append_time = log_append_time is not None
+    cdef int64_t lat = log_append_time if append_time else 0
+    cdef int32_t i32max = 2147483647
+    out = []
+    if count and p == NULL:
+        return None
+    for i in range(count):
+        if _varint(p, &pos, end, 5, &length) < 0:
+            return None
+        rec_end = pos + length
+        if length < 6 or rec_end > end:
+            return None
+        pos += 1  # attributes
+        start = pos
+        if _varint(p, &pos, end, 10, &ts_delta) < 0 or pos - start >= 10:
+            return None
+        if _varint(p, &pos, end, 5, &od) < 0 or _varint(p, &pos, end, 5, &klen) < 0:
+            return None
+        if klen >= 0:
+            if pos + klen > rec_end:
+                return None
+            key = PyBytes_FromStringAndSize(<char*>(p + pos), klen)
+            pos += klen
+        elif klen == -1:
+            key = None
+        else:
+            return None
+        if _varint(p, &pos, end, 5, &vlen) < 0:
+            return None
+        if vlen >= 0:
+            if pos + vlen > rec_end:
+                return None
+            value = PyBytes_FromStringAndSize(<char*>(p + pos), vlen)
+            pos += vlen
+        elif vlen == -1:
+            value = None
+        else:
+            return None
+        if pos >= end or p[pos] != 0:
+            return None  # headers (or a truncated record): the reference decodes them
+        pos += 1
+        if pos != rec_end:
+            return None
+        if _add_overflows(base_offset, od):
+            return None
+        off = base_offset + od
+        if append_time:
+            ts = lat
+        else:
+            if _add_overflows(base_timestamp, ts_delta):
+                return None
+            ts = base_timestamp + ts_delta
+        if base_sequence < 0:
+            seq = -1
+        elif base_sequence > i32max - od:
+            seq = od - (i32max - base_sequence) - 1
+        else:
+            seq = base_sequence + od
+        out.append((off, ts, key, value, (), seq))
+    if pos != end:
+        return None
+    return out
+
+
+# ---- encoding a producer's records ------------------------------------------------------------
+
+from cpython.bytes cimport PyBytes_Check, PyBytes_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.long cimport PyLong_AsLongLong
+
+
+cdef inline Py_ssize_t _varlong_size(int64_t v) noexcept nogil:
+    cdef uint64_t z = (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
+    cdef Py_ssize_t n = 1
+    while z >= 0x80:
+        z >>= 7
+        n += 1
+    return n
+
+
+def encode_records(list keys, list values, list timestamps, int64_t base_timestamp):
+    """The records section RecordBatchBuilder.append writes for records at offset deltas
+    0..n-1 with no headers: ``keys[i]`` / ``values[i]`` bytes or None, ``timestamps[i]`` ints.
+
+    Returns ``(records_bytes, max_timestamp)``, or ``None`` for anything it leaves to the
+    builder (a key or value that is not exactly bytes, a timestamp below -1 or a delta beyond
+    int64, lists of unequal length); the builder then appends the records one by one.
+    """
+    cdef Py_ssize_t n = PyList_GET_SIZE(keys), i, total = 0, klen, vlen, body, w = 0
+    cdef int64_t ts, delta, max_ts = -1
+    cdef object k, v
+    if PyList_GET_SIZE(values) != n or PyList_GET_SIZE(timestamps) != n or n == 0 or n > 2147483647:
+        return None
+    for i in range(n):
+        k = <object>PyList_GET_ITEM(keys, i)
+        v = <object>PyList_GET_ITEM(values, i)
+        t = <object>PyList_GET_ITEM(timestamps, i)
+        if type(t) is not int or not (-1 <= t <= 0x7FFFFFFFFFFFFFFF):
+            return None
+        ts = PyLong_AsLongLong(t)
+        if _add_overflows(ts, -base_timestamp) or base_timestamp == _I64_MIN:
+            return None
+        delta = ts - base_timestamp
+        if ts > max_ts:
+            max_ts = ts
+        if k is None:
+            klen = -1
+        elif PyBytes_Check(k):
+            klen = PyBytes_GET_SIZE(k)
+        else:
+            return None
+        if v is None:
+            vlen = -1
+        elif PyBytes_Check(v):
+            vlen = PyBytes_GET_SIZE(v)
+        else:
+            return None
+        body = (1 + _varlong_size(delta) + _varlong_size(i) + _varlong_size(klen) + (klen if klen > 0 else 0)
+                + _varlong_size(vlen) + (vlen if vlen > 0 else 0) + 1)
+        total += _varlong_size(body) + body
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef uint8_t* o = <uint8_t*>PyBytes_AS_STRING(out)
+    for i in range(n):
+        k = <object>PyList_GET_ITEM(keys, i)
+        v = <object>PyList_GET_ITEM(values, i)
+        delta = PyLong_AsLongLong(<object>PyList_GET_ITEM(timestamps, i)) - base_timestamp
+        klen = -1 if k is None else PyBytes_GET_SIZE(k)
+        vlen = -1 if v is None else PyBytes_GET_SIZE(v)
+        body = (1 + _varlong_size(delta) + _varlong_size(i) + _varlong_size(klen) + (klen if klen > 0 else 0)
+                + _varlong_size(vlen) + (vlen if vlen > 0 else 0) + 1)
+        w += _put_varlong(o + w, body)
+        o[w] = 0
+        w += 1
+        w += _put_varlong(o + w, delta)
+        w += _put_varlong(o + w, i)
+        w += _put_varlong(o + w, klen)
+        if klen > 0:
+            memcpy(o + w, PyBytes_AS_STRING(k), klen)
+            w += klen
+        w += _put_varlong(o + w, vlen)
+        if vlen > 0:
+            memcpy(o + w, PyBytes_AS_STRING(v), vlen)
+            w += vlen
+        o[w] = 0
+        w += 1
+    return out, max_ts
+
+
