@@ -37,6 +37,7 @@ Contract shared with ``_fastpath_py.py`` (see ``log/record/fastpath.py``'s Proto
   pure-Python twins frame for real and leave every batch to the caller).
 """
 
+cimport cython
 from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcpy, memset
@@ -80,6 +81,29 @@ cdef extern from *:
     uint32_t tc_be32(const uint8_t* p) noexcept nogil
     void tc_put_le64(uint8_t* p, uint64_t v) noexcept nogil
     void tc_put_le32(uint8_t* p, uint32_t v) noexcept nogil
+
+cdef extern from *:
+    """
+    #include <stdlib.h>
+    #include <string.h>
+    #if defined(__linux__)
+    #include <sys/mman.h>
+    #endif
+    /* Zeroed memory for the key table. From 2 MiB on it is 2 MiB-aligned and, on Linux, asked
+       to be backed by transparent huge pages: the table is probed at random, and with 4 KiB
+       pages a probe can also miss the TLB (a page walk, slow under virtualization). */
+    static void* tc_table_alloc(size_t n) {
+        void* p = NULL;
+        if (n < ((size_t)2 << 20)) return calloc(n, 1);
+        if (posix_memalign(&p, (size_t)2 << 20, n) != 0) return NULL;
+    #if defined(__linux__) && defined(MADV_HUGEPAGE)
+        madvise(p, n, MADV_HUGEPAGE);
+    #endif
+        memset(p, 0, n);
+        return p;
+    }
+    """
+    void* tc_table_alloc(size_t n) noexcept nogil
 
 cdef enum:
     SLOT = 16

@@ -91,7 +91,7 @@ cdef Scanned* _alloc_scanned(Py_ssize_t count) except? NULL:
 
 
 cdef enum:
-    MAP_GROUP = 16   # records hashed (their slots prefetched) before they are put
+    MAP_AHEAD = 16   # records hashed (their slots prefetched) ahead of the one being put
 
 
 cdef int _map_core(KeyTable table, const uint8_t* p, Py_ssize_t end, Py_ssize_t count, int64_t base_offset,
@@ -101,47 +101,49 @@ cdef int _map_core(KeyTable table, const uint8_t* p, Py_ssize_t end, Py_ssize_t 
     ``index[0]``, or CORRUPT at record ``index[0]`` (the records before it were put, as they
     would be one by one, unless the map filled first: then FULL).
 
-    Records are scanned and hashed a group at a time, the group's slots prefetched, then put in
-    order: the same result as putting record by record, with the table's cache misses
-    overlapped (a whole batch of prefetches at once would crowd out the stream of record bytes).
+    Software-pipelined: record ``i + MAP_AHEAD`` is scanned and hashed, its slot prefetched,
+    while record ``i`` is put, so each slot has had that long to arrive; the puts happen in
+    record order, so the result is that of putting record by record.
 
     It also checks that the batch's record offsets are strictly increasing and within
     ``[base_offset, batch_last]``; if not, an offset could name two records and the table's
     supersession bitmap is turned off for the round."""
-    cdef Py_ssize_t pos = 0, i = 0, j, g, n
+    cdef Py_ssize_t pos = 0, scanned = 0, put = 0
     cdef KeySpan r
     cdef int st
     cdef bint corrupt = False
     cdef int64_t prev = base_offset
     cdef uint8_t dummy = 0
-    cdef Scanned sc[MAP_GROUP]
+    cdef Scanned ring[MAP_AHEAD]
+    cdef Scanned* s
     index[0] = 0
     last_put[0] = -1
-    while i < count and not corrupt:
-        n = count - i if count - i < MAP_GROUP else MAP_GROUP
-        for g in range(n):
+    while True:
+        while scanned < count and scanned - put < MAP_AHEAD and not corrupt:
             if p == NULL or _next_key_offset(p, &pos, end, base_offset, &r) < 0:
-                n = g
                 corrupt = True
                 break
-            if table.bits_ok and (r.offset < prev or (i + g > 0 and r.offset == prev) or r.offset > batch_last):
+            if table.bits_ok and (r.offset < prev or (scanned > 0 and r.offset == prev) or r.offset > batch_last):
                 table._drop_bits()
             prev = r.offset
-            sc[g].offset = r.offset
-            sc[g].key_len = r.key_len
-            sc[g].hashed = r.key_len >= 0 and r.offset >= start
-            if sc[g].hashed:
-                _digest(p + r.key_pos if r.key_len else &dummy, r.key_len, table.k0, table.k1, sc[g].digest)
-                table._prefetch(sc[g].digest)
-        for g in range(n):
-            if sc[g].hashed:
-                st = table._put_d(sc[g].digest, sc[g].offset, max_entries)
-                if st != ST_OK:
-                    index[0] = i + g
-                    return st
-                last_put[0] = sc[g].offset
-        i += n
-    index[0] = i
+            s = &ring[scanned % MAP_AHEAD]
+            s.offset = r.offset
+            s.hashed = r.key_len >= 0 and r.offset >= start
+            if s.hashed:
+                _digest(p + r.key_pos if r.key_len else &dummy, r.key_len, table.k0, table.k1, s.digest)
+                table._prefetch(s.digest)
+            scanned += 1
+        if put == scanned:
+            break
+        s = &ring[put % MAP_AHEAD]
+        if s.hashed:
+            st = table._put_d(s.digest, s.offset, max_entries)
+            if st != ST_OK:
+                index[0] = put
+                return st
+            last_put[0] = s.offset
+        put += 1
+    index[0] = put
     if corrupt or pos != end:
         return ST_CORRUPT
     return ST_OK

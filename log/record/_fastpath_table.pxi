@@ -122,16 +122,18 @@ cdef enum:
 cdef int64_t _NO_BATCH = INT64_MIN
 
 
+@cython.final
 cdef class KeyTable:
     """Digest -> offset table with 16-byte slots (see the module docstring). Not thread-safe.
 
     Besides the slots it keeps, for the offsets put in the round, a bitmap of two bits per
-    offset (``put`` and ``superseded``: a later put of the same digest replaced it), so the
-    rewriting pass can decide a record the map pass put without hashing its key again:
-    ``_known`` below. The bitmap grows with the offsets, up to a quarter of a byte per offset
-    and at most capacity x 2 bytes (an eighth of the slots' memory); past that, or whenever
-    the map pass saw offsets that are not strictly increasing (so an offset might name two
-    records), it is not used and every record is looked up by its digest, as before.
+    offset (``put``, and ``latest``: the offset a slot holds now, set from the slots when the
+    rewriting pass first asks), so the rewriting pass can decide a record the map pass put
+    without hashing its key again: ``_known`` below. The bitmap grows with the offsets, up to a
+    quarter of a byte per offset and at most capacity x 2 bytes (an eighth of the slots'
+    memory); past that, or whenever the map pass saw offsets that are not strictly increasing
+    (so an offset might name two records), it is not used and every record is looked up by its
+    digest, as before.
     """
 
     cdef uint8_t* buf
@@ -142,13 +144,14 @@ cdef class KeyTable:
     cdef uint64_t k0, k1
     cdef readonly Py_ssize_t collisions
     # the supersession bitmap: word 2w holds the put bits of deltas [64w, 64w + 64), word 2w + 1
-    # their superseded bits
+    # their latest bits (valid while latest_ok)
     cdef uint64_t* bits
     cdef Py_ssize_t bit_pairs
     cdef Py_ssize_t max_bit_pairs
     cdef int64_t last_put_delta
     cdef int64_t walk_last             # last offset of the batch the map pass read before
     cdef readonly bint bits_ok
+    cdef bint latest_ok
     # scratch memory of the kernels (per-record spans of one batch), reused across batches
     cdef void* scratch
     cdef Py_ssize_t scratch_bytes
@@ -169,6 +172,7 @@ cdef class KeyTable:
         self.last_put_delta = -1
         self.walk_last = _NO_BATCH
         self.bits_ok = True
+        self.latest_ok = False
         self.scratch = NULL
         self.scratch_bytes = 0
 
@@ -201,6 +205,7 @@ cdef class KeyTable:
         self.collisions = 0
         self._drop_bits()
         self.bits_ok = True
+        self.latest_ok = False
         self.last_put_delta = -1
         self.walk_last = _NO_BATCH
 
@@ -219,7 +224,7 @@ cdef class KeyTable:
         cdef Py_ssize_t new_slots = MIN_SLOTS if self.slots == 0 else self.slots * 2
         if new_slots > self.capacity:
             new_slots = self.capacity
-        cdef uint8_t* nb = <uint8_t*>calloc(new_slots, SLOT)
+        cdef uint8_t* nb = <uint8_t*>tc_table_alloc(new_slots * SLOT)
         if nb == NULL:
             raise MemoryError()
         cdef Py_ssize_t i, pos
@@ -291,6 +296,21 @@ cdef class KeyTable:
         self.bit_pairs = 0
         self.bits_ok = False
 
+    cdef void _mark_latest(self) noexcept nogil:
+        """Set the latest bits from the slots: each key's offset now (one pass over the table,
+        where marking at every put would cost a random bitmap access per put)."""
+        cdef Py_ssize_t i, w
+        cdef uint32_t d
+        for i in range(self.bit_pairs):
+            self.bits[2 * i + 1] = 0
+        for i in range(self.slots):
+            if not _is_empty(self.buf + i * SLOT):
+                d = _slot_delta(self.buf + i * SLOT)
+                w = <Py_ssize_t>(d >> 6)
+                if w < self.bit_pairs:
+                    self.bits[2 * w + 1] |= (<uint64_t>1) << (d & 63)
+        self.latest_ok = True
+
     cdef void _mark_put(self, int64_t delta) noexcept nogil:
         cdef Py_ssize_t w = <Py_ssize_t>(delta >> 6), n
         cdef uint64_t* nb
@@ -311,24 +331,24 @@ cdef class KeyTable:
             self.bit_pairs = n
         self.bits[2 * w] |= (<uint64_t>1) << (delta & 63)
 
-    cdef inline void _mark_superseded(self, int64_t delta) noexcept nogil:
-        cdef Py_ssize_t w = <Py_ssize_t>(delta >> 6)
-        if w < self.bit_pairs:
-            self.bits[2 * w + 1] |= (<uint64_t>1) << (delta & 63)
-
     cdef inline int _known(self, int64_t offset) noexcept nogil:
         """For a record at ``offset`` that the map pass put: 1 if a later put of its digest
         superseded it, 0 if not (``offset < get(key)`` without hashing the key); -1 when the
         bitmap cannot tell (not put this round, past the bitmap, or the bitmap is off).
 
-        Exact only for the very record the map pass put at ``offset``: the caller asks only for
-        batches the map pass read (same segment, same bytes), whose offsets it checked to be
-        unique (``note_batch`` and the kernels' checks turn the bitmap off otherwise)."""
+        A put record's digest maps to its last put, at or after it, so the record is superseded
+        iff its offset is not the one its digest's slot holds; and with every offset put at
+        most once, no other slot holds it. Exact only for the very record the map pass put at
+        ``offset``: the caller asks only for batches the map pass read (same segment, same
+        bytes), whose offsets it checked to be unique (``note_batch`` and the kernels' checks
+        turn the bitmap off otherwise)."""
         cdef int64_t d
         cdef Py_ssize_t w
         cdef uint64_t m
         if not self.bits_ok or self.base < 0:
             return -1
+        if not self.latest_ok:
+            self._mark_latest()
         d = offset - self.base
         if d < 0:
             return -1
@@ -338,7 +358,7 @@ cdef class KeyTable:
         m = (<uint64_t>1) << (d & 63)
         if not self.bits[2 * w] & m:
             return -1
-        return 1 if self.bits[2 * w + 1] & m else 0
+        return 0 if self.bits[2 * w + 1] & m else 1
 
     cdef inline void _note_batch(self, int64_t base_offset, int64_t last_offset) noexcept nogil:
         if base_offset <= self.walk_last or last_offset < base_offset:
@@ -362,7 +382,7 @@ cdef class KeyTable:
         _digest(key, n, self.k0, self.k1, d)
         return self._put_d(d, offset, max_entries)
 
-    cdef int _put_d(self, const uint8_t* d, int64_t offset, Py_ssize_t max_entries) except -2:
+    cdef inline int _put_d(self, const uint8_t* d, int64_t offset, Py_ssize_t max_entries) except -2:
         cdef Py_ssize_t pos
         cdef uint8_t* s
         cdef int64_t delta
@@ -383,13 +403,12 @@ cdef class KeyTable:
         if _is_empty(s):
             memcpy(s, d, DIGEST)
             self.size += 1
-        elif self.bits_ok:
-            self._mark_superseded(_slot_delta(s))
         s[12] = delta & 0xFF
         s[13] = (delta >> 8) & 0xFF
         s[14] = (delta >> 16) & 0xFF
         s[15] = (delta >> 24) & 0xFF
         if self.bits_ok:
+            self.latest_ok = False
             if delta <= self.last_put_delta:
                 self._drop_bits()  # an offset put twice: it may name two records
             else:
