@@ -43,11 +43,11 @@ soak: $(STAMP)
 
 # The model state machine (tests/model) with fresh randomness, for as long as asked:
 # FUZZ_EXAMPLES per batch and engine, FUZZ_SECONDS keeps running batches until that many
-# seconds have passed on each engine, FUZZ_ENGINES a subset of local,file,s3.
+# seconds have passed on each engine, FUZZ_ENGINES a subset of local,file,s3,spark.
 # e.g. make fuzz FUZZ_SECONDS=3600 FUZZ_ENGINES=file,s3 ARGS=-x
 FUZZ_EXAMPLES ?= 1000
 FUZZ_SECONDS  ?=
-FUZZ_ENGINES  ?= local,file,s3
+FUZZ_ENGINES  ?= local,file,s3,spark
 fuzz: $(STAMP)
 	TIERCOMPACT_TEST_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) TIERCOMPACT_TEST_FUZZ_SECONDS=$(FUZZ_SECONDS) \
 	TIERCOMPACT_TEST_FUZZ_ENGINES=$(FUZZ_ENGINES) \

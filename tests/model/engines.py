@@ -4,7 +4,11 @@ HTTP API drives) per partition, on one of three engines:
 * ``local``: a local compacted topic (the in-process Cleaner);
 * ``file``: a tiered topic (remote.storage.enable) on the ``file://`` object store, cleaned by
   the TieredCleaner (download-clean-upload, bloom skip, fenced publish);
-* ``s3``: the same on moto's S3 HTTP server.
+* ``s3``: the same on moto's S3 HTTP server;
+* ``spark``: the ``file`` engine on a node with a Spark master (the test session's
+  ``local[2,2]``): a clean is the node's Spark offload job (``POST .../spark-clean``), its
+  partition run whole on an executor; background rounds stay in process, so both kinds of
+  round take turns on the same partition.
 
 Every operation goes through the Node's own methods (produce, append_marker, roll, tier,
 run_retention_once, clean, become_leader, read), with the injectable MockClock, so the state
@@ -29,6 +33,8 @@ from service.node import Node
 TOPIC = "m"
 START_MS = 1_700_000_000_000
 ENGINES = ("local", "file", "s3")
+#: the Spark engine's master: the test session's (tests/spark/conftest.py), which the node reuses
+SPARK_MASTER = "local[2,2]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +67,10 @@ def node_config(spec: EngineSpec, root: Path) -> Any:
     """A node's ServiceConfig: no background cleaner threads (the test drives every round)."""
     opts: dict[str, Any] = {"data_dir": root / "data", "cleaner_threads": 0,
                             "metadata": f"sqlite:///{root / 'metadata.db'}"}
-    if spec.kind == "file":
+    if spec.kind in ("file", "spark"):
         opts["remote"] = (root / "objects").as_uri()
+    if spec.kind == "spark":
+        opts["spark_master"] = SPARK_MASTER
     elif spec.kind == "s3":
         assert spec.s3_endpoint and spec.bucket
         opts.update(remote=f"s3://{spec.bucket}/{uuid.uuid4().hex[:12]}", s3_endpoint=spec.s3_endpoint,
@@ -121,7 +129,19 @@ class Engine:
         self.node.run_retention_once()
 
     def clean(self) -> dict[str, Any]:
+        if self.spec.kind == "spark":
+            return self._spark_clean()
         return self.node.clean(self.topic, 0)
+
+    def _spark_clean(self) -> dict[str, Any]:
+        """The node's Spark offload job over this partition, to its end."""
+        job = self.node.submit_spark_clean(self.topic, [0])
+        if not job.done.wait(300):
+            raise AssertionError(f"Spark job {job.job_id} did not end in 300 s")
+        answer = job.as_dict()
+        if answer["state"] != "succeeded":
+            raise AssertionError(f"Spark job failed: {answer}")
+        return dict(answer)
 
     def background_round(self) -> bool:
         """One iteration of a background cleaner thread of this partition's pool (selection by

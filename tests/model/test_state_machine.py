@@ -1,4 +1,5 @@
-"""The stateful property test on every engine (local, tiered on file://, tiered on moto S3):
+"""The stateful property test on every engine (local, tiered on file://, tiered on moto S3, and
+tiered with cleans run as the node's Spark offload jobs):
 a RuleBasedStateMachine drives a real partition and the reference model with the same
 operations and checks both isolation levels after every step (tests/model/machine.py).
 
@@ -9,7 +10,7 @@ machine with fresh randomness for as long as asked:
   with fresh randomness;
 * ``TIERCOMPACT_TEST_FUZZ_SECONDS``: keep running batches until this many seconds have passed on
   each engine (without it, one batch);
-* ``TIERCOMPACT_TEST_FUZZ_ENGINES``: a comma-separated subset of local,file,s3.
+* ``TIERCOMPACT_TEST_FUZZ_ENGINES``: a comma-separated subset of local,file,s3,spark.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from tests.model.engines import ENGINES, EngineSpec
 from tests.model.machine import machine_for
 
 STEPS = 40
-#: examples per engine in ``make test`` (derandomized: the same examples every run)
-EXAMPLES = 300
+#: examples per engine in ``make test`` (derandomized: the same examples every run); a Spark job
+#: costs about a second, so that engine runs fewer
+EXAMPLES = {"local": 300, "file": 300, "s3": 300, "spark": 60}
 #: object-store round trips dominate the S3 engine's time: fewer expensive steps per example
-EXPENSIVE_BUDGET = {"local": None, "file": None, "s3": 5}
+EXPENSIVE_BUDGET = {"local": None, "file": None, "s3": 5, "spark": 6}
 
 FUZZ_EXAMPLES = os.environ.get("TIERCOMPACT_TEST_FUZZ_EXAMPLES")
 FUZZ_SECONDS = os.environ.get("TIERCOMPACT_TEST_FUZZ_SECONDS")
@@ -49,7 +51,7 @@ def run_engine(spec: EngineSpec) -> dict[str, Any]:
     machine = machine_for(spec, expensive_budget=EXPENSIVE_BUDGET[spec.kind], stats=stats)
     started = time.monotonic()
     if not FUZZING:
-        run_state_machine_as_test(machine, settings=_settings(EXAMPLES, derandomize=True))
+        run_state_machine_as_test(machine, settings=_settings(EXAMPLES[spec.kind], derandomize=True))
     else:
         per_batch = int(FUZZ_EXAMPLES or 1000)
         deadline = started + float(FUZZ_SECONDS) if FUZZ_SECONDS else None
@@ -66,17 +68,19 @@ def run_engine(spec: EngineSpec) -> dict[str, Any]:
 def _engines() -> list[str]:
     if FUZZ_ENGINES:
         return [e.strip() for e in FUZZ_ENGINES.split(",") if e.strip()]
-    return list(ENGINES)
+    return [*ENGINES, "spark"]
 
 
 @pytest.mark.timeout(0 if FUZZING else 1800)  # 300 examples on a loaded 2-core machine outlast the default 600 s
 @pytest.mark.parametrize("kind", _engines())
 def test_state_machine(kind: str, request: pytest.FixtureRequest) -> None:
+    if kind == "spark":
+        request.getfixturevalue("spark")  # the session the engine's nodes reuse (getOrCreate)
     if kind == "s3":
         request.getfixturevalue("aws_test_credentials")
         spec = EngineSpec("s3", request.getfixturevalue("moto_server_url"), request.getfixturevalue("model_bucket"))
     else:
         spec = EngineSpec(kind)
     stats = run_engine(spec)
-    assert stats.get("examples", 0) >= (1 if FUZZING else EXAMPLES)
+    assert stats.get("examples", 0) >= (1 if FUZZING else EXAMPLES[kind])
     assert stats.get("clean", 0) > 0 and stats.get("restart", 0) > 0 and stats.get("abort", 0) > 0
