@@ -340,7 +340,9 @@ def clean_into_fast(source: LogSegment, dest: LogSegment, offset_map: CompactOff
                                   if p.last_data_offset >= 0}))
     known_lo, known_hi = offset_map.mapped_range(source)
     one = _BatchCleaner(offset_map, ctx, stats)
-    reader = ChunkReader(source, 0, k, ctx.io_buffer_size)
+    # the bytes the map pass read and checked this round are not CRC-checked again (why that is
+    # safe: ChunkReader's docstring)
+    reader = ChunkReader(source, 0, k, ctx.io_buffer_size, checked=(known_lo, known_hi))
     try:
         for buf, lo, hi in reader.chunks():
             ctx.check_done()

@@ -23,10 +23,23 @@ MIN_BUFFER = 1 << 20
 
 
 class ChunkReader:
-    """The batches of ``segment`` from ``start_position`` to its size now, in checked chunks."""
+    """The batches of ``segment`` from ``start_position`` to its size now, in checked chunks.
 
-    def __init__(self, segment: LogSegment, start_position: int, kernels: Any, chunk_bytes: int) -> None:
+    ``checked``: a byte range ``[first, end)`` of this segment whose batches passed the same
+    checks earlier in the round; their CRC is not computed again (the other checks are). The
+    rewriting pass passes the range the map pass read, which is safe because those are the
+    same bytes: the range is recorded per segment object (``CompactOffsetMap.note_mapped``),
+    a rolled segment is never written while the cleaner holds it (appends go to the active
+    segment; only this round swaps it out; retention or a restore unlinks it, and the open file
+    keeps its bytes), and the chunk reader reads the file, not a cache of it. A batch damaged
+    before the round still fails the map pass with the reference error; the clean head (not
+    mapped this round) is checked in full.
+    """
+
+    def __init__(self, segment: LogSegment, start_position: int, kernels: Any, chunk_bytes: int,
+                 checked: tuple[int, int] = (0, 0)) -> None:
         self.segment = segment
+        self.checked = checked
         self.start = start_position
         self.end = segment.size  # as _chunks: the size when the pass begins
         self.kernels = kernels
@@ -50,7 +63,8 @@ class ChunkReader:
             while True:
                 p, have = lo, 0
                 while True:
-                    st, p, have = frame(buf, p, filled, self.chunk_bytes, have)
+                    st, p, have = frame(buf, p, filled, self.chunk_bytes, have,
+                                        self.checked[0] - self.file_base, self.checked[1] - self.file_base)
                     if st == chunk_done:
                         break
                     if st == bad:
@@ -60,18 +74,24 @@ class ChunkReader:
                         if p == filled:
                             break
                         self._raise_at(self.file_base + p)  # a torn batch: the reader's error
-                    if lo:  # keep the chunk begun at lo, drop what was before it
-                        mv = memoryview(buf)
-                        mv[: filled - lo] = mv[lo:filled]  # memoryview copies overlap safely
-                        mv.release()
-                        self.file_base += lo
-                        p -= lo
-                        filled -= lo
-                        lo = 0
-                    if filled == len(buf):  # a chunk longer than the buffer: a bigger one
-                        grown = bytearray(2 * len(buf))
-                        grown[:filled] = memoryview(buf)[:filled]
-                        buf = self.buffer = grown
+                    # what the batch at p still lacks (its length once its first 17 bytes are here),
+                    # no more than the segment holds
+                    here = filled - p
+                    need = (int.from_bytes(buf[p + 8 : p + 12], "big") + 12 if here >= 17 else 17) - here
+                    need = min(need, end - (self.file_base + filled))
+                    if len(buf) - filled < need:
+                        if lo:  # no room after the data: keep the chunk begun at lo, drop the rest
+                            mv = memoryview(buf)
+                            mv[: filled - lo] = mv[lo:filled]  # memoryview copies overlap safely
+                            mv.release()
+                            self.file_base += lo
+                            p -= lo
+                            filled -= lo
+                            lo = 0
+                        if len(buf) - filled < need:  # a chunk longer than the buffer: a bigger one
+                            grown = bytearray(max(2 * len(buf), 2 * (filled + need)))
+                            grown[:filled] = memoryview(buf)[:filled]
+                            buf = self.buffer = grown
                     n = self._fill(f, buf, filled, end)
                     if n == 0:  # the file is shorter than its size said: as the end
                         end = self.file_base + filled

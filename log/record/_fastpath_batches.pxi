@@ -53,12 +53,12 @@ cdef inline uint32_t _crc(const uint8_t* p, Py_ssize_t n) except? 0xFFFFFFFF:
     return _crc32c(PyMemoryView_FromMemory(<char*>p, n, PyBUF_READ))
 
 
-cdef bint _batch_ok(const uint8_t* b, Py_ssize_t size) except? False:
+cdef bint _batch_ok(const uint8_t* b, Py_ssize_t size, bint crc) except? False:
     """RecordBatch.ensure_valid's checks on a batch whose length and magic were read (the CRC
-    and the header's counts); False where it would raise."""
+    unless ``crc`` is false, and the header's counts); False where it would raise."""
     cdef int32_t count = _be32(b + 57), lod = _be32(b + 23)
     cdef Py_ssize_t body = size - HDR
-    if <uint32_t>_be32(b + 17) != _crc(b + 21, size - 21):
+    if crc and <uint32_t>_be32(b + 17) != _crc(b + 21, size - 21):
         return False
     if count < 0:
         return False
@@ -73,7 +73,7 @@ cdef bint _batch_ok(const uint8_t* b, Py_ssize_t size) except? False:
 
 
 def frame_batches(const uint8_t[::1] buf, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t chunk_bytes,
-                  Py_ssize_t have):
+                  Py_ssize_t have, Py_ssize_t checked_lo=0, Py_ssize_t checked_hi=0):
     """Walk the batches of ``buf[pos:end]`` as the cleaner's ``_chunks`` groups them, checking
     each as the file reader and ``RecordBatch.ensure_valid`` do (length, magic, CRC-32C, counts).
 
@@ -81,6 +81,8 @@ def frame_batches(const uint8_t[::1] buf, Py_ssize_t pos, Py_ssize_t end, Py_ssi
     when the chunk reached ``chunk_bytes`` (pos after its last batch), FRAME_MORE when the batch
     at ``pos`` does not fit in ``buf[:end]`` (read more, or the file ends there), FRAME_BAD when
     the batch at ``pos`` fails a check (the caller runs the reference checks, which raise).
+    A batch wholly inside ``buf[checked_lo:checked_hi]`` is not CRC-checked again: the caller
+    vouches that these very bytes passed the same check before (see ``ChunkReader``).
     """
     cdef const uint8_t* p = &buf[0] if buf.shape[0] else NULL
     cdef int32_t length
@@ -94,7 +96,7 @@ def frame_batches(const uint8_t[::1] buf, Py_ssize_t pos, Py_ssize_t end, Py_ssi
         size = <Py_ssize_t>length + 12
         if size > end - pos:
             return ST_FRAME_MORE, pos, have
-        if not _batch_ok(p + pos, size):
+        if not _batch_ok(p + pos, size, not (checked_lo <= pos and pos + size <= checked_hi)):
             return ST_FRAME_BAD, pos, have
         pos += size
         have += size

@@ -257,9 +257,9 @@ N_COUNTS = 9
 _NO_BATCH = -(2**63)
 
 
-def _batch_ok(buf: bytes | bytearray | memoryview, pos: int, size: int) -> bool:
+def _batch_ok(buf: bytes | bytearray | memoryview, pos: int, size: int, crc: bool) -> bool:
     """RecordBatch.ensure_valid's checks on a batch whose length and magic were read."""
-    if crc32c(memoryview(buf)[pos + 21 : pos + size]) != _UINT32.unpack_from(buf, pos + 17)[0]:
+    if crc and crc32c(memoryview(buf)[pos + 21 : pos + size]) != _UINT32.unpack_from(buf, pos + 17)[0]:
         return False
     (count,) = _COUNTS.unpack_from(buf, pos + 57)
     (lod,) = _COUNTS.unpack_from(buf, pos + 23)
@@ -275,7 +275,7 @@ def _batch_ok(buf: bytes | bytearray | memoryview, pos: int, size: int) -> bool:
 
 
 def frame_batches(buf: bytes | bytearray | memoryview, pos: int, end: int, chunk_bytes: int,
-                  have: int) -> tuple[int, int, int]:
+                  have: int, checked_lo: int = 0, checked_hi: int = 0) -> tuple[int, int, int]:
     """Walk and check the batches of ``buf[pos:end]`` into a chunk (the compiled docstring)."""
     while True:
         if end - pos < 17:
@@ -286,7 +286,7 @@ def frame_batches(buf: bytes | bytearray | memoryview, pos: int, end: int, chunk
         size = length + 12
         if size > end - pos:
             return FRAME_MORE, pos, have
-        if not _batch_ok(buf, pos, size):
+        if not _batch_ok(buf, pos, size, not (checked_lo <= pos and pos + size <= checked_hi)):
             return FRAME_BAD, pos, have
         pos += size
         have += size

@@ -15,16 +15,19 @@ from pathlib import Path
 import pytest
 
 from cleaner import fast_reader
-from cleaner.cleaner import CleanContext, _chunks, build_offset_map_from_segments, clean_into
+from cleaner.cleaner import CleanContext, Cleaner, _chunks, build_offset_map_from_segments, clean_into
+from cleaner.config import CleanerConfig
 from cleaner.fast_reader import ChunkReader
+from cleaner.log_to_clean import LogToClean, cleanable_offsets
 from cleaner.offset_map import CompactOffsetMap
 from cleaner.stats import CleanerStats
 from cleaner.transactions import CleanedTransactionMetadata
 from log.errors import CorruptRecordError
 from log.local_log import LocalLog, RecordSpec
-from log.record import CompressionType, iter_batches
+from log.record import CompressionType, RecordBatchBuilder, iter_batches
 from log.record.crc32c import crc32c
 from log.segment import LogSegment
+from tests.cleaner.test_txn_corruption import flip_byte
 
 
 def _big_log(make_log, seed: int = 1) -> LocalLog:
@@ -152,3 +155,41 @@ def test_a_damaged_batch_stops_both_passes_of_a_compiled_round(make_log, record_
         err = _error(lambda: clean_into(seg, dest, omap, ctx, CleanerStats()))
         assert (err.source, err.position) == (str(seg.log_path), pos)
         dest.close()
+
+
+def _compact_round(log: LocalLog, now: int, checkpoint: int | None = None) -> int:
+    cfg = CleanerConfig(dedupe_buffer_size=24 * 1000)
+    o = cleanable_offsets(log, checkpoint, now)
+    ltc = LogToClean(log.topic_partition, log, o.first_dirty_offset, o.first_uncleanable_dirty_offset)
+    end, _stats = Cleaner(CompactOffsetMap(16 * 1000), cfg).do_clean(ltc, now)
+    return end
+
+
+def test_the_rewrite_still_checks_what_the_map_pass_did_not_read(make_log, clock, record_kernels):
+    """The rewriting pass skips the CRC only of the bytes the map pass checked this round: a
+    damaged batch of the clean head (cleaned before, not mapped now) stops the round."""
+    log = make_log(**{"cleanup.policy": "compact"})
+    for k, v in ((b"a", b"old-a"), (b"b", b"old-b")):
+        log.append_records([RecordSpec(k, v)])
+    log.roll()
+    end = _compact_round(log, clock.milliseconds())
+    log.append_records([RecordSpec(b"a", b"new-a")])
+    log.roll()
+    seg = log.all_segments()[0]
+    pos = flip_byte(seg.log_path, b"old-b")
+    err = _error(lambda: _compact_round(log, clock.milliseconds(), checkpoint=end))
+    assert (err.source, err.position) == (str(seg.log_path), pos)
+    assert not list(log.dir.glob("*.cleaned")) and not list(log.dir.glob("*.swap"))
+
+
+def test_a_checked_range_skips_the_crc_and_nothing_else(record_kernels):
+    b = RecordBatchBuilder(0)
+    b.append(0, 0, b"k", b"v")
+    raw = bytearray(b.build())
+    raw[-1] ^= 0x01  # CRC no longer matches
+    frame = record_kernels.frame_batches
+    assert frame(raw, 0, len(raw), 1, 0)[0] == record_kernels.FRAME_BAD
+    assert frame(raw, 0, len(raw), 1, 0, 0, len(raw))[0] == record_kernels.FRAME_CHUNK
+    assert frame(raw, 0, len(raw), 1, 0, 0, len(raw) - 1)[0] == record_kernels.FRAME_BAD  # not wholly inside
+    struct.pack_into(">i", raw, 57, -1)  # a negative records count is refused all the same
+    assert frame(raw, 0, len(raw), 1, 0, 0, len(raw))[0] == record_kernels.FRAME_BAD
