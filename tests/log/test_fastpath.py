@@ -163,7 +163,7 @@ def test_scanning_refuses_exactly_what_the_reference_decoder_refuses(k, n, seed,
         # shouldRetainRecord with keyless records kept and deletes retained
         expected = [1 if key is None or o >= latest.get(key, -1) else 0 for o, key, _hv in ref]
         assert list(keep) == expected and retained == sum(expected)
-        assert superseded == sum(1 for o, key, _hv in ref if key is not None and o < latest[key])
+        assert superseded == sum(1 for o, key, _hv in ref if key is not None and o < latest.get(key, -1))
         assert invalid == sum(1 for _o, key, _hv in ref if key is None)
 
 
