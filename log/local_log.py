@@ -456,15 +456,38 @@ class LocalLog:
         """Build one batch from ``records`` (as a producer would) and append it."""
         if not records:
             raise InvalidRequestError("a produce request needs at least one record")
+        if not any(r.headers for r in records):
+            return self.append_columns([r.key for r in records], [r.value for r in records],
+                                       [r.timestamp for r in records], compression=compression,
+                                       producer_id=producer_id, producer_epoch=producer_epoch,
+                                       base_sequence=base_sequence, transactional=transactional)
         now = self.clock.milliseconds()
         b = RecordBatchBuilder(0, compression=compression, producer_id=producer_id, producer_epoch=producer_epoch,
                                base_sequence=base_sequence, is_transactional=transactional)
-        timestamps = [now if r.timestamp is None else r.timestamp for r in records]
-        # records without headers (the common case) are encoded by the compiled kernels at once
-        if any(r.headers for r in records) or not b.append_new_records(
-                [r.key for r in records], [r.value for r in records], timestamps):
-            for i, r in enumerate(records):
-                b.append(i, timestamps[i], r.key, r.value, r.headers)
+        for i, r in enumerate(records):
+            b.append(i, now if r.timestamp is None else r.timestamp, r.key, r.value, r.headers)
+        return self.append_batches(b.build())
+
+    def append_columns(self, keys: list[bytes | None], values: list[bytes | None],
+                       timestamps: list[int | None] | None = None, *,
+                       compression: CompressionType = CompressionType.NONE, producer_id: int = -1,
+                       producer_epoch: int = -1, base_sequence: int = -1,
+                       transactional: bool = False) -> AppendResult:
+        """:meth:`append_records` for records without headers, given as columns (``keys[i]``,
+        ``values[i]``, ``timestamps[i]``; a None timestamp, or no list, is the append time):
+        what a produce request decodes to, without a RecordSpec per record. The compiled
+        kernels encode the records in one loop; the builder does it where they do not."""
+        if not keys:
+            raise InvalidRequestError("a produce request needs at least one record")
+        if len(values) != len(keys) or (timestamps is not None and len(timestamps) != len(keys)):
+            raise ValueError("keys, values and timestamps must be columns of the same length")
+        now = self.clock.milliseconds()
+        b = RecordBatchBuilder(0, compression=compression, producer_id=producer_id, producer_epoch=producer_epoch,
+                               base_sequence=base_sequence, is_transactional=transactional)
+        ts = [now] * len(keys) if timestamps is None else [now if t is None else t for t in timestamps]
+        if not b.append_new_records(keys, values, ts):
+            for i, k in enumerate(keys):
+                b.append(i, ts[i], k, values[i])
         return self.append_batches(b.build())
 
     def append_marker(self, producer_id: int, producer_epoch: int, control_type: ControlRecordType,

@@ -461,16 +461,31 @@ class Node:
     def produce(self, topic: str, partition: int, records: Sequence[RecordSpec], *, compression: str = "none",
                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
                 transactional: bool = False) -> AppendResult:
-        if len(records) > self.config.max_records_per_request:
-            from service.errors import RequestTooLargeError
-
-            raise RequestTooLargeError(f"{len(records)} records in one request; the limit is "
-                                       f"max_records_per_request={self.config.max_records_per_request}")
-        log = self.log(topic, partition)
-        self.check_leader_for_produce(log)
+        log = self._log_for_produce(topic, partition, len(records))
         return log.append_records(records, compression=CompressionType.from_name(compression),
                                   producer_id=producer_id, producer_epoch=producer_epoch,
                                   base_sequence=base_sequence, transactional=transactional)
+
+    def produce_columns(self, topic: str, partition: int, keys: list[bytes | None], values: list[bytes | None],
+                        timestamps: list[int | None] | None = None, *, compression: str = "none",
+                        producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                        transactional: bool = False) -> AppendResult:
+        """:meth:`produce` for records without headers given as columns (LocalLog.append_columns):
+        the same checks and the same batch, without a RecordSpec per record."""
+        log = self._log_for_produce(topic, partition, len(keys))
+        return log.append_columns(keys, values, timestamps, compression=CompressionType.from_name(compression),
+                                  producer_id=producer_id, producer_epoch=producer_epoch,
+                                  base_sequence=base_sequence, transactional=transactional)
+
+    def _log_for_produce(self, topic: str, partition: int, count: int) -> LocalLog:
+        if count > self.config.max_records_per_request:
+            from service.errors import RequestTooLargeError
+
+            raise RequestTooLargeError(f"{count} records in one request; the limit is "
+                                       f"max_records_per_request={self.config.max_records_per_request}")
+        log = self.log(topic, partition)
+        self.check_leader_for_produce(log)
+        return log
 
     def append_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, kind: str) -> int:
         types = {"commit": ControlRecordType.COMMIT, "abort": ControlRecordType.ABORT}

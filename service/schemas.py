@@ -154,6 +154,33 @@ class ProduceRequest(_Request):
         return self
 
 
+# The same request for a body orjson parsed (service/routes/partitions.py RecordsFastLane):
+# orjson refuses lone surrogates (escaped or raw), so every string it returns is valid
+# Unicode and Text's check, a Python call per key and value, cannot fail; these types are
+# Text-free copies of the ones above (same fields, bounds and titles) and accept exactly what
+# ProduceRequest accepts from such input (tests/service/test_parsed_produce_request.py).
+@with_config(ConfigDict(extra="forbid", title="Header"))
+class ParsedHeader(TypedDict):
+    key: str
+    value: NotRequired[str | None]
+
+
+@with_config(ConfigDict(extra="forbid", title="RecordIn"))
+class ParsedRecordIn(TypedDict):
+    key: NotRequired[str | None]
+    value: NotRequired[str | None]
+    timestamp: NotRequired[Timestamp | None]
+    headers: NotRequired[list[ParsedHeader]]
+
+
+class ParsedProduceRequest(ProduceRequest):
+    """:class:`ProduceRequest` for a body parsed by orjson (strings known to be valid Unicode)."""
+
+    model_config = ConfigDict(title="ProduceRequest")
+
+    records: list[ParsedRecordIn]  # type: ignore[assignment]
+
+
 class ProduceResponse(BaseModel):
     base_offset: int
     last_offset: int

@@ -278,3 +278,36 @@ def test_a_marker_that_bumps_the_epoch_resets_the_producers_sequences(make_log):
     assert log.append_records([_kv(2)], producer_id=9, producer_epoch=1, base_sequence=0).duplicate
     with pytest.raises(InvalidProducerEpochError):
         log.append_records([_kv(3)], producer_id=9, producer_epoch=0, base_sequence=2)
+
+
+def _segment_bytes(log) -> bytes:
+    return b"".join(s.log_path.read_bytes() for s in log.all_segments())
+
+
+@pytest.mark.parametrize("codec", [CompressionType.NONE, CompressionType.LZ4])
+def test_append_columns_writes_what_append_records_writes(tmp_path, clock, codec):
+    """The produce route's columns (no RecordSpec per record) give the same batches, byte for
+    byte, as the same records appended as RecordSpecs: keyless records, tombstones, given and
+    missing timestamps (the append time), idempotent producer fields."""
+    cfg = LogConfig.from_dict({})
+    a, b = LocalLog(tmp_path / "a-0", cfg, clock=clock), LocalLog(tmp_path / "b-0", cfg, clock=clock)
+    keys = [b"k1", None, b"k3", b"", b"k5"]
+    values = [b"v1", b"v2", None, b"", b"x" * 300]
+    stamps = [None, 7, None, 2**40, None]
+    for ts in (None, stamps):
+        ra = a.append_records([RecordSpec(k, v, None if ts is None else ts[i]) for i, (k, v) in
+                               enumerate(zip(keys, values, strict=True))], compression=codec)
+        rb = b.append_columns(list(keys), list(values), None if ts is None else list(ts), compression=codec)
+        assert ra == rb
+        clock.advance(5)
+    pa = a.append_records([RecordSpec(b"p", b"q")], producer_id=9, producer_epoch=1, base_sequence=0)
+    pb = b.append_columns([b"p"], [b"q"], producer_id=9, producer_epoch=1, base_sequence=0)
+    assert pa == pb
+    assert _segment_bytes(a) == _segment_bytes(b)
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in _read_all(b)] == [
+        (r.offset, r.timestamp, r.key, r.value) for r in _read_all(a)]
+    with pytest.raises(InvalidRequestError, match="at least one record"):
+        b.append_columns([], [])
+    with pytest.raises(ValueError, match="same length"):
+        b.append_columns([b"k"], [b"v", b"w"])
+
