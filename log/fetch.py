@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 from log.errors import InvalidRequestError
 from log.index.txn_index import AbortedTxn
 from log.record import ControlRecordType, Record, RecordBatch
+from log.record.batch import make_record
+from log.record.decode import RecordFields
 
 if TYPE_CHECKING:
     from log.local_log import LocalLog
@@ -34,8 +36,17 @@ def check_isolation(isolation: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class FetchResult:
-    records: list[Record]
+    """A page of records. ``fields`` holds each record as the ``(offset, timestamp, key, value,
+    headers, sequence)`` tuple it was decoded to; :attr:`records` makes Record objects of them
+    (on each access: a reader that only encodes the page, like the HTTP read, never needs them)."""
+
+    fields: list[RecordFields]
     next_offset: int
+
+    @property
+    def records(self) -> list[Record]:
+        make = make_record
+        return [make(*f) for f in self.fields]
 
 
 def records_from_batches(batches: Iterable[RecordBatch], start_offset: int, *, isolation: str = READ_UNCOMMITTED,
@@ -44,7 +55,7 @@ def records_from_batches(batches: Iterable[RecordBatch], start_offset: int, *, i
     heap = [(t.first_offset, t.producer_id) for t in aborted] if isolation == READ_COMMITTED else []
     heapq.heapify(heap)
     aborted_pids: set[int] = set()
-    out: list[Record] = []
+    out: list[RecordFields] = []
     next_offset = start_offset
     for batch in batches:
         if batch.last_offset < start_offset:
@@ -59,13 +70,13 @@ def records_from_batches(batches: Iterable[RecordBatch], start_offset: int, *, i
         if batch.is_transactional and batch.producer_id in aborted_pids:
             next_offset = max(next_offset, batch.next_offset)
             continue
-        for r in batch.records():
-            if r.offset < start_offset:
+        for fields in batch.reader_fields():
+            if fields[0] < start_offset:
                 continue
             if len(out) >= max_records:
                 return FetchResult(out, next_offset)
-            out.append(r)
-            next_offset = r.offset + 1
+            out.append(fields)
+            next_offset = fields[0] + 1
         next_offset = max(next_offset, batch.next_offset)
     return FetchResult(out, next_offset)
 

@@ -688,11 +688,12 @@ class LocalLog:
         total = sum(b.size_in_bytes for b in out)
         records = sum(b.records_count for b in out if not b.is_control)
         for seg in segs:
-            pos = seg.find_position(start_offset, sizes[seg.base_offset]) if seg is segs[0] else 0
-            if pos is None:
-                continue
+            # the first segment is read from its index entry at or below start_offset, in one
+            # pass: the batches before start_offset are skipped below (no separate look-up read)
+            pos = seg.offset_index.lookup(start_offset)[1] if seg is segs[0] else 0
             # a page bounded by max_records reads the segment in small windows (more as needed)
             window = min(max_bytes, SCAN_BUFFER_SIZE) if max_records is not None else max_bytes
+            source = str(seg.log_path)
             for p, batch in seg.batches(pos, sizes[seg.base_offset], buffer_size=max(window, 4096)):
                 if batch.last_offset < start_offset:
                     continue
@@ -702,7 +703,7 @@ class LocalLog:
                     return
                 # A read reports damaged bytes (file and position) rather than serving them,
                 # as the remote read path already does.
-                batch.ensure_valid(source=str(seg.log_path), position=p)
+                batch.ensure_valid(source=source, position=p)
                 out.append(batch)
                 total += batch.size_in_bytes
                 if max_records is not None and not batch.is_control:

@@ -23,6 +23,8 @@ from log.index.txn_index import AbortedTxn
 from log.local_log import LocalLog
 from log.log_manager import LogManager
 from log.record import Record
+from log.record.batch import make_record
+from log.record.decode import RecordFields
 from log.types import TopicPartition
 from metadata.manager import RemoteLogMetadataManager
 from metadata.types import RemoteLogSegmentMetadata
@@ -33,10 +35,18 @@ from remote.remote_reader import RemoteSegmentReader, collect_aborted
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    records: list[Record]
+    """A page of records from either tier; ``fields`` and :attr:`records` as in
+    :class:`~log.fetch.FetchResult` (Records made on each access of ``records``)."""
+
+    fields: list[RecordFields]
     next_offset: int
     log_start_offset: int
     high_watermark: int
+
+    @property
+    def records(self) -> list[Record]:
+        make = make_record
+        return [make(*f) for f in self.fields]
 
 
 class TieredReadPath:
@@ -49,6 +59,8 @@ class TieredReadPath:
     def log_start_offset(self, tp: TopicPartition) -> int:
         """min(start of the earliest referenced remote segment, local log start)."""
         local = self.log_manager.get_log(tp).log_start_offset
+        if local == 0:
+            return 0  # no offset is lower: the metadata store need not be asked (a query per read)
         first = self.metadata.remote_log_segment_metadata(tp, 0)
         return local if first is None else min(first.start_offset, local)
 
@@ -101,15 +113,15 @@ class TieredReadPath:
             if isolation == READ_COMMITTED:
                 aborted = self._remote_aborted(tp, log, md, cur, batches[-1].next_offset)
             res = records_from_batches(batches, cur, isolation=isolation, aborted=aborted, max_records=max_records)
-            if res.records:
-                return ReadResult(res.records, res.next_offset, start, hw)
+            if res.fields:
+                return ReadResult(res.fields, res.next_offset, start, hw)
             # a gap left by compaction (or only aborted/control batches): go on to the next offset present
             cur = res.next_offset if res.next_offset > cur else md.end_offset + 1
 
     def _read_local(self, log: LocalLog, offset: int, max_bytes: int, isolation: str, max_records: int,
                     start: int, hw: int) -> ReadResult:
         res = read_local(log, offset, max_bytes=max_bytes, isolation=isolation, max_records=max_records)
-        return ReadResult(res.records, res.next_offset, start, hw)
+        return ReadResult(res.fields, res.next_offset, start, hw)
 
     def _remote_aborted(self, tp: TopicPartition, log: LocalLog, md: RemoteLogSegmentMetadata, start: int,
                         upper: int) -> list[AbortedTxn]:

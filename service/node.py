@@ -514,7 +514,7 @@ class Node:
         # page always means "nothing more to read now"
         for _ in range(MAX_EMPTY_PAGES):
             upper = log.last_stable_offset if isolation == READ_COMMITTED else log.high_watermark
-            if res.records or res.next_offset >= upper or res.next_offset <= offset:
+            if res.fields or res.next_offset >= upper or res.next_offset <= offset:
                 break
             offset = res.next_offset
             res = self.remote.read(tp, offset, max_bytes=self.config.max_fetch_bytes, isolation=isolation,
@@ -531,8 +531,8 @@ class Node:
         while nxt < upper:
             res = read_local(log, nxt, max_bytes=self.config.max_fetch_bytes, isolation=isolation,
                              max_records=max_records)
-            if res.records or res.next_offset <= nxt:
-                return ReadResult(res.records, max(res.next_offset, nxt), start, hw)
+            if res.fields or res.next_offset <= nxt:
+                return ReadResult(res.fields, max(res.next_offset, nxt), start, hw)
             nxt = res.next_offset
         if offset > hw:
             log.read(offset)  # raises OffsetOutOfRangeError with the log's own message

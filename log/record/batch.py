@@ -138,6 +138,10 @@ def _make_record(
     return r
 
 
+#: for readers that decode fields first and make Records of only some (log/fetch.py)
+make_record = _make_record
+
+
 def _corrupt(message: str, source: str | None, position: int | None) -> CorruptRecordError:
     return CorruptRecordError(message, source=source, position=position)
 
@@ -352,6 +356,16 @@ class RecordBatch:
         can (records without headers); otherwise, and for anything malformed, the reference
         decoder runs and raises its own error."""
         make = _make_record
+        for fields in self.reader_fields():
+            yield make(*fields)
+
+    def reader_fields(
+        self,
+    ) -> Iterator[tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]]:
+        """:meth:`records` as the ``(offset, timestamp, key, value, headers, sequence)`` tuples
+        a Record is made of (``_make_record(*fields)``), for a reader that makes Records of only
+        some of them (a page starting inside the batch). The same decoding: the compiled
+        kernels' list, else the reference decoder, lazily (it raises where the bytes are bad)."""
         codec = self.attributes & COMPRESSION_CODEC_MASK
         # uncompressed: the kernels read the batch's own bytes, no copy of the section
         section: bytes | memoryview = self._buf[RECORDS_OFFSET:] if codec == 0 else self._records_section()
@@ -359,13 +373,10 @@ class RecordBatch:
         fast = kernels().decode_records(section, self.records_count, self.base_offset, self.base_timestamp,
                                         self.base_sequence, append_time)
         if fast is not None:
-            for fields in fast:
-                yield make(*fields)
-            return
+            return iter(fast)
         data = section if isinstance(section, bytes) else section.tobytes()
-        for fields in _iter_record_fields(data, self.records_count,
-                                          self.base_offset, self.base_timestamp, self.base_sequence, append_time):
-            yield make(*fields)
+        return _iter_record_fields(data, self.records_count,
+                                   self.base_offset, self.base_timestamp, self.base_sequence, append_time)
 
     def iter_key_offsets(self) -> Iterator[tuple[int, bytes | None, bool]]:
         """Yield ``(offset, key, has_value)`` per record: the cleaner's offset-map fast path.

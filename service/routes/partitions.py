@@ -114,29 +114,35 @@ def append_marker(topic: TopicPath, partition: PartitionPath, body: MarkerReques
     return {"offset": node.append_marker(topic, partition, body.producer_id, body.producer_epoch, body.type)}
 
 
+#: the ``headers`` of every record without any (orjson only reads it)
+_NO_HEADERS: list[Any] = []
+
+
+def _headers_out(headers: tuple[tuple[str, bytes | None], ...], o: int, encoding: str) -> list[dict[str, Any]]:
+    return [{"key": k, "value": encode_field(v, encoding, f"header {k!r} at offset {o}")} for k, v in headers]
+
+
 def _read_page(node: Node, topic: str, partition: int, offset: int, max_records: int, isolation: str,
                encoding: str) -> Response:
     """One page of records, read and encoded on a threadpool thread."""
     res = node.read(topic, partition, offset, max_records=max_records, isolation=isolation)
-    out: list[dict[str, Any]] = []
-    append = out.append
-    utf8 = encoding == "utf-8"
-    for r in res.records:
-        o, key, value = r.offset, r.key, r.value
-        if utf8:
-            # the common case, inline; bytes that are not UTF-8 get encode_field's message
-            try:
-                ks = None if key is None else key.decode("utf-8")
-                vs = None if value is None else value.decode("utf-8")
-            except UnicodeDecodeError:
-                ks = encode_field(key, encoding, f"the key at offset {o}")
-                vs = encode_field(value, encoding, f"the value at offset {o}")
-        else:
-            ks = encode_field(key, encoding, f"the key at offset {o}")
-            vs = encode_field(value, encoding, f"the value at offset {o}")
-        append({"offset": o, "key": ks, "value": vs, "timestamp": r.timestamp,
-                "headers": [{"key": k, "value": encode_field(v, encoding, f"header {k!r} at offset {o}")}
-                            for k, v in r.headers] if r.headers else []})
+    # the records' fields (offset, timestamp, key, value, headers, sequence): no Record objects
+    fields = res.fields
+    out: list[dict[str, Any]] | None = None
+    if encoding == "utf-8":
+        try:
+            # the common case in one comprehension; bytes that are not UTF-8 are found again
+            # below, record by record, with encode_field's message
+            out = [{"offset": o, "key": None if k is None else k.decode(), "value": None if v is None else v.decode(),
+                    "timestamp": ts, "headers": _headers_out(h, o, encoding) if h else _NO_HEADERS}
+                   for o, ts, k, v, h, _seq in fields]
+        except UnicodeDecodeError:
+            out = None
+    if out is None:
+        out = [{"offset": o, "key": encode_field(k, encoding, f"the key at offset {o}"),
+                "value": encode_field(v, encoding, f"the value at offset {o}"), "timestamp": ts,
+                "headers": _headers_out(h, o, encoding) if h else _NO_HEADERS}
+               for o, ts, k, v, h, _seq in fields]
     return _json({"records": out, "next_offset": res.next_offset, "log_start_offset": res.log_start_offset,
                   "high_watermark": res.high_watermark})
 

@@ -311,3 +311,17 @@ def test_append_columns_writes_what_append_records_writes(tmp_path, clock, codec
     with pytest.raises(ValueError, match="same length"):
         b.append_columns([b"k"], [b"v", b"w"])
 
+
+def test_page_fields_are_the_records(make_log):
+    """A page keeps its records as the decoded field tuples; ``records`` makes the same
+    Records the batches hold, and a page that starts inside a batch holds no earlier record."""
+    log = make_log()
+    for i in range(5):
+        log.append_records([_kv(10 * i + j) for j in range(10)])
+    batches = log.read(0, max_bytes=1 << 30)
+    every = [r for batch in batches for r in batch.records()]
+    page = read_local(log, 13, max_bytes=1 << 20, max_records=20)
+    assert [f[0] for f in page.fields] == list(range(13, 33))
+    assert page.records == [r for r in every if 13 <= r.offset < 33]
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers, r.sequence) for r in page.records] == page.fields
+    assert page.next_offset == 33

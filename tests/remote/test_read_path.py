@@ -282,3 +282,28 @@ def test_bytes_damaged_on_the_way_once_are_fetched_again(env: TierEnv, monkeypat
     monkeypatch.setattr(env.inner, "get_range", flip_once)
     assert read_all(env.rlm, TP, READ_UNCOMMITTED) == expected
     assert damaged
+
+
+def test_log_start_offset_asks_the_metadata_store_only_when_the_local_log_starts_above_0(
+        env: TierEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No offset is below 0: while the local log starts there, the earliest remote segment
+    cannot change the answer, and a read makes no metadata query for it."""
+    log = env.create(local_retention_ms=-1)
+    produce(log, batches=20, clock=env.clock)
+    log.roll()
+    env.rlm.copy_rolled_segments(TP)
+    calls = []
+    real = env.md.remote_log_segment_metadata
+
+    def counting(tp, offset):  # type: ignore[no-untyped-def]
+        calls.append(offset)
+        return real(tp, offset)
+
+    monkeypatch.setattr(env.md, "remote_log_segment_metadata", counting)
+    assert log.log_start_offset == 0 and env.rlm.log_start_offset(TP) == 0
+    assert env.rlm.read(TP, 5, max_records=2).log_start_offset == 0
+    assert calls == []
+    env.clock.advance(1)
+    log.delete_segments(log.all_segments()[:1])  # the local log now starts above 0
+    assert env.rlm.log_start_offset(TP) == 0 < log.log_start_offset
+    assert calls == [0]
