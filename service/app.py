@@ -27,6 +27,7 @@ from log.errors import TiercompactError
 from service.errors import error_body, install_error_handlers
 from service.metrics import make_registry, render
 from service.node import Node
+from service.request_threads import RequestThreads
 from service.routes import cleaner, compactions, erasures, partitions, spark, topics
 from service.routes.deps import READ
 from service.schemas import Health
@@ -160,6 +161,8 @@ DOCS_URL, REDOC_URL, OPENAPI_URL = "/docs", "/redoc", "/openapi.json"
 
 
 def create_app(node: Node, *, manage_lifecycle: bool = False) -> FastAPI:
+    request_threads = RequestThreads()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if manage_lifecycle:
@@ -169,6 +172,7 @@ def create_app(node: Node, *, manage_lifecycle: bool = False) -> FastAPI:
         finally:
             if manage_lifecycle:
                 node.shutdown()
+            request_threads.stop()
 
     # With auth_reads the schema and the docs are reads like any other: FastAPI's own routes
     # for them take no dependencies, so they are replaced by ones that check the token.
@@ -179,7 +183,8 @@ def create_app(node: Node, *, manage_lifecycle: bool = False) -> FastAPI:
     app.state.node = node
     install_error_handlers(app, on_error=node.note_error)
     # innermost: plain produce/read requests skip FastAPI's per-request work (see RecordsFastLane)
-    app.add_middleware(partitions.RecordsFastLane, node=node, handler=app.exception_handlers[TiercompactError])
+    app.add_middleware(partitions.RecordsFastLane, node=node, handler=app.exception_handlers[TiercompactError],
+                       threads=request_threads)
     app.add_middleware(UnexpectedErrorMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=node.config.max_request_bytes)
     registry = make_registry(node)

@@ -17,6 +17,7 @@ from log.local_log import RecordSpec
 from service.auth import check_token
 from service.errors import PartitionUnwritableError
 from service.node import Node, decode_field, encode_field
+from service.request_threads import RequestThreads
 from service.routes.deps import READ, WRITE, NodeDep, PartitionPath, TopicPath
 from service.schemas import (
     INT32_MAX,
@@ -222,10 +223,11 @@ class RecordsFastLane:
     for TiercompactError. tests/service/test_fast_lane.py compares both ways request by request.
     """
 
-    def __init__(self, app: ASGIApp, node: Node, handler: Any) -> None:
+    def __init__(self, app: ASGIApp, node: Node, handler: Any, threads: RequestThreads) -> None:
         self.app = app
         self.node = node
         self.handler = handler  # the app's exception handler for TiercompactError
+        self.threads = threads  # where each request's blocking work runs (one hop per request)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("root_path"):
@@ -272,8 +274,8 @@ class RecordsFastLane:
             cfg = self.node.config
             if cfg.auth_reads:
                 check_token(request, cfg.token)
-            response = await run_in_threadpool(_read_page, self.node, topic, partition, args["offset"],
-                                               args["max_records"], args["isolation"], args["encoding"])
+            response = await self.threads.run(_read_page, self.node, topic, partition, args["offset"],
+                                              args["max_records"], args["isolation"], args["encoding"])
         except TiercompactError as e:
             response = self.handler(request, e)
         await response(scope, receive, send)
@@ -305,7 +307,7 @@ class RecordsFastLane:
         except (orjson.JSONDecodeError, ValidationError):
             return await self.app(scope, replay, send)
         try:
-            response = await run_in_threadpool(_append, self.node, topic, partition, body)
+            response = await self.threads.run(_append, self.node, topic, partition, body)
         except TiercompactError as e:
             response = self.handler(request, e)
         await response(scope, receive, send)

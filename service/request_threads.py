@@ -1,0 +1,144 @@
+"""RequestThreads: the worker threads that run a produce or read request's blocking work.
+
+The hot routes (service/routes/partitions.py ``RecordsFastLane``) hand each request's work,
+decode-and-append or read-and-encode, to a thread so that the event loop never waits on a
+disk write, a roll's fsync, a log lock or an object-store download. AnyIO's
+``to_thread.run_sync`` (Starlette's ``run_in_threadpool``) costs about 75 us of CPU per hop
+(a checkpoint, a capacity limiter, a context copy, a Python-level queue with a condition),
+as much as the append itself; this pool costs about 10 us: a C ``SimpleQueue`` to the
+workers and ``call_soon_threadsafe`` back.
+
+Like AnyIO's, a request whose task is cancelled (uvicorn cancels the requests still running
+when a stop's drain time is over) is not abandoned half-way: its thread finishes the work and
+the answer is dropped. A request takes an idle worker or starts one, up to ``max_threads``
+(AnyIO's default of 40); beyond that it waits in the queue for the next worker to finish.
+Workers are daemon threads (a worker idle on the queue must not keep a process from exiting);
+:meth:`stop` ends them, the idle ones at once and the busy ones when done (the app's lifespan
+calls it at shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from log.locks import RANK_LEAF, ordered_lock
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: AnyIO's default thread limiter, which the routes used before
+DEFAULT_MAX_THREADS = 40
+
+
+def _resolve(fut: asyncio.Future[Any], result: Any) -> None:
+    if not fut.done():  # a cancelled request: its answer is dropped
+        fut.set_result(result)
+
+
+def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
+
+
+class RequestThreads:
+    def __init__(self, max_threads: int = DEFAULT_MAX_THREADS, name: str = "tiercompact-request") -> None:
+        if max_threads < 1:
+            raise ValueError(f"max_threads={max_threads} must be at least 1")
+        self.max_threads = max_threads
+        self.name = name
+        self._queue: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[Any],
+                                             Callable[..., Any], tuple[Any, ...]] | None] = queue.SimpleQueue()
+        self._lock = ordered_lock("service.request_threads", RANK_LEAF)
+        # Every queued request has a thread: an idle one it claimed, one started for it, or
+        # (all max_threads busy) the next to finish, which counts it in _waiting.
+        self._threads = 0  # running
+        self._idle = 0  # waiting on the queue, not claimed by a request
+        self._waiting = 0  # queued requests no thread is claimed for yet
+        self._closing = False  # stop(): a thread with nothing queued for it ends
+        self._started = 0  # for thread names
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a worker thread; its result, or its exception raised here."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        spawn = 0
+        with self._lock:
+            self._closing = False
+            if self._idle:
+                self._idle -= 1
+            elif self._threads < self.max_threads:
+                self._threads += 1
+                self._started += 1
+                spawn = self._started
+            else:
+                self._waiting += 1
+        if spawn:
+            try:
+                threading.Thread(target=self._work, name=f"{self.name}-{spawn}", daemon=True).start()
+            except BaseException:
+                with self._lock:
+                    self._threads -= 1
+                raise
+        self._queue.put((loop, fut, fn, args))
+        return await fut
+
+    def _work(self) -> None:
+        get, lock = self._queue.get, self._lock
+        while True:
+            item = get()
+            if item is None:  # stop() counted this thread out already
+                return
+            loop, fut, fn, args = item
+            del item
+            how: Callable[[asyncio.Future[Any], Any], None]
+            try:
+                value: Any = fn(*args)
+                how = _resolve
+            except BaseException as e:  # handed to the awaiting request, as AnyIO does
+                value, how = e, _fail
+            # idle (or on to a waiting request) before the answer goes back, so that the request
+            # it lets go on finds this thread instead of starting another
+            with lock:
+                if self._waiting:
+                    self._waiting -= 1
+                    end = False
+                elif self._closing:
+                    self._threads -= 1
+                    end = True
+                else:
+                    self._idle += 1
+                    end = False
+            self._hand_back(loop, how, fut, value)
+            del loop, fut, fn, args, value
+            if end:
+                return
+
+    @staticmethod
+    def _hand_back(loop: asyncio.AbstractEventLoop, how: Callable[[asyncio.Future[Any], Any], None],
+                   fut: asyncio.Future[Any], value: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(how, fut, value)
+        except RuntimeError:  # the loop is closed: nobody waits for the answer any more
+            logger.debug("request finished after its event loop closed; answer dropped")
+
+    @property
+    def threads(self) -> int:
+        """Worker threads running (busy or idle)."""
+        with self._lock:
+            return self._threads
+
+    def stop(self) -> None:
+        """End the idle workers now and the busy ones when they have no more queued work (the
+        app's lifespan calls it at shutdown). A request after it starts workers again."""
+        with self._lock:
+            self._closing = True
+            n, self._idle = self._idle, 0
+            self._threads -= n
+            for _ in range(n):
+                self._queue.put(None)
