@@ -197,7 +197,7 @@ def _tiered_plan(lc: LogCleaner, tp: TopicPartition, log: LocalLog) -> dict[str,
     now = lc.clock.milliseconds()
     plan = plan_round(tp, log, rlmm, leader_epoch=epoch, local_checkpoint=checkpoint, now=now)
     try:
-        end, stats = cleaner.clean(log, leader_epoch=epoch, local_checkpoint=checkpoint, now=now)
+        end, stats = cleaner.clean(log, leader_epoch=epoch, local_checkpoint=checkpoint, now=now, plan=plan)
     finally:
         shutil.rmtree(temp, ignore_errors=True)
     accounts = {a.segment_id: a for a in stats.segment_accounts}
