@@ -24,17 +24,21 @@ def _client(tmp_path: Path, lane: bool, **options: Any) -> tuple[TestClient, Any
     node = make_node(tmp_path, **options)
     app = create_app(node)
     if not lane:
-        app.user_middleware = [m for m in app.user_middleware if m.cls is not RecordsFastLane]
+        app.fast_lane = None
     return TestClient(app), node
 
 
-def _fallthroughs(client: TestClient) -> list[str]:
-    """Wrap the lane's inner app to record the requests it handed on (after the first request
-    built the middleware stack)."""
-    seen: list[str] = []
-    layer = client.app.middleware_stack  # type: ignore[attr-defined]
+def _lane(client: TestClient) -> RecordsFastLane:
+    layer = client.app.fast_lane  # type: ignore[attr-defined]
     while not isinstance(layer, RecordsFastLane):
         layer = layer.app
+    return layer
+
+
+def _fallthroughs(client: TestClient) -> list[str]:
+    """Wrap the lane's inner app to record the requests it handed on."""
+    seen: list[str] = []
+    layer = _lane(client)
     inner = layer.app
 
     async def counting(scope, receive, send):
@@ -156,3 +160,74 @@ def test_same_auth_answers_with_and_without_the_lane(tmp_path: Path, auth_reads:
         node.shutdown()
     assert answers[0] == answers[1]
     assert [a[0] for a in answers[0]][:4] == [401, 403, 401, 200]
+
+
+def _asgi(app: Any, method: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes) -> tuple[int, bytes]:
+    """One request straight to the ASGI app, with headers a client library would not send."""
+    import asyncio
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
+             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": headers, "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def test_same_body_limit_and_framing_answers_with_and_without_the_lane(tmp_path: Path) -> None:
+    """The lane sits in front of BodyLimitMiddleware: a body over max_request_bytes, a length
+    that is not a plain number, two lengths or a chunked body go to the app, which answers as
+    it always did."""
+    small = b'{"records": [{"key": "a", "value": "b"}]}'
+    big = b'{"records": [{"key": "a", "value": "' + b"x" * 3000 + b'"}]}'
+    json_type = (b"content-type", b"application/json")
+    cases = [[json_type, (b"content-length", str(len(small)).encode())],
+             [json_type, (b"content-length", str(len(big)).encode())],
+             [json_type, (b"content-length", b"+" + str(len(small)).encode())],
+             [json_type, (b"content-length", b"abc")],
+             [json_type, (b"content-length", str(len(small)).encode()), (b"content-length", b"99999")],
+             [json_type, (b"transfer-encoding", b"chunked")],
+             [json_type]]
+    answers = []
+    for lane in (True, False):
+        client, node = _client(tmp_path / str(lane), lane, max_request_bytes=2048)
+        with client:
+            client.post("/v1/topics", json={"name": "t", "config": {"cleanup.policy": "compact"}}).raise_for_status()
+            handed_on = _fallthroughs(client) if lane else []
+            answers.append([_asgi(client.app, "POST", f"{P0}/records", h, big if i == 1 else small)
+                            for i, h in enumerate(cases)])
+        node.shutdown()
+        if lane:
+            assert len(handed_on) == len(cases) - 1  # only the first is the lane's
+    assert answers[0] == answers[1]
+    assert [a[0] for a in answers[0]][:4] == [200, 413, 200, 400]
+
+
+def test_an_unexpected_error_in_the_lane_is_a_json_500_as_without_it(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = []
+    for lane in (True, False):
+        client, node = _client(tmp_path / str(lane), lane)
+        with client:
+            client.post("/v1/topics", json={"name": "t", "config": {"cleanup.policy": "compact"}}).raise_for_status()
+
+            def broken(*_a: Any, **_k: Any) -> Any:
+                raise RuntimeError("disk on fire")
+
+            monkeypatch.setattr(node, "produce_columns", broken)
+            monkeypatch.setattr(node, "read", broken)
+            answers.append(_run(client, [("POST", f"{P0}/records", {"json": {"records": [{"key": "a"}]}}),
+                                         ("GET", f"{P0}/records", {}),
+                                         ("GET", "/healthz", {})]))
+        node.shutdown()
+    assert answers[0] == answers[1]
+    assert [a[0] for a in answers[0]] == [500, 500, 200]
+    assert "RuntimeError" in answers[0][0][1]["error"]
