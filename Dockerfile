@@ -4,9 +4,11 @@
 FROM python:3.11-slim-bookworm
 
 # Java for the Spark driver (spark-clean); PySpark runs executors on the cluster.
-# gcc + libc headers compile the record kernels (log/record/_fastpath.pyx, setup.py) at install.
+# gcc + libc headers compile the record kernels (log/record/_fastpath.pyx, setup.py) at install;
+# libssl-dev lets setup.py link the key-index kernel to OpenSSL's libcrypto (its MD5), whose
+# runtime library libssl3 stays (named here so the purge below cannot auto-remove it).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini gcc libc6-dev \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini libssl3 gcc libc6-dev libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/tiercompact
@@ -18,8 +20,9 @@ COPY cleaner ./cleaner
 COPY service ./service
 RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir '.[spark]' \
- && cd / && /opt/venv/bin/python -c "from log.record import _fastpath" \
- && apt-get purge -y --auto-remove gcc libc6-dev
+ && cd / && /opt/venv/bin/python -c "from log.record import _fastpath; assert _fastpath.MD5_KEYS" \
+ && apt-get purge -y --auto-remove gcc libc6-dev libssl-dev \
+ && /opt/venv/bin/python -c "from log.record import _fastpath; assert _fastpath.MD5_KEYS"
 ENV PATH=/opt/venv/bin:$PATH \
     TIERCOMPACT_DATA_DIR=/var/lib/tiercompact \
     TIERCOMPACT_HOST=0.0.0.0 \

@@ -5,12 +5,19 @@ The extension is optional, the way PyYAML's and aiokafka's are: without a C comp
 TIERCOMPACT_NO_EXTENSIONS=1) the build still succeeds and tiercompact runs the pure-Python
 reference kernels (log/record/_fastpath_py.py), logging one warning when the cleaner first
 needs them. Cython comes from PyPI at build time (pyproject's build-system requires).
+
+OpenSSL's libcrypto is optional too: the key-index kernel (``md5_keys``, _fastpath_md5.pxi)
+hashes keys with its MD5. A compile-and-link probe looks for <openssl/md5.h> and -lcrypto
+(Debian/Ubuntu: libssl-dev to build, libssl3 at run time); only when it passes is the
+extension linked with crypto and TC_HAVE_LIBCRYPTO defined. Without it the extension still
+builds and scan_keys hashes with hashlib (same digests). TIERCOMPACT_NO_LIBCRYPTO=1 skips it.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -26,10 +33,32 @@ class OptionalBuildExt(build_ext):
             self._skip(e)
 
     def build_extension(self, ext: Extension) -> None:
+        if ext.name == "log.record._fastpath" and self._has_libcrypto():
+            ext.define_macros = [*ext.define_macros, ("TC_HAVE_LIBCRYPTO", "1")]
+            ext.libraries = [*ext.libraries, "crypto"]
         try:
             super().build_extension(ext)
         except Exception as e:  # CCompilerError, DistutilsExecError, CompileError, ...
             self._skip(e)
+
+    def _has_libcrypto(self) -> bool:
+        """Whether a program calling OpenSSL's MD5 compiles and links against -lcrypto here."""
+        if os.environ.get("TIERCOMPACT_NO_LIBCRYPTO"):
+            return False
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "tc_md5_probe.c")
+            with open(src, "w") as f:
+                f.write(_MD5_PROBE)
+            try:
+                objects = self.compiler.compile([src], output_dir=tmp)
+                self.compiler.link_executable(objects, "tc_md5_probe", output_dir=tmp, libraries=["crypto"])
+            except Exception as e:  # CompileError, LinkError: no headers or no library
+                sys.stderr.write(
+                    "WARNING: OpenSSL's libcrypto (headers and library) was not found "
+                    f"({type(e).__name__}); key indexes hash keys with hashlib instead (slower).\n"
+                )
+                return False
+        return True
 
     @staticmethod
     def _skip(e: BaseException) -> None:
@@ -37,6 +66,20 @@ class OptionalBuildExt(build_ext):
             "WARNING: tiercompact's compiled record kernels could not be built "
             f"({type(e).__name__}: {e}); the pure-Python kernels will be used (slower).\n"
         )
+
+
+_MD5_PROBE = """\
+#define OPENSSL_SUPPRESS_DEPRECATED 1
+#include <openssl/md5.h>
+int main(void) {
+    unsigned char out[16];
+    MD5_CTX c;
+    MD5_Init(&c);
+    MD5_Update(&c, "", 0);
+    MD5_Final(out, &c);
+    return out[0] == 0xd4 ? 0 : 1;
+}
+"""
 
 
 def _extensions() -> list[Extension]:

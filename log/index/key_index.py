@@ -46,7 +46,17 @@ import numpy as np
 
 from log.errors import CorruptIndexError, InvalidRequestError
 from log.index.bloom import KeyBloomFilter
-from log.record import crc32c, iter_file_batches
+from log.record import (
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    DELETE_HORIZON_FLAG_MASK,
+    RECORDS_OFFSET,
+    TRANSACTIONAL_FLAG_MASK,
+    RecordBatch,
+    crc32c,
+    iter_file_batches,
+)
+from log.record.fastpath import kernels, pure_kernels
 
 if TYPE_CHECKING:
     from log.segment import LogSegment
@@ -93,11 +103,18 @@ class KeyScan:
 def scan_keys(path: str | Path, start: int = 0, end: int | None = None) -> KeyScan:
     """MD5 digests of the keys of the data records of ``path`` with offsets in ``[start, end)``.
 
-    One hash per record; no value is decompressed beyond what reading keys needs.
+    One hash per record; no value is decompressed beyond what reading keys needs. Each batch's
+    records go through the record kernels' ``md5_keys`` (compiled: one C loop per batch with
+    libcrypto's MD5; built without libcrypto, or pure-Python kernels: hashlib in Python), which
+    checks every record as ``iter_key_offsets`` does; a batch it refuses is read again by
+    ``iter_key_offsets``, which raises the reader's error.
     """
     path = Path(path)
     size = path.stat().st_size
-    md5 = hashlib.md5
+    k = kernels()
+    if not k.MD5_KEYS:  # compiled without libcrypto: the pure-Python twin, same digests
+        k = pure_kernels()
+    md5_keys, ok = k.md5_keys, k.OK
     parts: list[bytes] = []
     dead: list[bytes] = []
     transactional = False
@@ -105,29 +122,50 @@ def scan_keys(path: str | Path, start: int = 0, end: int | None = None) -> KeySc
     records = 0
     stop = end if end is not None else 2**63
     for _pos, batch in iter_file_batches(path, 0, size, source=str(path)):
-        transactional = transactional or batch.is_transactional or batch.is_control
-        if batch.has_delete_horizon:
-            h = batch.delete_horizon_ms
-            if h is not None and (horizon is None or h < horizon):
+        attributes = batch.attributes
+        if attributes & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK):
+            transactional = True
+        if attributes & DELETE_HORIZON_FLAG_MASK:
+            h = batch.base_timestamp
+            if horizon is None or h < horizon:
                 horizon = h
-        if batch.is_control:
+        if attributes & CONTROL_FLAG_MASK:
             continue
-        records += batch.records_count
+        count = batch.records_count
+        records += count
         if batch.last_offset < start or batch.base_offset >= stop:
             continue
-        for off, key, has_value in batch.iter_key_offsets():
-            if key is not None and start <= off < stop:
-                digest = md5(key).digest()
-                parts.append(digest)
-                if not has_value:
-                    dead.append(digest)
+        # uncompressed: the batch's own bytes, no copy of the section
+        section = batch.raw[RECORDS_OFFSET:] if attributes & COMPRESSION_CODEC_MASK == 0 else batch._records_section()
+        status, digests, tombstones = md5_keys(section, count, batch.base_offset, start, stop)
+        if status != ok:
+            digests, tombstones = _reference_digests(batch, start, stop)  # raises the reader's error
+        parts.append(digests)
+        if tombstones:
+            dead.append(tombstones)
     return KeyScan(_as_digests(parts), _as_digests(dead), transactional, horizon, records)
 
 
+def _reference_digests(batch: RecordBatch, start: int, stop: int) -> tuple[bytes, bytes]:
+    """:func:`scan_keys`' digests of one batch by the reference record walker (raises
+    CorruptRecordError for bad records)."""
+    md5 = hashlib.md5
+    parts: list[bytes] = []
+    dead: list[bytes] = []
+    for off, key, has_value in batch.iter_key_offsets():
+        if key is not None and start <= off < stop:
+            digest = md5(key).digest()  # noqa: S324 - bucketing, not security
+            parts.append(digest)
+            if not has_value:
+                dead.append(digest)
+    return b"".join(parts), b"".join(dead)
+
+
 def _as_digests(parts: list[bytes]) -> np.ndarray:
-    if not parts:
+    data = b"".join(parts)
+    if not data:
         return np.zeros((0, 16), dtype=np.uint8)
-    return np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(-1, 16)
+    return np.frombuffer(data, dtype=np.uint8).reshape(-1, 16)
 
 
 class KeyIndex:

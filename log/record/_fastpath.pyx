@@ -11,7 +11,8 @@ probes is the cleaner's offset map storage, kept here so the loops can inline th
 files, one module: ``_fastpath_table.pxi`` (SipHash, the key table), ``_fastpath_records.pxi``
 (scanning, map/retain/rebuild per batch), ``_fastpath_rebuild.pxi`` (the one-scan decide and
 write), ``_fastpath_batches.pxi`` (chunks of batches), ``_fastpath_codec.pxi`` (readers' decode,
-producers' encode).
+producers' encode), ``_fastpath_md5.pxi`` (the MD5 of every key of a batch for the persisted key
+indexes and bloom filters, with OpenSSL's libcrypto when setup.py found it).
 
 Contract shared with ``_fastpath_py.py`` (see ``log/record/fastpath.py``'s Protocol):
 
@@ -35,6 +36,9 @@ Contract shared with ``_fastpath_py.py`` (see ``log/record/fastpath.py``'s Proto
 * ``frame_batches`` / ``map_batches`` / ``clean_batches`` work on a buffer of whole batches and
   stop at anything they do not handle, leaving that batch to the caller's per-batch code (the
   pure-Python twins frame for real and leave every batch to the caller).
+* ``md5_keys`` walks one records section as ``iter_key_offsets`` does (CORRUPT where it would
+  raise) and returns the MD5 digests of the keys in an offset range; ``MD5_KEYS`` False (built
+  without libcrypto) makes it answer UNSUPPORTED, and callers use the pure-Python twin.
 """
 
 cimport cython
@@ -139,3 +143,4 @@ include "_fastpath_records.pxi"
 include "_fastpath_rebuild.pxi"
 include "_fastpath_batches.pxi"
 include "_fastpath_codec.pxi"
+include "_fastpath_md5.pxi"

@@ -38,6 +38,9 @@ OK = 0
 FULL = 1
 DELTA_OVERFLOW = 2
 CORRUPT = -1
+UNSUPPORTED = 5
+#: md5_keys computes digests (hashlib here; the compiled module's needs libcrypto)
+MD5_KEYS = True
 
 SLOT = 16
 DIGEST = 12
@@ -221,6 +224,26 @@ def hash_keys(data: bytes, count: int, base_offset: int, seed: bytes) -> tuple[i
     except CorruptRecordError:
         return CORRUPT, n, acc
     return OK, n, acc
+
+
+def md5_keys(data: bytes | memoryview, count: int, base_offset: int, start: int,
+             stop: int) -> tuple[int, bytes, bytes]:
+    """The MD5 digests of the keys of the records with offsets in ``[start, stop)``, and those
+    of the ones without a value among them (the persisted stable hash of key indexes and bloom
+    filters: hashlib's MD5, the same digests as OpenSSL's). CORRUPT where the reference raises."""
+    md5 = _MD5
+    out: list[bytes] = []
+    dead: list[bytes] = []
+    try:
+        for off, key, has_value in iter_key_offsets(data if type(data) is bytes else bytes(data), count, base_offset):
+            if key is not None and start <= off < stop:
+                d = md5(key).digest()
+                out.append(d)
+                if not has_value:
+                    dead.append(d)
+    except CorruptRecordError:
+        return CORRUPT, b"", b""
+    return OK, b"".join(out), b"".join(dead)
 
 
 def decode_records(data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int, base_sequence: int,

@@ -54,7 +54,10 @@ class RecordKernels(Protocol):
     FRAME_BAD: int
     STOP: int
     FLUSH: int
+    UNSUPPORTED: int
     N_COUNTS: int
+    #: md5_keys computes digests (the compiled module needs libcrypto at build time for it)
+    MD5_KEYS: bool
     KeyTable: Any  # a class whose instances are KeyTableLike; constructor KeyTable(capacity)
 
     def map_records(self, table: Any, data: bytes | memoryview, count: int, base_offset: int, start: int,
@@ -83,6 +86,9 @@ class RecordKernels(Protocol):
     def clean_batches(self, table: Any, buf: bytes | bytearray | memoryview, pos: int, end: int, known_lo: int,
                       known_hi: int, latest: int, now: int, new_horizon: int, upper: int, specials: Any,
                       out: bytearray, pend: Any, counts: Any, flush_at: int) -> tuple[int, int, int]: ...
+
+    def md5_keys(self, data: bytes | memoryview, count: int, base_offset: int, start: int,
+                 stop: int) -> tuple[int, bytes, bytes]: ...
 
     def decode_records(self, data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,
                        base_sequence: int, log_append_time: int | None) -> list[Any] | None: ...
