@@ -67,3 +67,27 @@ def test_a_batch_larger_than_the_buffer_is_read_whole():
     assert all(len(b.raw) > 1024 for _p, b in got[::2])
     with pytest.raises(ValueError):
         list(iter_file_batches(io.BytesIO(data), buffer_size=HEADER_SIZE_UP_TO_MAGIC - 1))
+
+
+def test_a_path_is_read_through_one_descriptor_closed_however_the_walk_ends(tmp_path):
+    """A path is opened once and read with pread (no file object's fstat and lseek); the
+    descriptor is closed when the walk ends, is abandoned half-way or fails."""
+    import os
+
+    data = _log_bytes([3, 5, 2], 7)
+    path = tmp_path / "00.log"
+    path.write_bytes(data)
+    fds = lambda: len(os.listdir("/proc/self/fd"))  # noqa: E731
+    before = fds()
+    assert _walk(iter_file_batches(path, 0, buffer_size=100)) == _walk(iter_batches(data))
+    walk = iter_file_batches(path, 0)
+    next(walk)
+    assert fds() == before + 1
+    walk.close()  # a fetch page that stopped early
+    assert fds() == before
+    path.write_bytes(data[:-5])
+    with pytest.raises(CorruptRecordError):
+        list(iter_file_batches(path, 0))
+    assert fds() == before
+    with pytest.raises(FileNotFoundError):
+        list(iter_file_batches(tmp_path / "gone.log", 0))
