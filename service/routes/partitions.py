@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import orjson
 from fastapi import APIRouter, Query, Request
@@ -100,6 +100,55 @@ def _append(node: Node, topic: str, partition: int, body: ProduceRequest) -> Res
                  for i, r in enumerate(records)]
         res = node.produce(topic, partition, specs, compression=body.compression, **producer)
     return _json({"base_offset": res.base_offset, "last_offset": res.last_offset, "duplicate": res.duplicate})
+
+
+def _append_columns(node: Node, topic: str, partition: int, keys: list[bytes | None], values: list[bytes | None],
+                    compression: str) -> Response:
+    """:func:`_append` for a body :func:`plain_columns` decoded (utf-8 keys and values only)."""
+    check_writable(node, topic, partition)
+    res = node.produce_columns(topic, partition, keys, values, None, compression=compression)
+    return _json({"base_offset": res.base_offset, "last_offset": res.last_offset, "duplicate": res.duplicate})
+
+
+_PLAIN_BODY = frozenset(("records", "encoding", "compression"))
+_PLAIN_RECORD = frozenset(("key", "value"))
+_COMPRESSIONS = frozenset(get_args(ProduceRequest.model_fields["compression"].annotation))
+
+
+def plain_columns(doc: Any) -> tuple[list[bytes | None], list[bytes | None], str] | None:
+    """The keys, values and compression of a parsed produce body that holds only records of
+    a string-or-null ``key`` and ``value`` (and at most ``"encoding": "utf-8"`` and a
+    ``compression``): exactly what :class:`ProduceRequest` accepts and :func:`_append` decodes
+    for such a body, without the model (about 20 us less per 100 records). None for every
+    other body, which the model then checks (tests/service/test_parsed_produce_request.py)."""
+    if type(doc) is not dict or not doc.keys() <= _PLAIN_BODY:
+        return None
+    records = doc.get("records")
+    compression = doc.get("compression", "none")
+    if (type(records) is not list or doc.get("encoding", "utf-8") != "utf-8" or type(compression) is not str
+            or compression not in _COMPRESSIONS):
+        return None
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    add_key, add_value = keys.append, values.append
+    for r in records:
+        if type(r) is not dict or not r.keys() <= _PLAIN_RECORD:
+            return None
+        k = r.get("key")
+        v = r.get("value")
+        if k is None:
+            add_key(None)
+        elif type(k) is str:
+            add_key(k.encode())
+        else:
+            return None
+        if v is None:
+            add_value(None)
+        elif type(v) is str:
+            add_value(v.encode())
+        else:
+            return None
+    return keys, values, compression
 
 
 @router.post("/records", response_model=ProduceResponse, dependencies=WRITE)
@@ -320,12 +369,18 @@ class RecordsFastLane:
             # orjson accepts a subset of what FastAPI's json.loads accepts (no NaN, no lone
             # surrogates, no integers beyond 64 bits) and yields the same objects for it; the
             # model then validates them exactly as FastAPI would (ParsedProduceRequest: the
-            # request model without the per-string Unicode check, which orjson already made)
-            body = ParsedProduceRequest.model_validate(orjson.loads(b"".join(chunks)))
+            # request model without the per-string Unicode check, which orjson already made),
+            # unless the body is plain utf-8 keys and values (plain_columns, the same verdict)
+            doc = orjson.loads(b"".join(chunks))
+            plain = plain_columns(doc)
+            body = ParsedProduceRequest.model_validate(doc) if plain is None else None
         except (orjson.JSONDecodeError, ValidationError):
             return await self.app(scope, replay, send)
         try:
-            response = await self.threads.run(_append, self.node, topic, partition, body)
+            if plain is not None:
+                response = await self.threads.run(_append_columns, self.node, topic, partition, *plain)
+            else:
+                response = await self.threads.run(_append, self.node, topic, partition, body)
         except TiercompactError as e:
             response = self.handler(request, e)
         await response(scope, receive, send)

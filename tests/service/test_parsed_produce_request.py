@@ -1,6 +1,7 @@
 """ParsedProduceRequest (the fast lane's model for bodies orjson parsed) is ProduceRequest
 without the per-string Unicode check: the same schema, and on anything orjson parses the same
-verdict and the same values."""
+verdict and the same values. plain_columns (the lane's shortcut for bodies of utf-8 keys and
+values) answers only for bodies the model accepts, with the columns the route decodes."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from service.routes.partitions import plain_columns
 from service.schemas import ParsedProduceRequest, ProduceRequest
 
 
@@ -40,7 +42,26 @@ def _same(raw: bytes) -> None:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return  # the lane hands it to FastAPI
-    assert _verdict(ParsedProduceRequest, doc) == _verdict(ProduceRequest, doc), raw
+    verdict = _verdict(ProduceRequest, doc)
+    assert _verdict(ParsedProduceRequest, doc) == verdict, raw
+    plain = plain_columns(doc)
+    if plain is not None:  # only for a body the model accepts as plain utf-8 keys and values
+        assert isinstance(verdict, dict), raw
+        assert verdict["encoding"] == "utf-8" and verdict["producer"] is None, raw
+        assert all(r.get("timestamp") is None and not r.get("headers") for r in verdict["records"]), raw
+        keys = [None if r.get("key") is None else r["key"].encode() for r in verdict["records"]]
+        values = [None if r.get("value") is None else r["value"].encode() for r in verdict["records"]]
+        assert plain == (keys, values, verdict["compression"]), raw
+
+
+def test_plain_columns_takes_the_common_body() -> None:
+    doc = {"records": [{"key": "a", "value": "\u00e9"}, {"key": None}, {"value": None}, {}], "compression": "lz4"}
+    assert plain_columns(doc) == ([b"a", None, None, None], ["\u00e9".encode(), None, None, None], "lz4")
+    assert plain_columns({"records": [], "encoding": "utf-8"}) == ([], [], "none")
+    for other in ({"records": [{"key": "a", "timestamp": 1}]}, {"records": [{"key": "a", "headers": []}]},
+                  {"records": [{"key": "a"}], "encoding": "base64"},
+                  {"records": [{"key": "a"}], "producer": {"id": 1, "epoch": 0, "base_sequence": 0}}):
+        assert plain_columns(other) is None
 
 
 BODIES = [
@@ -64,6 +85,13 @@ BODIES = [
     b'{"records": [], "encoding": "latin-1"}',
     b'{"records": [["a", "b"]]}',
     b'{"records": [{"key": "\\ud800"}]}',
+    b'{"records": [{"key": "a", "value": "b"}, {"key": null}], "encoding": "utf-8", "compression": "gzip"}',
+    b'{"records": [{"key": "a"}], "encoding": null}',
+    b'{"records": [{"key": "a"}], "compression": null}',
+    b'{"records": [{"key": "a"}], "compression": "LZ4"}',
+    b'{"records": [{"key": true}]}',
+    b'{"records": [{"value": 1.5}]}',
+    b'{"records": null}',
     b'[]',
     b'"records"',
 ]
