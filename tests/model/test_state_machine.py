@@ -29,7 +29,7 @@ from tests.model.machine import machine_for
 STEPS = 40
 #: examples per engine in ``make test`` (derandomized: the same examples every run); a Spark job
 #: costs about a second, so that engine runs fewer
-EXAMPLES = {"local": 300, "file": 300, "s3": 300, "spark": 60}
+EXAMPLES = {"local": 200, "file": 200, "s3": 200, "spark": 60}
 #: object-store round trips dominate the S3 engine's time: fewer expensive steps per example
 EXPENSIVE_BUDGET = {"local": None, "file": None, "s3": 5, "spark": 6}
 
@@ -71,7 +71,7 @@ def _engines() -> list[str]:
     return [*ENGINES, "spark"]
 
 
-@pytest.mark.timeout(0 if FUZZING else 1800)  # 300 examples on a loaded 2-core machine outlast the default 600 s
+@pytest.mark.timeout(0 if FUZZING else 1800)  # 200 examples on a loaded 2-core machine may outlast the default 600 s
 @pytest.mark.parametrize("kind", _engines())
 def test_state_machine(kind: str, request: pytest.FixtureRequest) -> None:
     if kind == "spark":
