@@ -185,19 +185,31 @@ def _rebuild_fast(b: RecordBatch, data: bytes | memoryview, keep: bytearray, cou
         producer_epoch=b.producer_epoch, base_sequence=b.base_sequence, records_count=n)
 
 
+#: the rewriting pass writes its output in writes of at least this many bytes (each holding
+#: many of the chunks that are one append, i.e. at most one index entry, each)
+WRITE_BYTES = 1 << 20
+
+
 class _Output:
     """The rewriting pass's pending output (``cleaner._Pending``'s rule) in one reusable buffer
-    that the kernel writes into too: ``pend`` = (bytes pending, largest offset, max timestamp,
-    offset of the max timestamp)."""
+    that the kernel writes into too: ``pend`` = (bytes in the buffer, largest offset, max
+    timestamp, offset of the max timestamp, where the pending chunk starts in the buffer).
 
-    __slots__ = ("buf", "pend", "dest", "throttler", "flush_at")
+    A flush ends the pending chunk where the reference appends it to the destination; the
+    chunks are then written together once the buffer holds :data:`WRITE_BYTES`, and at the end
+    (``LogSegment.append_chunks``: the same file bytes and index entries as one append each,
+    without a write and the Python of an append per chunk)."""
+
+    __slots__ = ("buf", "pend", "dest", "throttler", "flush_at", "chunks")
 
     def __init__(self, dest: Any, throttler: Throttler | None) -> None:
         self.dest = dest
         self.throttler = throttler
         self.flush_at = max(dest.index_interval_bytes, 1)
         self.buf = bytearray(1 << 16)
-        self.pend = array("q", [0, -1, -1, -1])
+        self.pend = array("q", [0, -1, -1, -1, 0])
+        #: the ended chunks in the buffer: (end, largest offset, max timestamp, its offset)
+        self.chunks: list[tuple[int, int, int, int]] = []
 
     def add(self, data: bytes, last_offset: int, max_timestamp: int, may_flush: bool = True) -> None:
         pend = self.pend
@@ -208,22 +220,46 @@ class _Output:
         if max_timestamp > pend[2] or pend[3] < 0:
             pend[2] = max_timestamp
             pend[3] = last_offset
-        if may_flush and pend[0] > self.flush_at:
+        if may_flush and pend[0] - pend[4] > self.flush_at:
             self.flush()
 
     def flush(self) -> None:
-        """Append what is pending to the destination as one chunk (one index entry at most)."""
+        """End the pending chunk (one append of the reference: one index entry at most)."""
         pend = self.pend
-        n = pend[0]
-        if not n:
+        n, start = pend[0], pend[4]
+        if n == start:
             return
-        with memoryview(self.buf) as mv, mv[:n] as data:
-            self.dest.append(data, largest_offset=pend[1], largest_timestamp=pend[2],
-                             offset_of_largest_timestamp=pend[3])
-        if self.throttler is not None:
-            self.throttler.maybe_throttle(n)
-        pend[0] = 0
+        if not self.dest.can_hold(pend[1]):
+            # as the reference: what precedes is written, then this append raises
+            self.write()
+            n, start = pend[0], pend[4]
+            with memoryview(self.buf) as mv, mv[start:n] as data:
+                self.dest.append(data, largest_offset=pend[1], largest_timestamp=pend[2],
+                                 offset_of_largest_timestamp=pend[3])
+        self.chunks.append((n, pend[1], pend[2], pend[3]))
+        pend[4] = n
         pend[2] = pend[3] = -1
+        if n >= WRITE_BYTES:
+            self.write()
+
+    def write(self) -> None:
+        """Write the ended chunks to the destination (nothing may be pending: call after flush)."""
+        chunks = self.chunks
+        if not chunks:
+            return
+        end = chunks[-1][0]
+        # the pending chunk, if any, moves to the front
+        pend = self.pend
+        with memoryview(self.buf) as mv:
+            with mv[:end] as data:
+                self.dest.append_chunks(data, chunks)
+            if pend[0] > end:
+                mv[: pend[0] - end] = mv[end : pend[0]]
+        if self.throttler is not None:
+            self.throttler.maybe_throttle(end)
+        pend[0] -= end
+        pend[4] -= end
+        chunks.clear()
 
 
 class _BatchCleaner:
@@ -369,5 +405,6 @@ def clean_into_fast(source: LogSegment, dest: LogSegment, offset_map: CompactOff
                     output.add(kept[0], b.last_offset, kept[1], kept[2])
                 p += size
         output.flush()
+        output.write()
     finally:
         _add_counts(stats, counts)

@@ -12,7 +12,7 @@ concurrent append never shows a torn batch.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from log.errors import CorruptRecordError, LogSegmentOffsetOverflowError
@@ -115,15 +115,48 @@ class LogSegment:
         Index entries are added after ``index.interval.bytes``, mapping the largest offset of
         this append to its start position, as Kafka's LogSegment.append does.
         """
-        if not self.can_hold(largest_offset):
-            raise LogSegmentOffsetOverflowError(
-                f"offset {largest_offset} cannot be stored in segment {self.base_offset}")
+        self._check_can_hold(largest_offset)
         if not data:
             return self.size
         position = self.size
         f = self._file()
         f.write(data)
         f.flush()
+        self._appended(data, largest_offset, largest_timestamp, offset_of_largest_timestamp)
+        return position
+
+    def append_chunks(self, data: bytes | bytearray | memoryview,
+                      chunks: Sequence[tuple[int, int, int, int]]) -> None:
+        """:meth:`append` of consecutive chunks of ``data``, written with one write: the same
+        file bytes, index entries and counters as one append per chunk. ``chunks`` holds per
+        chunk ``(end, largest_offset, largest_timestamp, offset_of_largest_timestamp)``, ``end``
+        being where it ends in ``data`` (ascending; the last one is ``len(data)``). Every chunk's
+        offsets are checked before anything is written. For the cleaner, whose output is many
+        small appends (one per ``index.interval.bytes``)."""
+        for _end, largest_offset, _ts, _off in chunks:
+            self._check_can_hold(largest_offset)
+        with memoryview(data) as mv:
+            if not len(mv):
+                return
+            f = self._file()
+            f.write(mv)
+            f.flush()
+            start = 0
+            for end, largest_offset, largest_timestamp, offset_of_largest_timestamp in chunks:
+                if end > start:
+                    with mv[start:end] as chunk:
+                        self._appended(chunk, largest_offset, largest_timestamp, offset_of_largest_timestamp)
+                start = end
+
+    def _check_can_hold(self, largest_offset: int) -> None:
+        if not self.can_hold(largest_offset):
+            raise LogSegmentOffsetOverflowError(
+                f"offset {largest_offset} cannot be stored in segment {self.base_offset}")
+
+    def _appended(self, data: bytes | bytearray | memoryview, largest_offset: int, largest_timestamp: int,
+                  offset_of_largest_timestamp: int) -> None:
+        """The bookkeeping of an append of ``data`` (already written at ``self.size``)."""
+        position = self.size
         self.size += len(data)
         if largest_timestamp > self.max_timestamp_so_far:
             self.max_timestamp_so_far = largest_timestamp
@@ -142,7 +175,6 @@ class LogSegment:
             self._bytes_since_last_index_entry = 0
         self._bytes_since_last_index_entry += len(data)
         self._next_offset = largest_offset + 1
-        return position
 
     def append_aborted_txn(self, txn: AbortedTxn) -> None:
         self.txn_index.append(txn)

@@ -188,11 +188,12 @@ def clean_batches(KeyTable table, const uint8_t[::1] buf, Py_ssize_t pos, Py_ssi
     ``specials`` lists by last offset, nor the batch ending at the round's ``upper`` bound).
 
     Output goes to ``out`` after its first ``pend[0]`` bytes, ``pend`` being the pending chunk
-    (size, largest offset, max timestamp, offset of the max timestamp) as ``_Pending`` keeps
-    it; ``counts`` adds up CleanerStats' counters (C_* indexes). Batches in
+    (bytes in ``out``, largest offset, max timestamp, offset of the max timestamp, where the
+    pending chunk starts in ``out``: the bytes before it are chunks ended earlier) as
+    ``_Pending`` keeps it; ``counts`` adds up CleanerStats' counters (C_* indexes). Batches in
     ``[known_lo, known_hi)`` are ones the map pass read, whose records the table's bitmap may
-    decide. Returns ``(status, pos, plain_last)``: OK at ``end``; FLUSH when the pending output
-    passed ``flush_at`` after the batch ending at ``pos`` (the caller writes it out); STOP at a
+    decide. Returns ``(status, pos, plain_last)``: OK at ``end``; FLUSH when the pending chunk
+    passed ``flush_at`` after the batch ending at ``pos`` (the caller ends it); STOP at a
     batch left to the caller (not plain, its decision needs the producer state, records the
     reference must read, or a rebuild the builder must do: nothing of it was counted or written).
     """
@@ -282,6 +283,6 @@ def clean_batches(KeyTable table, const uint8_t[::1] buf, Py_ssize_t pos, Py_ssi
         if max_ts > pend[2] or pend[3] < 0:
             pend[2] = max_ts
             pend[3] = last
-        if pend[0] > flush_at:
+        if pend[0] - pend[4] > flush_at:
             return ST_FLUSH, pos, plain_last
     return ST_OK, pos, plain_last
