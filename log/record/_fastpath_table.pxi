@@ -311,7 +311,14 @@ cdef class KeyTable:
                     self.bits[2 * w + 1] |= (<uint64_t>1) << (d & 63)
         self.latest_ok = True
 
-    cdef void _mark_put(self, int64_t delta) noexcept nogil:
+    cdef inline void _mark_put(self, int64_t delta) noexcept nogil:
+        cdef Py_ssize_t w = <Py_ssize_t>(delta >> 6)
+        if w < self.bit_pairs:  # the common case, inlined into the puts
+            self.bits[2 * w] |= (<uint64_t>1) << (delta & 63)
+        else:
+            self._mark_put_grow(delta)
+
+    cdef void _mark_put_grow(self, int64_t delta) noexcept nogil:
         cdef Py_ssize_t w = <Py_ssize_t>(delta >> 6), n
         cdef uint64_t* nb
         if w >= self.bit_pairs:
