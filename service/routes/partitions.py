@@ -264,13 +264,15 @@ class RecordsFastLane:
     middlewares (service/app.py ``TiercompactAPI``), answers the two hot routes,
     ``POST`` and ``GET /v1/topics/{topic}/partitions/{p}/records``, with the same functions the
     routes above use (:func:`_append`, :func:`_read_page`), the same auth check and the same
-    request model (:class:`ProduceRequest`, validated as FastAPI validates it), but only when
-    the request is plainly valid: canonical in-range numbers, known query parameters once each,
-    a JSON body the model accepts. Anything else (a bad number, an unknown parameter, a body
-    the model refuses, a token it cannot check) falls through, untouched, to the FastAPI
-    routes, so every error keeps its exact status and message. Errors raised while serving
-    (unknown topic, offset out of range, bad base64 ...) are answered by the app's own handler
-    for TiercompactError. tests/service/test_fast_lane.py compares both ways request by request.
+    request model (:class:`ProduceRequest`, validated as FastAPI validates it; a body of plain
+    utf-8 keys and values is decoded by :func:`plain_columns`, which accepts only what the model
+    does), but only when the request is plainly valid: canonical in-range numbers, known query
+    parameters once each, a JSON body the model accepts. Anything else (a bad number, an
+    unknown parameter, a body the model refuses, a token it cannot check) falls through,
+    untouched, to the FastAPI app, so every error keeps its exact status and message. Errors
+    raised while serving (unknown topic, offset out of range, bad base64 ...) are answered by
+    the app's own handler for TiercompactError. tests/service/test_fast_lane.py compares both
+    ways request by request.
     """
 
     def __init__(self, app: ASGIApp, node: Node, handler: Any, threads: RequestThreads,
