@@ -26,6 +26,18 @@ code, so the output is byte-identical to :func:`cleaner.cleaner.clean_into` or t
 The rewriting pass decides records of batches the map pass read with the key table's
 supersession bitmap instead of hashing their keys again (``KeyTable._known``): the same answer
 (a later put of the same digest exists iff ``offset < map[key]``) without the second hash.
+
+It does not even read runs of such batches whose every record is superseded: the map pass
+notes the plain batches (of at least :data:`NOTE_MIN_BYTES`) it maps whole, and once the map is
+complete the kernels' ``superseded_runs`` picks from the bitmap the ones ``clean_batches`` would
+delete whole (no record left, not a producer's last batch, not the one at the round's upper
+bound); runs of at least :data:`MIN_HOLE_BYTES` are holes the chunk reader skips (keeping the
+reference's chunks), and the round counts their records as read and superseded, their batches
+as deleted, their bytes as read (the I/O throttle sees only the bytes really read). The map
+pass read and checked these very bytes this round, so the trust that lets the rewriting pass
+skip their CRC applies (``ChunkReader``'s docstring). The output is written 1 MiB at a time
+(``LogSegment.append_chunks``), each chunk still one append of the reference (the same index
+entries).
 """
 
 from __future__ import annotations
@@ -96,6 +108,8 @@ def build_for_segment_fast(seg: LogSegment, start: int, offset_map: CompactOffse
     zero_copy = k is not pure_kernels()
     position = seg.offset_index.lookup(start)[1]
     reader = ChunkReader(seg, position, k, io_buffer_size)
+    # notes of the plain batches mapped whole, for the rewriting pass's superseded_runs
+    notes = offset_map.new_batch_notes(seg)
     for buf, lo, hi in reader.chunks():
         check_done()
         size = hi - lo
@@ -107,7 +121,8 @@ def build_for_segment_fast(seg: LogSegment, start: int, offset_map: CompactOffse
         latest = offset_map.latest_offset
         p = lo
         while p < hi:
-            st, p, n, latest, index, plain_last = map_batches(table, buf, p, hi, start, max_entries, latest)
+            st, p, n, latest, index, plain_last = map_batches(table, buf, p, hi, start, max_entries, latest,
+                                                              notes, reader.file_base, NOTE_MIN_BYTES)
             messages += n
             if plain_last != _NO_BATCH:
                 txn.on_plain_batches_read(plain_last)
@@ -341,6 +356,15 @@ class _BatchCleaner:
         return out, max_ts, True
 
 
+_C_MESSAGES_READ, _C_SUPERSEDED, _C_DELETED = 0, 2, 4  # indexes of the kernel's counters (C_* order)
+#: the map pass notes the plain batches of at least this size it maps whole (40 bytes each: at
+#: most 1% of the bytes mapped), for the rewriting pass's superseded_runs
+NOTE_MIN_BYTES = 4096
+#: a run of superseded batches is skipped from this size on (a hole costs the reader a seek and
+#: a piece; below this, reading and deciding the batches costs about as much)
+MIN_HOLE_BYTES = 64 * 1024
+
+
 def _add_counts(stats: CleanerStats, c: Any) -> None:
     """The kernel's counters (``_fastpath_batches.pxi``'s C_* order) into ``stats``; zeroes them."""
     stats.messages_read += c[0]
@@ -376,34 +400,47 @@ def clean_into_fast(source: LogSegment, dest: LogSegment, offset_map: CompactOff
                                   if p.last_data_offset >= 0}))
     known_lo, known_hi = offset_map.mapped_range(source)
     one = _BatchCleaner(offset_map, ctx, stats)
+    # runs of batches the map pass read whose every record is superseded: deleted whole without
+    # being read again (superseded_runs says when; the kernel would decide them the same way)
+    notes = offset_map.batch_notes(source)
+    holes = [] if notes is None else k.superseded_runs(table, notes, latest, upper, specials, MIN_HOLE_BYTES)
     # the bytes the map pass read and checked this round are not CRC-checked again (why that is
     # safe: ChunkReader's docstring)
-    reader = ChunkReader(source, 0, k, ctx.io_buffer_size, checked=(known_lo, known_hi))
+    reader = ChunkReader(source, 0, k, ctx.io_buffer_size, checked=(known_lo, known_hi), holes=holes, notes=notes)
     try:
-        for buf, lo, hi in reader.chunks():
+        for buf, pieces in reader.pieces():
             ctx.check_done()
-            if throttler is not None:
-                throttler.maybe_throttle(hi - lo)
-            stats.bytes_read += hi - lo
-            base = reader.file_base
-            p = lo
-            while p < hi:
-                st, p, plain_last = clean_batches(table, buf, p, hi, known_lo - base, known_hi - base, latest, now,
-                                                  new_horizon, upper, specials, output.buf, pend, counts, flush_at)
-                if plain_last != _NO_BATCH:
-                    txn.on_plain_batches_read(plain_last)
-                if st == ok:
-                    break
-                if st == flush:
-                    output.flush()
+            for lo, hi, base, hole in pieces:
+                if hole >= 0:
+                    h_start, h_end, _first, n_batches, records, h_last = reader.holes[hole]
+                    stats.bytes_read += h_end - h_start
+                    counts[_C_MESSAGES_READ] += records
+                    counts[_C_SUPERSEDED] += records
+                    counts[_C_DELETED] += n_batches
+                    txn.on_plain_batches_read(h_last)
                     continue
-                assert st == stop
-                b = _batch_at(buf, p)
-                size = b.size_in_bytes
-                kept = one.clean(b, known_lo <= base + p and base + p + size <= known_hi)
-                if kept is not None:
-                    output.add(kept[0], b.last_offset, kept[1], kept[2])
-                p += size
+                if throttler is not None:
+                    throttler.maybe_throttle(hi - lo)
+                stats.bytes_read += hi - lo
+                p = lo
+                while p < hi:
+                    st, p, plain_last = clean_batches(table, buf, p, hi, known_lo - base, known_hi - base, latest,
+                                                      now, new_horizon, upper, specials, output.buf, pend, counts,
+                                                      flush_at)
+                    if plain_last != _NO_BATCH:
+                        txn.on_plain_batches_read(plain_last)
+                    if st == ok:
+                        break
+                    if st == flush:
+                        output.flush()
+                        continue
+                    assert st == stop
+                    b = _batch_at(buf, p)
+                    size = b.size_in_bytes
+                    kept = one.clean(b, known_lo <= base + p and base + p + size <= known_hi)
+                    if kept is not None:
+                        output.add(kept[0], b.last_offset, kept[1], kept[2])
+                    p += size
         output.flush()
         output.write()
     finally:

@@ -390,6 +390,8 @@ class CompactOffsetMap(OffsetMap):
         self._latest = -1
         #: id(segment) -> (weak reference, first byte, end byte) the map pass read this round
         self._mapped: dict[int, tuple[weakref.ref[Any], int, int]] = {}
+        #: id(segment) -> (weak reference, the map pass's notes of its plain batches)
+        self._notes: dict[int, tuple[weakref.ref[Any], bytearray]] = {}
 
     @property
     def slots(self) -> int:
@@ -416,6 +418,7 @@ class CompactOffsetMap(OffsetMap):
         self.table.reset(os.urandom(16))  # a new secret per round
         self._latest = -1
         self._mapped.clear()
+        self._notes.clear()
 
     def note_mapped(self, segment: object, first_byte: int, end_byte: int) -> None:
         """The map pass read ``segment``'s batches in ``[first_byte, end_byte)`` (this round). The
@@ -430,6 +433,21 @@ class CompactOffsetMap(OffsetMap):
         if entry is None or entry[0]() is not segment:
             return 0, 0
         return entry[1], entry[2]
+
+    def new_batch_notes(self, segment: object) -> bytearray:
+        """An empty buffer for the map pass's notes of ``segment``'s plain batches (the kernels'
+        ``map_batches``), kept for this round: the rewriting pass finds in them the batches it
+        need not read (``superseded_runs``)."""
+        notes = bytearray()
+        self._notes[id(segment)] = (weakref.ref(segment), notes)
+        return notes
+
+    def batch_notes(self, segment: object) -> bytearray | None:
+        """The notes the map pass took of ``segment`` this round, or None."""
+        entry = self._notes.get(id(segment))
+        if entry is None or entry[0]() is not segment or not entry[1]:
+            return None
+        return entry[1]
 
     def update_latest_offset(self, offset: int) -> None:
         self._latest = offset

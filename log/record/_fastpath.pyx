@@ -80,11 +80,17 @@ cdef extern from *:
     static inline void tc_put_le64(uint8_t* p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
     static inline void tc_put_le32(uint8_t* p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
     #endif
+    #if defined(__GNUC__) || defined(__clang__)
+    #define TC_POPCOUNT64(x) ((int)__builtin_popcountll(x))
+    #else
+    static inline int TC_POPCOUNT64(uint64_t x) { int n = 0; while (x) { x &= x - 1; n++; } return n; }
+    #endif
     """
     uint64_t tc_le64(const uint8_t* p) noexcept nogil
     uint32_t tc_be32(const uint8_t* p) noexcept nogil
     void tc_put_le64(uint8_t* p, uint64_t v) noexcept nogil
     void tc_put_le32(uint8_t* p, uint32_t v) noexcept nogil
+    int TC_POPCOUNT64(uint64_t x) noexcept nogil
 
 cdef extern from *:
     """

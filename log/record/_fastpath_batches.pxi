@@ -104,8 +104,29 @@ def frame_batches(const uint8_t[::1] buf, Py_ssize_t pos, Py_ssize_t end, Py_ssi
             return ST_FRAME_CHUNK, pos, have
 
 
+cdef enum:
+    NOTE_WORDS = 5             # a batch note: file position, size, base offset, last offset, count * 2 + has pid
+
+
+cdef int _add_note(bytearray notes, int64_t file_pos, int64_t size, int64_t base, int64_t last, int64_t count,
+                   bint has_pid) except -1:
+    cdef Py_ssize_t n = PyByteArray_GET_SIZE(notes)
+    if PyByteArray_Resize(notes, n + NOTE_WORDS * 8) < 0:
+        raise MemoryError()
+    cdef uint8_t* q = <uint8_t*>PyByteArray_AS_STRING(notes) + n
+    cdef int64_t v[NOTE_WORDS]
+    v[0] = file_pos
+    v[1] = size
+    v[2] = base
+    v[3] = last
+    v[4] = count * 2 + (1 if has_pid else 0)
+    memcpy(q, v, sizeof(v))
+    return 0
+
+
 def map_batches(KeyTable table, const uint8_t[::1] buf, Py_ssize_t pos, Py_ssize_t end, int64_t start,
-                Py_ssize_t max_entries, int64_t latest):
+                Py_ssize_t max_entries, int64_t latest, bytearray notes=None, int64_t file_base=0,
+                Py_ssize_t note_min=0):
     """The map pass over the framed (checked) batches of ``buf[pos:end]``: what
     ``build_for_segment_fast`` does per batch, for runs of plain batches (uncompressed, neither
     transactional nor control: their transaction state is "not aborted" and nothing else).
@@ -117,6 +138,11 @@ def map_batches(KeyTable table, const uint8_t[::1] buf, Py_ssize_t pos, Py_ssize
     ``messages`` counts the records read as the map pass counts them, ``latest`` is the map's
     latest offset, ``plain_last`` the highest last offset of the plain batches passed (the
     transaction state consumes aborted transactions up to it), or the int64 minimum.
+
+    ``notes``: each plain batch of at least ``note_min`` bytes whose records were all mapped gets a
+    note appended (``file_base + pos``, size, base offset, last offset, records count and
+    whether it has a producer id, as NOTE_WORDS native int64): after the map pass,
+    :func:`superseded_runs` finds from them the batches the rewriting pass need not read.
     """
     cdef const uint8_t* p = &buf[0] if buf.shape[0] else NULL
     cdef const uint8_t* b
@@ -152,8 +178,94 @@ def map_batches(KeyTable table, const uint8_t[::1] buf, Py_ssize_t pos, Py_ssize
         messages += count
         if last >= start and last > latest:
             latest = last
+        if notes is not None and last >= start and count > 0 and size >= note_min:
+            _add_note(notes, file_base + pos, size, base, last, count, _be64(b + 43) >= 0)
         pos += size
     return ST_OK, pos, messages, latest, 0, plain_last
+
+
+cdef inline uint64_t _bits_in(const uint64_t* bits, int word, int64_t lo, int64_t hi) noexcept nogil:
+    """The number of bits of one kind (``word`` 0: put, 1: latest) set for deltas ``[lo, hi]``."""
+    cdef int64_t w, w_lo = lo >> 6, w_hi = hi >> 6
+    cdef uint64_t m, total = 0
+    for w in range(w_lo, w_hi + 1):
+        m = bits[2 * w + word]
+        if w == w_lo:
+            m &= ~(<uint64_t>0) << (lo & 63)
+        if w == w_hi and (hi & 63) != 63:
+            m &= ((<uint64_t>1) << ((hi & 63) + 1)) - 1
+        total += <uint64_t>TC_POPCOUNT64(m)
+    return total
+
+
+def superseded_runs(KeyTable table, const uint8_t[::1] notes, int64_t latest, int64_t upper,
+                    const int64_t[::1] specials, Py_ssize_t min_bytes):
+    """The runs of consecutive noted batches (see :func:`map_batches`) that the rewriting pass
+    would delete whole because every record is superseded, so it need not read them.
+
+    A noted batch qualifies where :func:`clean_batches` would decide it from its header and the
+    bitmap alone with nothing retained: it is plain (only those are noted), not the batch ending
+    at ``upper`` nor, with a producer id, one whose last offset is in ``specials``, its last
+    offset is at most ``latest``, and the supersession bitmap (on, and covering the batch)
+    holds a put bit for ``count`` offsets of ``[base, last]`` (so every record was put: the map
+    pass checked that a batch's record offsets are distinct and inside it, and batches'
+    ranges increase) and no latest bit there (so a later record of each key exists). Runs of at
+    least ``min_bytes`` are returned, in file order, as tuples ``(start, end, first_note,
+    n_notes, records, last)``: file bytes ``[start, end)``, the notes it is made of, its records
+    and its highest last offset.
+    """
+    cdef Py_ssize_t n = notes.shape[0] // (NOTE_WORDS * 8), i, first = -1
+    cdef int64_t v[NOTE_WORDS]
+    cdef int64_t run_start = 0, run_end = -1, records = 0, run_last = 0, d0, d1, count
+    cdef bint ok
+    out = []
+    if n == 0 or not table.bits_ok or table.base < 0 or table.size == 0:
+        return out
+    if not table.latest_ok:
+        table._mark_latest()
+    for i in range(n + 1):
+        ok = False
+        if i < n:
+            memcpy(v, &notes[i * NOTE_WORDS * 8], sizeof(v))
+            count = v[4] >> 1
+            d0 = v[2] - table.base
+            d1 = v[3] - table.base
+            ok = (count > 0 and v[3] <= latest and v[3] + 1 != upper
+                  and not ((v[4] & 1) and _is_special(specials, v[3]))
+                  and d0 >= 0 and d1 >= d0 and (d1 >> 6) < table.bit_pairs
+                  and <int64_t>_bits_in(table.bits, 0, d0, d1) == count
+                  and _bits_in(table.bits, 1, d0, d1) == 0)
+        if ok and first >= 0 and v[0] == run_end:
+            run_end = v[0] + v[1]
+            records += count
+            if v[3] > run_last:
+                run_last = v[3]
+            continue
+        if first >= 0 and run_end - run_start >= min_bytes:
+            out.append((run_start, run_end, first, i - first, records, run_last))
+        first = -1
+        if ok:
+            first = i
+            run_start = v[0]
+            run_end = v[0] + v[1]
+            records = count
+            run_last = v[3]
+    return out
+
+
+def chunk_walk(const uint8_t[::1] notes, Py_ssize_t first, Py_ssize_t n, Py_ssize_t have, Py_ssize_t chunk_bytes):
+    """How the reference's chunking (batches grouped until they reach ``chunk_bytes``) passes the
+    noted batches ``first .. first + n - 1``, entered with ``have`` bytes in the chunk: returns
+    ``(chunks ended among them, bytes of them in the chunk open after them)``."""
+    cdef Py_ssize_t i, closed = 0
+    cdef int64_t size
+    for i in range(first, first + n):
+        memcpy(&size, &notes[(i * NOTE_WORDS + 1) * 8], 8)
+        have += size
+        if have >= chunk_bytes:
+            closed += 1
+            have = 0
+    return closed, have
 
 
 cdef bint _is_special(const int64_t[::1] specials, int64_t v) noexcept:

@@ -318,9 +318,32 @@ def frame_batches(buf: bytes | bytearray | memoryview, pos: int, end: int, chunk
 
 
 def map_batches(table: KeyTable, buf: bytes | bytearray | memoryview, pos: int, end: int, start: int,
-                max_entries: int, latest: int) -> tuple[int, int, int, int, int, int]:
-    """Leaves every batch to the cleaner's per-batch code (the reference for this kernel)."""
+                max_entries: int, latest: int, notes: bytearray | None = None, file_base: int = 0,
+                note_min: int = 0) -> tuple[int, int, int, int, int, int]:
+    """Leaves every batch to the cleaner's per-batch code (the reference for this kernel), so
+    no batch is noted."""
     return (STOP if pos < end else OK), pos, 0, latest, 0, _NO_BATCH
+
+
+def superseded_runs(table: KeyTable, notes: bytes | bytearray | memoryview, latest: int, upper: int,
+                    specials: object, min_bytes: int) -> list[tuple[int, int, int, int, int, int]]:
+    """None: there are no notes (:func:`map_batches`) and no bitmap here; every batch is read."""
+    return []
+
+
+_NOTE = struct.Struct("=5q")
+
+
+def chunk_walk(notes: bytes | bytearray | memoryview, first: int, n: int, have: int,
+               chunk_bytes: int) -> tuple[int, int]:
+    """The reference's chunking over noted batches (the compiled docstring)."""
+    closed = 0
+    for i in range(first, first + n):
+        have += _NOTE.unpack_from(notes, i * _NOTE.size)[1]
+        if have >= chunk_bytes:
+            closed += 1
+            have = 0
+    return closed, have
 
 
 def clean_batches(table: KeyTable, buf: bytes | bytearray | memoryview, pos: int, end: int, known_lo: int,

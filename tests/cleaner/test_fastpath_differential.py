@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cleaner import fast_reader
+from cleaner import fast_cleaner, fast_reader
 from cleaner.cleaner import Cleaner, _rebuild
 from cleaner.config import CleanerConfig
 from cleaner.fast_cleaner import _rebuild_fast
@@ -109,22 +109,28 @@ def _rounds(log: LocalLog, engine: str, slots: int, nows: list[int]):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(op, min_size=1, max_size=40), segment_bytes=st.integers(200, 3000),
-       slots=st.integers(2, 40), log_append=st.booleans(), tiny_reads=st.booleans())
-def test_compiled_and_pure_kernels_clean_to_the_reference_bytes(ops, segment_bytes, slots, log_append, tiny_reads):
+       slots=st.integers(2, 40), log_append=st.booleans(), tiny_reads=st.booleans(), holes=st.booleans())
+def test_compiled_and_pure_kernels_clean_to_the_reference_bytes(ops, segment_bytes, slots, log_append, tiny_reads,
+                                                                holes):
     results = {}
     # tiny_reads: the chunk reader starts with a buffer smaller than a chunk, so it moves the
     # unread tail and grows the buffer all the time
     default_buffer = fast_reader.MIN_BUFFER
+    # holes: every plain batch is noted and every run of superseded ones is skipped, however small
+    default_holes = fast_cleaner.NOTE_MIN_BYTES, fast_cleaner.MIN_HOLE_BYTES
     with tempfile.TemporaryDirectory() as tmp:
         for engine in ENGINES:
             log = _build(Path(tmp) / engine, ops, segment_bytes, log_append)
             now = log.clock.milliseconds()
             fast_reader.MIN_BUFFER = 64 if tiny_reads else default_buffer
+            if holes:
+                fast_cleaner.NOTE_MIN_BYTES, fast_cleaner.MIN_HOLE_BYTES = 0, 1
             try:
                 # first cleaning stamps tombstones/markers with a horizon; the later ones remove them
                 results[engine] = list(_rounds(log, engine, slots, [now, now + 10**6 + 1, now + 3 * 10**6]))
             finally:
                 fast_reader.MIN_BUFFER = default_buffer
+                fast_cleaner.NOTE_MIN_BYTES, fast_cleaner.MIN_HOLE_BYTES = default_holes
             log.close()
     ref = results["reference"]
     for engine in ("compiled", "pure"):
