@@ -241,6 +241,21 @@ cdef inline int _canon_varint(const uint8_t* p, Py_ssize_t* pos, Py_ssize_t end,
                               int64_t* out) noexcept nogil:
     """Like _varint, and -1 also for a non-minimal encoding (the builder never writes one)."""
     cdef Py_ssize_t start = pos[0]
+    cdef uint32_t z
+    # one and two bytes (lengths up to 8191), most fields: decoded inline; a two-byte encoding is
+    # minimal iff its second byte is not 0
+    if start < end and p[start] < 0x80:
+        z = p[start]
+        pos[0] = start + 1
+        out[0] = <int64_t>(z >> 1) ^ -(<int64_t>(z & 1))
+        return 0
+    if start + 2 <= end and p[start + 1] < 0x80 and p[start] >= 0x80 and max_bytes >= 2:
+        if p[start + 1] == 0:
+            return -1
+        z = (p[start] & 0x7F) | (<uint32_t>p[start + 1] << 7)
+        pos[0] = start + 2
+        out[0] = <int64_t>(z >> 1) ^ -(<int64_t>(z & 1))
+        return 0
     if _varint(p, pos, end, max_bytes, out) < 0:
         return -1
     if pos[0] - start > 1 and p[pos[0] - 1] == 0:
