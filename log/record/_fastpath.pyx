@@ -22,8 +22,9 @@ Contract shared with ``_fastpath_py.py`` (see ``log/record/fastpath.py``'s Proto
   digest gets its first byte set to 1). Probing is linear from the home slot
   ``(big-endian uint32 of digest bytes [0, 4)) * slots >> 32``, so a collision usually costs no
   second cache miss and the kernels' prefetch of the home slot covers it. The table starts
-  small and doubles (rehashing) while it is under its logical capacity, so memory follows the
-  keys. (Kafka's ``positionOf`` jumps to an unrelated slot per attempt: a cache miss each.)
+  small and doubles (rehashing) when a put would fill it past half, while it is under its
+  logical capacity, so memory follows the keys (table memory of 64 KiB and more is kept for
+  the next round's table: ``_fastpath_table.pxi``). (Kafka's ``positionOf`` jumps to an unrelated slot per attempt: a cache miss each.)
 * Digest: SipHash-2-4 with 128-bit output, keyed by a secret chosen per round (``reset``'s
   16-byte seed), truncated to 96 bits. A producer who knows the algorithm but not the round's
   key cannot aim a second preimage at another key's record.

@@ -128,7 +128,7 @@ class KeyTable:
         delta = offset - self.base
         if not 0 <= delta <= MAX_DELTA:
             return DELTA_OVERFLOW
-        if self.slots < self.capacity and (self.size + 1) * 4 > self.slots * 3:
+        if self.slots < self.capacity and (self.size + 1) * 2 > self.slots:
             self._grow()
         d = _digest(bytes(key))
         pos = self._find(d)

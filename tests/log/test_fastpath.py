@@ -96,6 +96,46 @@ def test_reset_forgets_everything(k):
     assert t.get(b"1") == -1
 
 
+@KERNELS
+def test_the_table_doubles_before_it_is_half_full(k):
+    t = k.KeyTable(1 << 20)
+    t.reset(bytes(16))
+    for i in range(20_000):
+        assert t.put(b"k%d" % i, i, 10**9) == k.OK
+        assert t.size * 2 <= t.slots
+    assert t.slots == 65536  # 20,000 keys: 32768 slots would be more than half full
+
+
+def test_table_memory_is_kept_for_the_next_table_within_its_budget():
+    k = COMPILED
+    t = k.KeyTable(1 << 20)  # a 16 MiB budget
+    t.reset(bytes(16))
+    for i in range(100_000):  # grows through 64 KiB .. 2 MiB to 262144 slots (4 MiB)
+        t.put(b"k%d" % i, i, 10**9)
+    t.reset(b"\x01" * 16)  # the 4 MiB table is let go of: kept, with the blocks it grew through
+    kept = k.spare_table_bytes()
+    assert 4 << 20 <= kept <= 16 << 20
+    # a new table growing through the same sizes takes the kept blocks, zeroed (no stale slot)
+    t2 = k.KeyTable(1 << 20)
+    t2.reset(bytes(16))
+    ref = {}
+    for i in range(100_000):
+        key = b"x%d" % (i % 70_000)
+        assert t2.put(key, 10**6 + i, 10**9) == k.OK
+        ref[key] = 10**6 + i
+    assert k.spare_table_bytes() < kept
+    assert all(t2.get(key) == off for key, off in ref.items())
+    assert t2.get(b"k5") == -1 and t2.size == len(ref)
+    del t2
+    # a table whose budget is smaller than a kept block keeps at most its budget
+    small = k.KeyTable(70_000)  # 1.1 MiB budget
+    small.reset(bytes(16))
+    for i in range(30_000):
+        small.put(b"s%d" % i, i, 10**9)
+    small.reset(bytes(16))
+    assert k.spare_table_bytes() <= 70_000 * 16
+
+
 def test_compiled_digests_are_keyed_per_round():
     t = COMPILED.KeyTable(100)
     t.reset(bytes(16))
