@@ -151,6 +151,9 @@ class SparkCleanConfig:
     split_partition_bytes: int = 1 << 30
     #: the offset map of a partition round (grows with the keys up to this, as in process)
     dedupe_buffer_size: int = 128 * 1024 * 1024
+    #: where a partition round downloads and writes on an executor (default: Spark's local dir,
+    #: else the system's temporary directory)
+    executor_temp_dir: str | None = None
     orphan_grace_ms: int = 60 * 60 * 1000
     io_buffer_size: int = 256 * 1024
     scan_tasks_per_core: int = 2
@@ -581,7 +584,7 @@ class SparkCleanJob:
                 local_txn_segments=local_txn_segments(p.log, p.plan.segments[-1].end_offset + 1),
                 blooms=tuple(sorted(blooms.items())), now_ms=now, segment_tag=tag, broker_id=self.broker_id,
                 dedupe_buffer_size=cfg.dedupe_buffer_size, io_buffer_size=cfg.io_buffer_size,
-                bloom_skip=cfg.bloom_skip, use_key_index=cfg.key_index_skip))
+                bloom_skip=cfg.bloom_skip, use_key_index=cfg.key_index_skip, temp_dir=cfg.executor_temp_dir))
             write_lease(self.store.open().store, p.tp, self.job_id, (), self.clock, id_prefixes=[tag])
             p.leased = True
         by_key = {t.key: t for t in tasks}

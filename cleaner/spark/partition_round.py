@@ -25,6 +25,7 @@ No pyspark import: tests call :func:`run_partition_round` directly.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 import uuid
@@ -84,6 +85,8 @@ class PartitionRoundTask:
     io_buffer_size: int = 512 * 1024
     bloom_skip: bool = True
     use_key_index: bool = True
+    #: where the round downloads and writes on the executor (None: see :func:`scratch_root`)
+    temp_dir: str | None = None
 
     def __post_init__(self) -> None:
         tagged_segment_id(self.segment_tag)  # validates the tag
@@ -192,9 +195,19 @@ def local_txn_segments(log: Any, remote_end: int) -> tuple[LocalTxnSegment, ...]
 
 # ---- the task ----------------------------------------------------------------------------------------
 
+def scratch_root(temp_dir: str | Path | None = None) -> str | None:
+    """Where a round on this executor keeps its downloads: ``temp_dir`` if given, else the first
+    of Spark's local dirs (``SPARK_LOCAL_DIRS``, set on cluster executors), else the system's
+    temporary directory (None)."""
+    if temp_dir is not None:
+        return str(temp_dir)
+    local = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d]
+    return local[0] if local else None
+
+
 @contextlib.contextmanager
 def _scratch(temp_dir: str | Path | None) -> Iterator[Path]:
-    tmp = Path(tempfile.mkdtemp(prefix="tiercompact-round-", dir=temp_dir))
+    tmp = Path(tempfile.mkdtemp(prefix="tiercompact-round-", dir=scratch_root(temp_dir)))
     try:
         yield tmp
     finally:
@@ -211,7 +224,7 @@ def run_partition_round(task: PartitionRoundTask, temp_dir: str | Path | None = 
     meta = DeferredRoundMetadata(dict(task.blooms))
     log = ShippedLog.of(task)
     config = CleanerConfig(dedupe_buffer_size=task.dedupe_buffer_size, io_buffer_size=task.io_buffer_size)
-    with _scratch(temp_dir) as tmp:
+    with _scratch(temp_dir if temp_dir is not None else task.temp_dir) as tmp:
         cleaner = TieredCleaner(meta, rsm, CompactOffsetMap(config.dedupe_buffer_per_thread), config,
                                 temp_dir=tmp, broker_id=task.broker_id, clock=SYSTEM_CLOCK,
                                 bloom_skip=task.bloom_skip, use_key_index=task.use_key_index,

@@ -111,3 +111,14 @@ def test_a_round_from_a_pickled_task_writes_what_the_in_process_round_writes(tmp
     finally:
         a.close()
         b.close()
+
+
+def test_a_round_keeps_its_downloads_in_the_given_dir_else_sparks_local_dir(monkeypatch: pytest.MonkeyPatch,
+                                                                              tmp_path: Path) -> None:
+    from cleaner.spark.partition_round import scratch_root
+
+    monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
+    assert scratch_root() is None  # the system's temporary directory
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", f"{tmp_path / 'a'},{tmp_path / 'b'}")
+    assert scratch_root() == str(tmp_path / "a")
+    assert scratch_root(tmp_path / "c") == str(tmp_path / "c")
