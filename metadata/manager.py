@@ -80,6 +80,24 @@ class RemoteLogMetadataManager(ABC):
             FencedLeaderEpochError: ``leader_epoch`` is not the registered epoch.
         """
 
+    def add_remote_log_segments(self, new: Sequence[tuple[RemoteLogSegmentMetadata, bytes | None]], *,
+                                leader_epoch: int) -> None:
+        """:meth:`add_remote_log_segment_metadata` then :meth:`put_bloom_filter` (when the bytes
+        are not None) for each segment, all of ``new``'s one partition in one transaction: for a
+        writer whose objects already exist under a lease (a Spark driver registering what its
+        executors uploaded), so a partition's results cost one round trip, not two per segment.
+        All or nothing; idempotent like the single calls. This default calls them one by one
+        (not atomic); stores override it.
+
+        Raises:
+            InvalidRequestError: the segments are not all of one partition.
+            InvalidStateTransitionError, FencedLeaderEpochError: as the single calls.
+        """
+        for md, bloom in new:
+            self.add_remote_log_segment_metadata(md, leader_epoch=leader_epoch)
+            if bloom is not None:
+                self.put_bloom_filter(md.remote_log_segment_id, bloom)
+
     @abstractmethod
     def update_remote_log_segment_state(
         self,

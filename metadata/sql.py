@@ -512,33 +512,53 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
     # ------------------------------------------------------------------ segment writes
 
     def add_remote_log_segment_metadata(self, md: RemoteLogSegmentMetadata, *, leader_epoch: int) -> None:
-        sid = md.remote_log_segment_id
-        if md.state is not S.COPY_SEGMENT_STARTED or md.superseded_by is not None:
-            raise InvalidStateTransitionError(sid, None, md.state, "a new segment must be COPY_SEGMENT_STARTED "
-                                              "and not superseded")
-        tp = md.topic_partition
+        self.add_remote_log_segments([(md, None)], leader_epoch=leader_epoch)
+
+    def add_remote_log_segments(self, new: Sequence[tuple[RemoteLogSegmentMetadata, bytes | None]], *,
+                                leader_epoch: int) -> None:
+        if not new:
+            return
+        tp = new[0][0].topic_partition
+        for md, _bloom in new:
+            sid = md.remote_log_segment_id
+            if md.topic_partition != tp:
+                raise InvalidRequestError(f"segments of one partition only: {sid} is not of {tp}")
+            if md.state is not S.COPY_SEGMENT_STARTED or md.superseded_by is not None:
+                raise InvalidStateTransitionError(sid, None, md.state, "a new segment must be COPY_SEGMENT_STARTED "
+                                                  "and not superseded")
+        what = (f"upload of remote segment {new[0][0].remote_log_segment_id}" if len(new) == 1
+                else f"upload of {len(new)} remote segments of {tp}")
 
         def fn(conn: Connection) -> tuple[None, int]:
-            self._fence(conn, tp, leader_epoch, f"upload of remote segment {sid}")
-            row = conn.execute(select(segments).where(segments.c.segment_id == sid.id)).first()
-            if row is not None:
-                old = _to_md(row)
-                if (old.state is S.COPY_SEGMENT_STARTED and old.topic_partition == tp
-                        and (old.start_offset, old.end_offset, old.segment_size_in_bytes)
-                        == (md.start_offset, md.end_offset, md.segment_size_in_bytes)):
-                    return None, 0  # a retried add
-                raise InvalidStateTransitionError(sid, old.state, md.state, "segment id already exists; "
-                                                  "generate a fresh id for every upload attempt")
-            conn.execute(insert(segments).values(
-                segment_id=sid.id, topic=tp.topic, partition_id=tp.partition, start_offset=md.start_offset,
-                end_offset=md.end_offset, max_timestamp_ms=md.max_timestamp_ms, broker_id=md.broker_id,
-                event_timestamp_ms=md.event_timestamp_ms, size_bytes=md.segment_size_in_bytes,
-                state=md.state.value, leader_epochs=_dump(md.segment_leader_epochs),
-                cleaner_offsets=_dump(md.cleaner_offsets), superseded_by=None, writer_epoch=leader_epoch,
-                created_ms=self._clock.milliseconds(), key_index_bytes=md.key_index_bytes))
+            self._fence(conn, tp, leader_epoch, what)
+            for md, bloom in new:
+                self._insert_segment(conn, md, leader_epoch)
+                if bloom is not None:
+                    self._store_bloom(conn, md.remote_log_segment_id, bloom)
             return None, 0
 
         self._write(tp, "add_remote_log_segment_metadata", fn)
+
+    def _insert_segment(self, conn: Connection, md: RemoteLogSegmentMetadata, leader_epoch: int) -> None:
+        """The row of a new segment (a retried add of the same content is a no-op)."""
+        sid = md.remote_log_segment_id
+        tp = md.topic_partition
+        row = conn.execute(select(segments).where(segments.c.segment_id == sid.id)).first()
+        if row is not None:
+            old = _to_md(row)
+            if (old.state is S.COPY_SEGMENT_STARTED and old.topic_partition == tp
+                    and (old.start_offset, old.end_offset, old.segment_size_in_bytes)
+                    == (md.start_offset, md.end_offset, md.segment_size_in_bytes)):
+                return  # a retried add
+            raise InvalidStateTransitionError(sid, old.state, md.state, "segment id already exists; "
+                                              "generate a fresh id for every upload attempt")
+        conn.execute(insert(segments).values(
+            segment_id=sid.id, topic=tp.topic, partition_id=tp.partition, start_offset=md.start_offset,
+            end_offset=md.end_offset, max_timestamp_ms=md.max_timestamp_ms, broker_id=md.broker_id,
+            event_timestamp_ms=md.event_timestamp_ms, size_bytes=md.segment_size_in_bytes,
+            state=md.state.value, leader_epochs=_dump(md.segment_leader_epochs),
+            cleaner_offsets=_dump(md.cleaner_offsets), superseded_by=None, writer_epoch=leader_epoch,
+            created_ms=self._clock.milliseconds(), key_index_bytes=md.key_index_bytes))
 
     def update_remote_log_segment_state(
         self,
@@ -728,19 +748,21 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
     # ------------------------------------------------------------------ bloom filters
 
     def put_bloom_filter(self, segment_id: RemoteLogSegmentId, data: bytes) -> None:
-        tp = segment_id.topic_partition
-
         def fn(conn: Connection) -> tuple[None, int]:
-            # a write first, so SQLite takes its write lock before the reads below
-            conn.execute(delete(blooms).where(blooms.c.segment_id == segment_id.id))
-            row = self._segment_row(conn, segment_id)
-            if row.state == S.DELETE_SEGMENT_FINISHED.value:
-                raise RemoteSegmentNotFoundError(f"remote segment {segment_id} was deleted")
-            conn.execute(insert(blooms).values(segment_id=segment_id.id, topic=tp.topic, partition_id=tp.partition,
-                                               data=bytes(data)))
+            self._store_bloom(conn, segment_id, data)
             return None, 0
 
-        self._write(tp, "put_bloom_filter", fn)
+        self._write(segment_id.topic_partition, "put_bloom_filter", fn)
+
+    def _store_bloom(self, conn: Connection, segment_id: RemoteLogSegmentId, data: bytes) -> None:
+        tp = segment_id.topic_partition
+        # a write first, so SQLite takes its write lock before the reads below
+        conn.execute(delete(blooms).where(blooms.c.segment_id == segment_id.id))
+        row = self._segment_row(conn, segment_id)
+        if row.state == S.DELETE_SEGMENT_FINISHED.value:
+            raise RemoteSegmentNotFoundError(f"remote segment {segment_id} was deleted")
+        conn.execute(insert(blooms).values(segment_id=segment_id.id, topic=tp.topic, partition_id=tp.partition,
+                                           data=bytes(data)))
 
     def set_key_index(self, segment_id: RemoteLogSegmentId, size_bytes: int) -> None:
         if size_bytes < 0:

@@ -411,6 +411,31 @@ def test_bloom_filters_live_in_the_metadata_store(mdm: SqlRemoteLogMetadataManag
     assert mdm.get_bloom_filter(sid) is None
 
 
+def test_segments_registered_together_with_their_blooms_all_or_nothing(mdm: SqlRemoteLogMetadataManager) -> None:
+    mdm.become_leader(TP, 3, 1)
+    a, b = seg(0, 9, epochs={3: 0}), seg(10, 19, epochs={3: 10})
+    mdm.add_remote_log_segments([(a, b"bloom-a"), (b, None)], leader_epoch=3)
+    rows = {m.id: m.state for m in mdm.list_remote_log_segments(TP, include_superseded=True, states=[S.COPY_SEGMENT_STARTED])}
+    assert rows == {a.id: S.COPY_SEGMENT_STARTED, b.id: S.COPY_SEGMENT_STARTED}
+    assert mdm.get_bloom_filter(a.remote_log_segment_id) == b"bloom-a"
+    assert mdm.get_bloom_filter(b.remote_log_segment_id) is None
+    mdm.add_remote_log_segments([(a, b"bloom-a"), (b, None)], leader_epoch=3)  # a retry changes nothing
+    # fenced: nothing of the batch is written
+    c, d = seg(20, 29, epochs={2: 20}), seg(30, 39, epochs={2: 30})
+    with pytest.raises(FencedLeaderEpochError):
+        mdm.add_remote_log_segments([(c, b"c"), (d, b"d")], leader_epoch=2)
+    # one bad segment (an id reused with other content) rolls the whole batch back
+    e = seg(40, 49, epochs={3: 40})
+    clash = RemoteLogSegmentMetadata(a.remote_log_segment_id, 0, 5, 5, 1, 0, 1, {3: 0})
+    with pytest.raises(InvalidStateTransitionError):
+        mdm.add_remote_log_segments([(e, b"e"), (clash, None)], leader_epoch=3)
+    ids = {m.id for m in mdm.list_remote_log_segments(TP, include_superseded=True, states=list(S))}
+    assert ids == {a.id, b.id}
+    with pytest.raises(InvalidRequestError, match="one partition"):
+        mdm.add_remote_log_segments([(e, None), (seg(0, 1, tp=TopicPartition("other", 0)), None)], leader_epoch=3)
+    mdm.add_remote_log_segments([], leader_epoch=3)
+
+
 def test_within_leader_epochs_uses_the_stored_lineage(mdm: SqlRemoteLogMetadataManager) -> None:
     mdm.become_leader(TP, 5, 1, start_offset=10)
     mdm.become_leader(TP, 7, 2, start_offset=15)
