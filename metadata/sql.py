@@ -279,6 +279,12 @@ def _referenced(state: int, superseded_by: str | None) -> bool:
     return state == S.COPY_SEGMENT_FINISHED.value and superseded_by is None
 
 
+def _chunked(ids: Sequence[str], size: int = 500) -> Iterator[Sequence[str]]:
+    """``ids`` in slices small enough for one IN (...) on every backend (SQLite's variable limit)."""
+    for i in range(0, len(ids), size):
+        yield ids[i:i + size]
+
+
 class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
     """RemoteLogMetadataManager over SQLAlchemy Core (``sqlite:///...``, ``postgresql://...``).
 
@@ -530,35 +536,48 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
                 else f"upload of {len(new)} remote segments of {tp}")
 
         def fn(conn: Connection) -> tuple[None, int]:
-            self._fence(conn, tp, leader_epoch, what)
-            for md, bloom in new:
-                self._insert_segment(conn, md, leader_epoch)
-                if bloom is not None:
-                    self._store_bloom(conn, md.remote_log_segment_id, bloom)
+            self._fence(conn, tp, leader_epoch, what)  # a write first: SQLite holds its write lock from here
+            ids = [md.id for md, _bloom in new]
+            existing = {row.segment_id: row for chunk in _chunked(ids)
+                        for row in conn.execute(select(segments).where(segments.c.segment_id.in_(chunk)))}
+            rows = [self._segment_values(md, leader_epoch) for md, _bloom in new
+                    if not self._is_retried_add(md, existing.get(md.id))]
+            if rows:
+                conn.execute(insert(segments), rows)
+            with_blooms = [(md, bloom) for md, bloom in new if bloom is not None]
+            for chunk in _chunked([md.id for md, _bloom in with_blooms]):
+                conn.execute(delete(blooms).where(blooms.c.segment_id.in_(chunk)))
+            if with_blooms:
+                conn.execute(insert(blooms), [{"segment_id": md.id, "topic": tp.topic, "partition_id": tp.partition,
+                                               "data": bytes(bloom)} for md, bloom in with_blooms])
             return None, 0
 
         self._write(tp, "add_remote_log_segment_metadata", fn)
 
-    def _insert_segment(self, conn: Connection, md: RemoteLogSegmentMetadata, leader_epoch: int) -> None:
-        """The row of a new segment (a retried add of the same content is a no-op)."""
-        sid = md.remote_log_segment_id
+    @staticmethod
+    def _is_retried_add(md: RemoteLogSegmentMetadata, row: Row[Any] | None) -> bool:
+        """True when ``row`` is this very segment added before (a retry: nothing to insert);
+        raises when the id is taken by anything else."""
+        if row is None:
+            return False
+        old = _to_md(row)
+        if (old.state is S.COPY_SEGMENT_STARTED and old.topic_partition == md.topic_partition
+                and (old.start_offset, old.end_offset, old.segment_size_in_bytes)
+                == (md.start_offset, md.end_offset, md.segment_size_in_bytes)):
+            return True
+        raise InvalidStateTransitionError(md.remote_log_segment_id, old.state, md.state,
+                                          "segment id already exists; generate a fresh id for every upload attempt")
+
+    def _segment_values(self, md: RemoteLogSegmentMetadata, leader_epoch: int) -> dict[str, Any]:
+        """The row of a new segment."""
         tp = md.topic_partition
-        row = conn.execute(select(segments).where(segments.c.segment_id == sid.id)).first()
-        if row is not None:
-            old = _to_md(row)
-            if (old.state is S.COPY_SEGMENT_STARTED and old.topic_partition == tp
-                    and (old.start_offset, old.end_offset, old.segment_size_in_bytes)
-                    == (md.start_offset, md.end_offset, md.segment_size_in_bytes)):
-                return  # a retried add
-            raise InvalidStateTransitionError(sid, old.state, md.state, "segment id already exists; "
-                                              "generate a fresh id for every upload attempt")
-        conn.execute(insert(segments).values(
-            segment_id=sid.id, topic=tp.topic, partition_id=tp.partition, start_offset=md.start_offset,
-            end_offset=md.end_offset, max_timestamp_ms=md.max_timestamp_ms, broker_id=md.broker_id,
-            event_timestamp_ms=md.event_timestamp_ms, size_bytes=md.segment_size_in_bytes,
-            state=md.state.value, leader_epochs=_dump(md.segment_leader_epochs),
-            cleaner_offsets=_dump(md.cleaner_offsets), superseded_by=None, writer_epoch=leader_epoch,
-            created_ms=self._clock.milliseconds(), key_index_bytes=md.key_index_bytes))
+        return {"segment_id": md.id, "topic": tp.topic, "partition_id": tp.partition,
+                "start_offset": md.start_offset, "end_offset": md.end_offset, "max_timestamp_ms": md.max_timestamp_ms,
+                "broker_id": md.broker_id, "event_timestamp_ms": md.event_timestamp_ms,
+                "size_bytes": md.segment_size_in_bytes, "state": md.state.value,
+                "leader_epochs": _dump(md.segment_leader_epochs), "cleaner_offsets": _dump(md.cleaner_offsets),
+                "superseded_by": None, "writer_epoch": leader_epoch, "created_ms": self._clock.milliseconds(),
+                "key_index_bytes": md.key_index_bytes}
 
     def update_remote_log_segment_state(
         self,
