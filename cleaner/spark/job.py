@@ -439,6 +439,8 @@ class SparkCleanJob:
         self.check_abort = check_abort
         self.job_id = ""
         self._reports = 0
+        #: whether a task attempt of the running job failed (None: not asked yet)
+        self._task_failures: bool | None = None
         if views is None:
             if logs is None or leader_epoch is None:
                 raise ValueError("SparkCleanJob needs views=, or logs= and leader_epoch=")
@@ -490,6 +492,7 @@ class SparkCleanJob:
                 nothing was published.
         """
         self.job_id = f"spark-{uuid.uuid4().hex}"
+        self._task_failures = None
         now = self.clock.milliseconds()
         rsm = self.store.open()
         outcomes: dict[TopicPartition, PartitionOutcome] = {}
@@ -605,6 +608,32 @@ class SparkCleanJob:
             part[res.key].round = res
         self._stage("scanned", parts)
         self._stage("rewritten", parts)
+
+    def _attempts_failed(self) -> bool:
+        """Whether any task attempt of this job failed or was killed (Spark's status tracker);
+        True when it cannot tell, or when speculation may have run an attempt twice."""
+        if self._task_failures is None:
+            self._task_failures = self._count_failed_attempts()
+        return self._task_failures
+
+    def _count_failed_attempts(self) -> bool:
+        sc = self.spark.sparkContext
+        if str(sc.getConf().get("spark.speculation", "false")).lower() == "true":
+            return True
+        try:
+            tracker = sc.statusTracker()
+            for job in tracker.getJobIdsForGroup(self.job_id):
+                info = tracker.getJobInfo(job)
+                if info is None:
+                    return True
+                for stage_id in info.stageIds:
+                    stage = tracker.getStageInfo(stage_id)
+                    if stage is None or stage.numFailedTasks > 0:
+                        return True
+            return False
+        except Exception:  # noqa: BLE001 - unknown: sweep
+            logger.debug("Spark's status tracker could not tell about job %s", self.job_id, exc_info=True)
+            return True
 
     @property
     def segment_tag(self) -> str:
@@ -985,9 +1014,10 @@ class SparkCleanJob:
                 logger.warning("%s: could not remove upload %s of the Spark clean", p.tp, md.id, exc_info=True)
 
     def _release(self, p: _Part) -> None:
-        """Release the partition's lease. For a partition round, then sweep: a task attempt that
-        failed or was killed after uploading left objects only its tag names, and nothing names
-        them once the lease is gone (what the round published is in metadata by now)."""
+        """Release the partition's lease. For a partition round, then sweep when a task attempt
+        may have uploaded what no result names (an attempt that failed or was killed, or a
+        partition that did not publish): only the job's tag names those objects, and nothing does
+        once the lease is gone (what the round published is in metadata by now)."""
         if not p.leased:
             return
         store = self.store.open().store
@@ -997,7 +1027,7 @@ class SparkCleanJob:
         except Exception:  # noqa: BLE001 - an expired lease is removed by the next sweep
             logger.warning("%s: could not release lease %s", p.tp, self.job_id, exc_info=True)
             return
-        if p.whole:
+        if p.whole and (p.outcome.status != "cleaned" or self._attempts_failed()):
             try:
                 sweep_orphan_objects(store, self.rlmm, p.tp, grace_ms=self.config.orphan_grace_ms, clock=self.clock)
             except Exception:  # noqa: BLE001 - the next job's (or the node's) sweep finds them

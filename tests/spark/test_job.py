@@ -178,3 +178,31 @@ def test_a_failing_job_publishes_nothing_and_leaks_nothing(spark, tmp_path, mode
         assert "driver lost" in (r.error or "")
     finally:
         b.close()
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_whole_partition_is_swept_at_the_end_only_when_an_attempt_failed(spark, tmp_path, monkeypatch, fail):
+    """A failed attempt of a partition round may have uploaded objects only the job's tag names:
+    the driver sweeps after releasing its lease. Without failures it does not list the partition
+    again."""
+    import cleaner.spark.job as job_module
+
+    calls: list[str] = []
+    real = job_module.sweep_orphan_objects
+
+    def counting(*args, **kw):
+        calls.append("sweep")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(job_module, "sweep_orphan_objects", counting)
+    b = make_world(tmp_path / "spark", (f"file://{tmp_path / 'obj'}", {}))
+    try:
+        build(b, seed=8, rounds=3)
+        tp = partitions_of(b)[0]
+        cfg = mode_config("whole", fail_first_attempt=TASK_STAGES["whole"] if fail else frozenset())
+        assert spark_job(spark, b, config=cfg).run([tp])[tp].status == "cleaned"
+        assert len(calls) == (2 if fail else 1)  # the job's start sweeps every partition anyway
+        b.rlm.delete_unreferenced(tp)
+        assert_no_leak(b)
+    finally:
+        b.close()
