@@ -457,6 +457,23 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
                                          cur[1] if cur else None, action)
 
     @staticmethod
+    def _segment_rows(conn: Connection, tp: TopicPartition,
+                      segment_ids: Sequence[RemoteLogSegmentId]) -> dict[str, Row[Any]]:
+        """The rows of ``segment_ids`` (all of ``tp``) in a few queries, by id.
+
+        Raises:
+            RemoteSegmentNotFoundError: one of them has no metadata (or is another partition's).
+        """
+        ids = [s.id for s in segment_ids]
+        rows = {row.segment_id: row for chunk in _chunked(ids)
+                for row in conn.execute(select(segments).where(segments.c.segment_id.in_(chunk)))}
+        for s in segment_ids:
+            row = rows.get(s.id)
+            if row is None or row.topic != tp.topic or row.partition_id != tp.partition:
+                raise RemoteSegmentNotFoundError(f"no metadata for remote segment {s}")
+        return rows
+
+    @staticmethod
     def _segment_row(conn: Connection, segment_id: RemoteLogSegmentId) -> Row[Any]:
         row = conn.execute(select(segments).where(segments.c.segment_id == segment_id.id)).first()
         tp = segment_id.topic_partition
@@ -636,7 +653,8 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
             self._fence(conn, tp, leader_epoch, "publish of compacted segments")
             validate_cleaner_offsets(tp, leader_epoch, vector, self._vector(conn, tp), self._lineage(conn, tp))
             delta = 0
-            new_rows = [self._segment_row(conn, s) for s in new_segment_ids]
+            rows = self._segment_rows(conn, tp, [*new_segment_ids, *replaced_segment_ids])
+            new_rows = [rows[s.id] for s in new_segment_ids]
             finish: list[str] = []
             for s, row in zip(new_segment_ids, new_rows, strict=True):
                 if row.state == S.COPY_SEGMENT_STARTED.value:
@@ -651,14 +669,14 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
                     raise InvalidStateTransitionError(
                         s, S(row.state), S.COPY_SEGMENT_FINISHED,
                         "a compacted segment must be COPY_SEGMENT_STARTED when published")
-            supersede: list[tuple[str, str]] = []
+            supersede: dict[str, list[str]] = {}  # replacement -> the segments it replaces
             for s in replaced_segment_ids:
-                row = self._segment_row(conn, s)
+                row = rows[s.id]
                 if row.state != S.COPY_SEGMENT_FINISHED.value:
                     raise InvalidStateTransitionError(s, S(row.state), S.COPY_SEGMENT_FINISHED,
                                                       "only finished segments can be replaced")
                 if row.superseded_by is None:
-                    supersede.append((s.id, _replacement(row, new_rows)))
+                    supersede.setdefault(_replacement(row, new_rows), []).append(s.id)
                     delta -= row.size_bytes
                 elif row.superseded_by not in new_ids:
                     raise InvalidStateTransitionError(
@@ -668,8 +686,9 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
             if finish:
                 conn.execute(update(segments).where(segments.c.segment_id.in_(finish)).values(
                     state=S.COPY_SEGMENT_FINISHED.value, cleaner_offsets=_dump(vector), event_timestamp_ms=now))
-            for old_id, by in supersede:
-                conn.execute(update(segments).where(segments.c.segment_id == old_id).values(superseded_by=by))
+            for by, old_ids in supersede.items():
+                for chunk in _chunked(old_ids):
+                    conn.execute(update(segments).where(segments.c.segment_id.in_(chunk)).values(superseded_by=by))
             self._store_vector(conn, tp, vector)
             return None, delta
 
