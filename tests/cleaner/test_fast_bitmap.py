@@ -16,14 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cleaner import fast_cleaner, fast_reader
-from cleaner.cleaner import CleanContext, build_offset_map_from_segments, clean_into
-from cleaner.offset_map import CompactOffsetMap
-from cleaner.stats import CleanerStats
-from cleaner.transactions import CleanedTransactionMetadata
 from log.record import fastpath
 from log.record.builder import _write_header_and_crc
 from log.record.varint import encode_varint, encode_varlong
 from log.segment import LogSegment
+from tests.cleaner.kernel_runs import map_then_clean
 
 
 def _raw_batch(base: int, records: list[tuple[int, bytes | None, bytes | None]], pid: int = -1) -> bytes:
@@ -65,28 +62,9 @@ def _segment(directory: Path, batches: list[tuple[int, list, int]]) -> LogSegmen
 
 
 def _run(kernels, directory: Path, batches, start: int, max_entries: int):
-    """Map then clean one segment with ``kernels``; the output bytes, stats and error."""
-    seg = _segment(directory / "src", batches)
-    omap = CompactOffsetMap(16 * 64, kernels)
-    stats = CleanerStats()
-    out = directory / "out"
-    out.mkdir()
-    dest = LogSegment(out, 0, create=True, index_interval_bytes=64)
-    error = None
-    try:
-        build_offset_map_from_segments([seg], start, 10**6, omap, CleanedTransactionMetadata(),
-                                       max_entries=max_entries, stats=stats, io_buffer_size=1)
-        ctx = CleanContext(now_ms=10**9, delete_retention_ms=0, upper_bound_of_round=10**6,
-                           active_producers={}, txn_metadata=CleanedTransactionMetadata(), io_buffer_size=1)
-        clean_into(seg, dest, omap, ctx, stats)
-    except Exception as e:  # both engines must fail alike
-        error = (type(e).__name__, str(e))
-    dest.close_writer()
-    files = {p.name: p.read_bytes() for p in out.iterdir()}
-    seg.close()
-    dest.close()
-    counts = {k: v for k, v in stats.as_dict().items() if not k.endswith("elapsed_ms")}
-    return files, counts, error, omap
+    """Map then clean one segment with ``kernels``; the output bytes, stats, error and map."""
+    return map_then_clean(kernels, _segment(directory / "src", batches), directory / "out", start=start,
+                          max_entries=max_entries)
 
 
 @pytest.fixture

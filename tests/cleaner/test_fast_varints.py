@@ -12,13 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cleaner.cleaner import CleanContext, build_offset_map_from_segments, clean_into
-from cleaner.offset_map import CompactOffsetMap
-from cleaner.stats import CleanerStats
-from cleaner.transactions import CleanedTransactionMetadata
 from log.record import fastpath
 from log.record.builder import _write_header_and_crc
 from log.segment import LogSegment
+from tests.cleaner.kernel_runs import map_then_clean
 
 
 def _varint(v: int, pad: int) -> bytes:
@@ -67,25 +64,8 @@ def _clean(kernels, directory: Path, raws: list[tuple[bytes, int]]):  # type: ig
     for raw, last in raws:
         seg.append(raw, largest_offset=last, largest_timestamp=1000, offset_of_largest_timestamp=last)
     seg.close_writer()
-    omap = CompactOffsetMap(16 * 64, kernels)
-    stats = CleanerStats()
-    out = directory / "out"
-    out.mkdir()
-    dest = LogSegment(out, 0, create=True, index_interval_bytes=64)
-    error = None
-    try:
-        build_offset_map_from_segments([seg], 0, 10**6, omap, CleanedTransactionMetadata(), max_entries=1000,
-                                       stats=stats, io_buffer_size=1)
-        ctx = CleanContext(now_ms=10**9, delete_retention_ms=0, upper_bound_of_round=10**6, active_producers={},
-                           txn_metadata=CleanedTransactionMetadata(), io_buffer_size=1)
-        clean_into(seg, dest, omap, ctx, stats)
-    except Exception as e:  # both engines must fail alike
-        error = (type(e).__name__, str(e))
-    dest.close_writer()
-    files = {p.name: p.read_bytes() for p in out.iterdir()}
-    seg.close()
-    dest.close()
-    return files, {k: v for k, v in stats.as_dict().items() if not k.endswith("elapsed_ms")}, error
+    files, counts, error, _map = map_then_clean(kernels, seg, directory / "out")
+    return files, counts, error
 
 
 @pytest.fixture
