@@ -89,6 +89,15 @@ class _CountingSink:
         self.size += len(data)
         return pos
 
+    def append_chunks(self, data: bytes | bytearray | memoryview,
+                      chunks: Sequence[tuple[int, int, int, int]]) -> None:
+        """The compiled cleaner's batched appends (LogSegment.append_chunks): counted alike."""
+        self.size += len(data)
+
+    @staticmethod
+    def can_hold(last_offset: int) -> bool:
+        return True  # nothing is written: a real round's group never exceeds a segment's offset range
+
 
 def _local_plan(lc: LogCleaner, tp: TopicPartition, log: LocalLog) -> dict[str, Any]:
     now = lc.clock.milliseconds()
