@@ -6,6 +6,7 @@ import io
 import os
 import pickle
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -133,12 +134,17 @@ def test_readers_never_see_partial_objects(object_store: ObjectStore) -> None:
     object_store.put("atomic", versions[0])
     stop = threading.Event()
     bad: list[str] = []
+    reads = [0]
 
     def reader() -> None:
         while not stop.is_set():
+            reads[0] += 1
             got = object_store.get("atomic")
             if got not in versions:
                 bad.append(f"{len(got)} bytes, first {got[:1]!r} last {got[-1:]!r}")
+            # let the writer run: with moto in process, a reader spinning on the GIL starved the
+            # puts (12 of them took 85-95 s); reads still land between and during every put
+            time.sleep(0.001)
 
     t = threading.Thread(target=reader)
     t.start()
@@ -149,6 +155,7 @@ def test_readers_never_see_partial_objects(object_store: ObjectStore) -> None:
         stop.set()
         t.join()
     assert bad == []
+    assert reads[0] >= 12  # the reader really ran beside the puts
 
 
 def test_errors_are_remote_storage_errors(object_store: ObjectStore) -> None:
