@@ -155,7 +155,7 @@ def test_readers_never_see_partial_objects(object_store: ObjectStore) -> None:
         stop.set()
         t.join()
     assert bad == []
-    assert reads[0] >= 12  # the reader really ran beside the puts
+    assert reads[0] >= 3, reads  # the reader really ran beside the puts
 
 
 def test_errors_are_remote_storage_errors(object_store: ObjectStore) -> None:
