@@ -16,6 +16,7 @@ import gc
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -108,12 +109,13 @@ def timed(fn, *args):
     return result, time.perf_counter() - t0
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """``argv``: this bench's own options (``python -m bench`` passes none)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "format_records.json"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv if argv is not None else [])
     rows = make_rows(args.records)
     # the 1M input rows are long-lived: keep the cyclic GC from rescanning them in every timing
     gc.collect()
@@ -183,4 +185,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
