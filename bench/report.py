@@ -52,8 +52,8 @@ def _format() -> list[str]:
 
 def _cleaner() -> list[str]:
     d = _load("cleaner")
-    out = ["**Local cleaner** (`bench cleaner`): 1M records, 100k keys, 100-byte values, one `tiercompact clean` "
-           "round (CompactOffsetMap, compiled kernels, 128 MiB dedupe buffer); wall time, beside a read+CRC ceiling "
+    out = ["**Local cleaner** (`bench cleaner`): 1M records, 100k keys, 100-byte values, one cleaning round "
+           "(CompactOffsetMap, compiled kernels, 128 MiB dedupe buffer); wall time, beside a read+CRC ceiling "
            "(`bench fastpath` below gives the CPU-second view)."]
     if d is None:
         return out + ["", "_not measured yet_"]
