@@ -58,12 +58,14 @@ where it got; the next continues).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
 import sys
 import tempfile
 import uuid
+import weakref
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -317,6 +319,19 @@ class _Part:
         return self.view.log
 
 
+#: spark.speculation of each running SparkContext (fixed once it starts; reading it copies the
+#: whole SparkConf over py4j, 6-9 ms a job)
+_SPECULATION: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def _speculation(sc: Any) -> bool:
+    """Whether the context may run a task twice at once (``spark.speculation``)."""
+    on = _SPECULATION.get(sc)
+    if on is None:
+        on = _SPECULATION[sc] = str(sc.getConf().get("spark.speculation", "false")).lower() == "true"
+    return on
+
+
 # ---- executor-side wrappers (module level: pickled by reference) --------------------------------
 
 def _maybe_fail(stage: str, inject: frozenset[str]) -> None:
@@ -337,7 +352,8 @@ def _scan(task: ScanTask, inject: frozenset[str]) -> ScanResult:
 def _round(task: PartitionRoundTask, inject: frozenset[str]) -> PartitionRoundResult:
     res = run_partition_round(task)
     _maybe_fail("round", inject)  # after the uploads: the retry uploads under new ids, the sweep ends these
-    return res
+    ctx = TaskContext.get()
+    return res if ctx is None else dataclasses.replace(res, attempt=ctx.attemptNumber())
 
 
 def _rewrite(task: RewriteTask, entries: Iterable[tuple[bytes, int]], inject: frozenset[str]) -> RewriteResult:
@@ -609,6 +625,15 @@ class SparkCleanJob:
         self._stage("scanned", parts)
         self._stage("rewritten", parts)
 
+    def _needs_sweep(self, p: _Part) -> bool:
+        """Whether an attempt of ``p``'s round other than the one whose result was published may
+        have uploaded objects: its result came from a retry (attempt > 0), speculation may have
+        run it twice, or the result does not say (then Spark's status tracker decides for the job)."""
+        if _speculation(self.spark.sparkContext):
+            return True
+        attempt = p.round.attempt if p.round is not None else None
+        return self._attempts_failed() if attempt is None else attempt > 0
+
     def _attempts_failed(self) -> bool:
         """Whether any task attempt of this job failed or was killed (Spark's status tracker);
         True when it cannot tell, or when speculation may have run an attempt twice."""
@@ -618,7 +643,7 @@ class SparkCleanJob:
 
     def _count_failed_attempts(self) -> bool:
         sc = self.spark.sparkContext
-        if str(sc.getConf().get("spark.speculation", "false")).lower() == "true":
+        if _speculation(sc):
             return True
         try:
             tracker = sc.statusTracker()
@@ -1027,7 +1052,7 @@ class SparkCleanJob:
         except Exception:  # noqa: BLE001 - an expired lease is removed by the next sweep
             logger.warning("%s: could not release lease %s", p.tp, self.job_id, exc_info=True)
             return
-        if p.whole and (p.outcome.status != "cleaned" or self._attempts_failed()):
+        if p.whole and (p.outcome.status != "cleaned" or self._needs_sweep(p)):
             try:
                 sweep_orphan_objects(store, self.rlmm, p.tp, grace_ms=self.config.orphan_grace_ms, clock=self.clock)
             except Exception:  # noqa: BLE001 - the next job's (or the node's) sweep finds them

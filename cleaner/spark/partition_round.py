@@ -108,6 +108,9 @@ class PartitionRoundResult:
     end: int
     stats: CleanerStats
     writes: RoundWrites
+    #: the Spark task attempt that made this result (0: the first, so no earlier attempt of its
+    #: task uploaded anything); None when not run by a Spark task
+    attempt: int | None = None
 
 
 # ---- the little of a LocalLog a round reads, shipped ---------------------------------------------
