@@ -96,6 +96,17 @@ def _batch_at(buf: bytearray, p: int) -> RecordBatch:
 
 # ---- 1. the map pass ------------------------------------------------------------------------
 
+def _map_full(offset_map: CompactOffsetMap, seg: LogSegment, position: int, end: int, stats: CleanerStats | None,
+              messages: int, latest: int) -> bool:
+    """The map filled inside the batch ending at file position ``end``, after ``messages``
+    records of its chunk: note what was mapped of ``seg`` and stop the pass (True)."""
+    offset_map.note_mapped(seg, position, end)
+    if stats is not None:
+        stats.index_messages_read(messages)
+    offset_map.update_latest_offset(latest)
+    return True
+
+
 def build_for_segment_fast(seg: LogSegment, start: int, offset_map: CompactOffsetMap,
                            txn: CleanedTransactionMetadata, max_entries: int, stats: CleanerStats | None,
                            throttler: Throttler | None, check_done: Callable[[], None],
@@ -133,11 +144,8 @@ def build_for_segment_fast(seg: LogSegment, start: int, offset_map: CompactOffse
                 _raise_corrupt(b)
             if st != stop:
                 # full (or past the 32-bit delta) inside this plain batch at record ``index``
-                offset_map.note_mapped(seg, position, reader.file_base + p + b.size_in_bytes)
-                if stats is not None:
-                    stats.index_messages_read(messages + index)
-                offset_map.update_latest_offset(latest)
-                return True
+                return _map_full(offset_map, seg, position, reader.file_base + p + b.size_in_bytes, stats,
+                                 messages + index, latest)
             # a batch the kernel left to this code: as the reference, batch by batch
             table.note_batch(b.base_offset, b.last_offset)
             if b.is_control:
@@ -155,11 +163,8 @@ def build_for_segment_fast(seg: LogSegment, start: int, offset_map: CompactOffse
                     if st != ok:
                         # full (or past the 32-bit delta) at record ``index``: the round stops there;
                         # Kafka counts the records read before it
-                        offset_map.note_mapped(seg, position, reader.file_base + p + b.size_in_bytes)
-                        if stats is not None:
-                            stats.index_messages_read(messages + index)
-                        offset_map.update_latest_offset(latest)
-                        return True
+                        return _map_full(offset_map, seg, position, reader.file_base + p + b.size_in_bytes,
+                                         stats, messages + index, latest)
                 messages += b.records_count
             if b.last_offset >= start and b.last_offset > latest:
                 latest = b.last_offset
