@@ -455,8 +455,6 @@ class SparkCleanJob:
         self.check_abort = check_abort
         self.job_id = ""
         self._reports = 0
-        #: whether a task attempt of the running job failed (None: not asked yet)
-        self._task_failures: bool | None = None
         if views is None:
             if logs is None or leader_epoch is None:
                 raise ValueError("SparkCleanJob needs views=, or logs= and leader_epoch=")
@@ -508,7 +506,6 @@ class SparkCleanJob:
                 nothing was published.
         """
         self.job_id = f"spark-{uuid.uuid4().hex}"
-        self._task_failures = None
         now = self.clock.milliseconds()
         rsm = self.store.open()
         outcomes: dict[TopicPartition, PartitionOutcome] = {}
@@ -628,37 +625,9 @@ class SparkCleanJob:
     def _needs_sweep(self, p: _Part) -> bool:
         """Whether an attempt of ``p``'s round other than the one whose result was published may
         have uploaded objects: its result came from a retry (attempt > 0), speculation may have
-        run it twice, or the result does not say (then Spark's status tracker decides for the job)."""
-        if _speculation(self.spark.sparkContext):
-            return True
+        run it twice, or the result does not say which attempt made it."""
         attempt = p.round.attempt if p.round is not None else None
-        return self._attempts_failed() if attempt is None else attempt > 0
-
-    def _attempts_failed(self) -> bool:
-        """Whether any task attempt of this job failed or was killed (Spark's status tracker);
-        True when it cannot tell, or when speculation may have run an attempt twice."""
-        if self._task_failures is None:
-            self._task_failures = self._count_failed_attempts()
-        return self._task_failures
-
-    def _count_failed_attempts(self) -> bool:
-        sc = self.spark.sparkContext
-        if _speculation(sc):
-            return True
-        try:
-            tracker = sc.statusTracker()
-            for job in tracker.getJobIdsForGroup(self.job_id):
-                info = tracker.getJobInfo(job)
-                if info is None:
-                    return True
-                for stage_id in info.stageIds:
-                    stage = tracker.getStageInfo(stage_id)
-                    if stage is None or stage.numFailedTasks > 0:
-                        return True
-            return False
-        except Exception:  # noqa: BLE001 - unknown: sweep
-            logger.debug("Spark's status tracker could not tell about job %s", self.job_id, exc_info=True)
-            return True
+        return attempt is None or attempt > 0 or _speculation(self.spark.sparkContext)
 
     @property
     def segment_tag(self) -> str:

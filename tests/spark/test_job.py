@@ -200,7 +200,7 @@ def test_a_whole_partition_is_swept_at_the_end_only_when_an_attempt_failed(spark
     def not_asked(self):
         raise AssertionError("each result names its task attempt: Spark's status tracker is not needed")
 
-    monkeypatch.setattr(job_module.SparkCleanJob, "_count_failed_attempts", not_asked)
+    monkeypatch.setattr(type(spark.sparkContext), "statusTracker", not_asked)
     if fail == "speculation":  # a speculative copy may have uploaded while the winner was attempt 0
         monkeypatch.setattr(job_module, "_speculation", lambda sc: True)
     b = make_world(tmp_path / "spark", (f"file://{tmp_path / 'obj'}", {}))
