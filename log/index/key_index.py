@@ -56,6 +56,7 @@ from log.record import (
     crc32c,
     iter_file_batches,
 )
+from log.record._fastpath_py import md5_digests
 from log.record.fastpath import kernels, pure_kernels
 
 if TYPE_CHECKING:
@@ -149,16 +150,7 @@ def scan_keys(path: str | Path, start: int = 0, end: int | None = None) -> KeySc
 def _reference_digests(batch: RecordBatch, start: int, stop: int) -> tuple[bytes, bytes]:
     """:func:`scan_keys`' digests of one batch by the reference record walker (raises
     CorruptRecordError for bad records)."""
-    md5 = hashlib.md5
-    parts: list[bytes] = []
-    dead: list[bytes] = []
-    for off, key, has_value in batch.iter_key_offsets():
-        if key is not None and start <= off < stop:
-            digest = md5(key).digest()  # noqa: S324 - bucketing, not security
-            parts.append(digest)
-            if not has_value:
-                dead.append(digest)
-    return b"".join(parts), b"".join(dead)
+    return md5_digests(batch.iter_key_offsets(), start, stop)
 
 
 def _as_digests(parts: list[bytes]) -> np.ndarray:

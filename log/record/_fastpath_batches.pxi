@@ -33,7 +33,7 @@ cdef inline int64_t _be64(const uint8_t* p) noexcept nogil:
 
 
 cdef inline int32_t _be32(const uint8_t* p) noexcept nogil:
-    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3])
+    return <int32_t>tc_be32(p)
 
 
 cdef inline void _put_be64(uint8_t* p, int64_t v) noexcept nogil:

@@ -1,11 +1,7 @@
 # ---- record decoding for readers -------------------------------------------------------------
 
-cdef int64_t _I64_MAX = INT64_MAX
-cdef int64_t _I64_MIN = INT64_MIN
-
-
 cdef inline bint _add_overflows(int64_t a, int64_t b) noexcept nogil:
-    return (b > 0 and a > _I64_MAX - b) or (b < 0 and a < _I64_MIN - b)
+    return (b > 0 and a > INT64_MAX - b) or (b < 0 and a < INT64_MIN - b)
 
 
 def decode_records(const uint8_t[::1] data, Py_ssize_t count, int64_t base_offset, int64_t base_timestamp,
@@ -121,7 +117,7 @@ def encode_records(list keys, list values, list timestamps, int64_t base_timesta
         if type(t) is not int or not (-1 <= t <= 0x7FFFFFFFFFFFFFFF):
             return None
         ts = PyLong_AsLongLong(t)
-        if _add_overflows(ts, -base_timestamp) or base_timestamp == _I64_MIN:
+        if _add_overflows(ts, -base_timestamp) or base_timestamp == INT64_MIN:
             return None
         delta = ts - base_timestamp
         if ts > max_ts:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Iterable
 
 from log.errors import CorruptRecordError
 from log.record.crc32c import crc32c
@@ -116,9 +117,6 @@ class KeyTable:
 
     def note_batch(self, base_offset: int, last_offset: int) -> None:
         """The compiled table checks batch offsets for its bitmap; nothing to do here."""
-
-    def forget_bitmap(self) -> None:
-        """No bitmap here."""
 
     def put(self, key: bytes, offset: int, max_entries: int) -> int:
         if self.size >= max_entries or self.size >= self.capacity:
@@ -231,19 +229,27 @@ def md5_keys(data: bytes | memoryview, count: int, base_offset: int, start: int,
     """The MD5 digests of the keys of the records with offsets in ``[start, stop)``, and those
     of the ones without a value among them (the persisted stable hash of key indexes and bloom
     filters: hashlib's MD5, the same digests as OpenSSL's). CORRUPT where the reference raises."""
+    try:
+        digests, dead = md5_digests(
+            iter_key_offsets(data if type(data) is bytes else bytes(data), count, base_offset), start, stop)
+    except CorruptRecordError:
+        return CORRUPT, b"", b""
+    return OK, digests, dead
+
+
+def md5_digests(key_offsets: Iterable[tuple[int, bytes | None, bool]], start: int, stop: int) -> tuple[bytes, bytes]:
+    """The MD5 digests of the keys of ``(offset, key, has value)`` with offsets in ``[start, stop)``,
+    and those of the ones without a value among them; what the walker raises propagates."""
     md5 = _MD5
     out: list[bytes] = []
     dead: list[bytes] = []
-    try:
-        for off, key, has_value in iter_key_offsets(data if type(data) is bytes else bytes(data), count, base_offset):
-            if key is not None and start <= off < stop:
-                d = md5(key).digest()
-                out.append(d)
-                if not has_value:
-                    dead.append(d)
-    except CorruptRecordError:
-        return CORRUPT, b"", b""
-    return OK, b"".join(out), b"".join(dead)
+    for off, key, has_value in key_offsets:
+        if key is not None and start <= off < stop:
+            d = md5(key).digest()
+            out.append(d)
+            if not has_value:
+                dead.append(d)
+    return b"".join(out), b"".join(dead)
 
 
 def decode_records(data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int, base_sequence: int,

@@ -460,10 +460,6 @@ cdef class KeyTable:
         must come in strictly increasing offset ranges, or the bitmap is turned off."""
         self._note_batch(base_offset, last_offset)
 
-    def forget_bitmap(self):
-        """Turn the supersession bitmap off for this round (every record is looked up)."""
-        self._drop_bits()
-
     # ---- puts -----------------------------------------------------------------------------
 
     cdef int _put(self, const uint8_t* key, Py_ssize_t n, int64_t offset, Py_ssize_t max_entries) except -2:
@@ -494,10 +490,7 @@ cdef class KeyTable:
         if _is_empty(s):
             memcpy(s, d, DIGEST)
             self.size += 1
-        s[12] = delta & 0xFF
-        s[13] = (delta >> 8) & 0xFF
-        s[14] = (delta >> 16) & 0xFF
-        s[15] = (delta >> 24) & 0xFF
+        tc_put_le32(s + 12, <uint32_t>delta)
         if self.bits_ok:
             self.latest_ok = False
             if delta <= self.last_put_delta:

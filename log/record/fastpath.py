@@ -39,8 +39,6 @@ class KeyTableLike(Protocol):
 
     def note_batch(self, base_offset: int, last_offset: int) -> None: ...
 
-    def forget_bitmap(self) -> None: ...
-
 
 class RecordKernels(Protocol):
     """What both ``_fastpath`` modules provide (their docstrings give the details)."""
