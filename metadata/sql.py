@@ -464,14 +464,18 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
         Raises:
             RemoteSegmentNotFoundError: one of them has no metadata (or is another partition's).
         """
-        ids = [s.id for s in segment_ids]
-        rows = {row.segment_id: row for chunk in _chunked(ids)
-                for row in conn.execute(select(segments).where(segments.c.segment_id.in_(chunk)))}
+        rows = SqlRemoteLogMetadataManager._rows_by_id(conn, [s.id for s in segment_ids])
         for s in segment_ids:
             row = rows.get(s.id)
             if row is None or row.topic != tp.topic or row.partition_id != tp.partition:
                 raise RemoteSegmentNotFoundError(f"no metadata for remote segment {s}")
         return rows
+
+    @staticmethod
+    def _rows_by_id(conn: Connection, ids: Sequence[str]) -> dict[str, Row[Any]]:
+        """The segment rows of ``ids`` that exist, by id, in a few queries."""
+        return {row.segment_id: row for chunk in _chunked(ids)
+                for row in conn.execute(select(segments).where(segments.c.segment_id.in_(chunk)))}
 
     @staticmethod
     def _segment_row(conn: Connection, segment_id: RemoteLogSegmentId) -> Row[Any]:
@@ -554,9 +558,7 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
 
         def fn(conn: Connection) -> tuple[None, int]:
             self._fence(conn, tp, leader_epoch, what)  # a write first: SQLite holds its write lock from here
-            ids = [md.id for md, _bloom in new]
-            existing = {row.segment_id: row for chunk in _chunked(ids)
-                        for row in conn.execute(select(segments).where(segments.c.segment_id.in_(chunk)))}
+            existing = self._rows_by_id(conn, [md.id for md, _bloom in new])
             rows = [self._segment_values(md, leader_epoch) for md, _bloom in new
                     if not self._is_retried_add(md, existing.get(md.id))]
             if rows:
@@ -786,21 +788,19 @@ class SqlRemoteLogMetadataManager(RemoteLogMetadataManager):
     # ------------------------------------------------------------------ bloom filters
 
     def put_bloom_filter(self, segment_id: RemoteLogSegmentId, data: bytes) -> None:
+        tp = segment_id.topic_partition
+
         def fn(conn: Connection) -> tuple[None, int]:
-            self._store_bloom(conn, segment_id, data)
+            # a write first, so SQLite takes its write lock before the reads below
+            conn.execute(delete(blooms).where(blooms.c.segment_id == segment_id.id))
+            row = self._segment_row(conn, segment_id)
+            if row.state == S.DELETE_SEGMENT_FINISHED.value:
+                raise RemoteSegmentNotFoundError(f"remote segment {segment_id} was deleted")
+            conn.execute(insert(blooms).values(segment_id=segment_id.id, topic=tp.topic, partition_id=tp.partition,
+                                               data=bytes(data)))
             return None, 0
 
-        self._write(segment_id.topic_partition, "put_bloom_filter", fn)
-
-    def _store_bloom(self, conn: Connection, segment_id: RemoteLogSegmentId, data: bytes) -> None:
-        tp = segment_id.topic_partition
-        # a write first, so SQLite takes its write lock before the reads below
-        conn.execute(delete(blooms).where(blooms.c.segment_id == segment_id.id))
-        row = self._segment_row(conn, segment_id)
-        if row.state == S.DELETE_SEGMENT_FINISHED.value:
-            raise RemoteSegmentNotFoundError(f"remote segment {segment_id} was deleted")
-        conn.execute(insert(blooms).values(segment_id=segment_id.id, topic=tp.topic, partition_id=tp.partition,
-                                           data=bytes(data)))
+        self._write(tp, "put_bloom_filter", fn)
 
     def set_key_index(self, segment_id: RemoteLogSegmentId, size_bytes: int) -> None:
         if size_bytes < 0:

@@ -65,7 +65,7 @@ def _read_all(node: Node) -> list[Any]:
     offset = 0
     while True:
         res = node.read(TOPIC, 0, offset, max_records=5000)
-        if not res.records:
+        if not res.fields:  # records are built from the fields on each access
             return out
         out += res.records
         offset = res.next_offset

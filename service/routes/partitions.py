@@ -99,6 +99,11 @@ def _append(node: Node, topic: str, partition: int, body: ProduceRequest) -> Res
                             r.get("timestamp"), _headers(r["headers"], enc, i) if r.get("headers") else ())
                  for i, r in enumerate(records)]
         res = node.produce(topic, partition, specs, compression=body.compression, **producer)
+    return _produced(res)
+
+
+def _produced(res: Any) -> Response:
+    """The answer to an append: where its records landed, or that it was a duplicate."""
     return _json({"base_offset": res.base_offset, "last_offset": res.last_offset, "duplicate": res.duplicate})
 
 
@@ -107,7 +112,7 @@ def _append_columns(node: Node, topic: str, partition: int, keys: list[bytes | N
     """:func:`_append` for a body :func:`plain_columns` decoded (utf-8 keys and values only)."""
     check_writable(node, topic, partition)
     res = node.produce_columns(topic, partition, keys, values, None, compression=compression)
-    return _json({"base_offset": res.base_offset, "last_offset": res.last_offset, "duplicate": res.duplicate})
+    return _produced(res)
 
 
 _PLAIN_BODY = frozenset(("records", "encoding", "compression"))
