@@ -25,8 +25,8 @@ cdef struct Decided:
 
 cdef inline int _strict_record(const uint8_t* p, Py_ssize_t* pos, Py_ssize_t end, int64_t base_offset,
                                Span* s, Py_ssize_t* key_pos) noexcept nogil:
-    """One record parsed as ``rebuild_records`` parses it (canonical varints, no headers); -1 if
-    it would decline. A record this accepts, ``_next_key_offset`` accepts with the same offset,
+    """One record parsed as the writer (``_write_kept``) needs it: canonical varints, no headers;
+    -1 if it would decline. A record this accepts, ``_next_key_offset`` accepts with the same offset,
     key span and has_value (a canonical -1 length is the single byte 0x01)."""
     cdef int64_t length, klen, vlen, hcount
     s.rec_start = pos[0]
@@ -176,6 +176,46 @@ cdef Py_ssize_t _write_kept(const uint8_t* p, const Span* sc, const uint8_t* kee
     base_out[0] = new_base
     max_out[0] = max_ts
     return w
+
+
+def rebuild_records(const uint8_t[::1] data, Py_ssize_t count, int64_t base_offset, int64_t base_timestamp,
+                    const uint8_t[::1] keep, bint has_horizon, int64_t horizon,
+                    bint log_append_time, int64_t log_append_ts, int64_t last_offset_delta):
+    """The retained records of one batch, encoded as RecordBatchBuilder.append would encode them.
+
+    ``keep[i]`` says whether record ``i`` stays. The new baseTimestamp is ``horizon`` when
+    ``has_horizon``, else the first retained record's timestamp; with ``log_append_time`` every
+    record's timestamp is ``log_append_ts`` (what the reader yields). A record whose bytes would
+    come out unchanged is copied; otherwise only its length and timestampDelta are rewritten.
+
+    Returns ``(records_bytes, retained, base_timestamp, max_timestamp)`` or ``None`` when the
+    builder must do it (headers, a non-canonical encoding, anything the builder or the reader
+    would refuse).
+    """
+    cdef const uint8_t* p = &data[0] if data.shape[0] else NULL
+    cdef Py_ssize_t end = data.shape[0], pos = 0, key_pos, i, retained = 0, w = -1
+    cdef int64_t new_base, max_ts
+    cdef Span* sc
+    if p == NULL or keep.shape[0] != count:
+        return None
+    sc = <Span*>malloc(max(count, 1) * sizeof(Span))
+    if sc == NULL:
+        raise MemoryError()
+    try:
+        for i in range(count):
+            if _strict_record(p, &pos, end, base_offset, &sc[i], &key_pos) < 0:
+                return None  # headers (the builder re-encodes them and checks their UTF-8 keys), or non-canonical
+            retained += keep[i] != 0
+        if pos != end or retained == 0:
+            return None
+        out = PyBytes_FromStringAndSize(NULL, end + 16 * count)  # each rewrite grows a record <= 10 bytes
+        w = _write_kept(p, sc, &keep[0], count, base_offset, base_timestamp, has_horizon, horizon, log_append_time,
+                        log_append_ts, last_offset_delta, <uint8_t*>PyBytes_AS_STRING(out), &new_base, &max_ts)
+    finally:
+        free(sc)
+    if w < 0:
+        return None
+    return out[:w], retained, new_base, max_ts
 
 
 def retain_and_rebuild(KeyTable table, const uint8_t[::1] data, Py_ssize_t count, int64_t base_offset,
