@@ -155,7 +155,7 @@ class _ReadOnlyMetadata:
     def _drop(self, *args: Any, **kw: Any) -> None:
         return None
 
-    publish_compaction = publish_cleaner_offsets = add_remote_log_segment_metadata = _drop
+    publish_compaction = publish_cleaner_offsets = add_remote_log_segment_metadata = add_remote_log_segments = _drop
     update_remote_log_segment_state = put_bloom_filter = set_key_index = record_compaction_report = _drop
 
 

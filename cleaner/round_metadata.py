@@ -34,11 +34,10 @@ class RoundMetadata(Protocol):
 
     def get_bloom_filters(self, tp: TopicPartition, segment_ids: Sequence[str]) -> dict[str, bytes]: ...
 
-    def put_bloom_filter(self, segment_id: RemoteLogSegmentId, data: bytes) -> None: ...
-
     def set_key_index(self, segment_id: RemoteLogSegmentId, size_bytes: int) -> None: ...
 
-    def add_remote_log_segment_metadata(self, md: RemoteLogSegmentMetadata, *, leader_epoch: int) -> None: ...
+    def add_remote_log_segments(self, new: Sequence[tuple[RemoteLogSegmentMetadata, bytes | None]], *,
+                                leader_epoch: int) -> None: ...
 
     def update_remote_log_segment_state(self, segment_id: RemoteLogSegmentId, state: RemoteLogSegmentState, *,
                                         leader_epoch: int, event_timestamp_ms: int,
@@ -103,6 +102,13 @@ class DeferredRoundMetadata:
         if md.state is not RemoteLogSegmentState.COPY_SEGMENT_STARTED:
             raise ValueError(f"a round registers new segments COPY_SEGMENT_STARTED, not {md.state.name}")
         self._new[md.id] = md
+
+    def add_remote_log_segments(self, new: Sequence[tuple[RemoteLogSegmentMetadata, bytes | None]], *,
+                                leader_epoch: int) -> None:
+        for md, bloom in new:
+            self.add_remote_log_segment_metadata(md, leader_epoch=leader_epoch)
+            if bloom is not None:
+                self.put_bloom_filter(md.remote_log_segment_id, bloom)
 
     def update_remote_log_segment_state(self, segment_id: RemoteLogSegmentId, state: RemoteLogSegmentState, *,
                                         leader_epoch: int, event_timestamp_ms: int,

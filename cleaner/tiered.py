@@ -788,7 +788,10 @@ class TieredCleaner:
         bloom, key_index = build_segment_indexes(dest, fpp)  # one scan of the output: both key indexes
         key_index_data = key_index.to_bytes()
         md = dataclasses.replace(md, key_index_bytes=len(key_index_data))
-        self.rlmm.add_remote_log_segment_metadata(md, leader_epoch=epoch)
+        # the bloom filter is registered with the segment, in its fenced transaction: stored after
+        # the copy, a new leader's deferred delete could end the row first ("was deleted", found
+        # by the soak) where the round must learn that it was fenced
+        self.rlmm.add_remote_log_segments([(md, bloom.to_bytes())], leader_epoch=epoch)
         for index in (dest.offset_index, dest.time_index):  # an empty index is still uploaded
             index.flush()
             index.path.touch(exist_ok=True)
@@ -800,7 +803,6 @@ class TieredCleaner:
             self.rsm.copy_log_segment_data(md, LogSegmentData(
                 dest.log_path, dest.offset_index.path, dest.time_index.path, txn, checkpoint, snapshot,
                 key_index=key_index_data))
-            self.rlmm.put_bloom_filter(md.remote_log_segment_id, bloom.to_bytes())
         except SimulatedCrash:
             raise
         except BaseException as e:

@@ -83,9 +83,10 @@ class RemoteLogMetadataManager(ABC):
     def add_remote_log_segments(self, new: Sequence[tuple[RemoteLogSegmentMetadata, bytes | None]], *,
                                 leader_epoch: int) -> None:
         """:meth:`add_remote_log_segment_metadata` then :meth:`put_bloom_filter` (when the bytes
-        are not None) for each segment, all of ``new``'s one partition in one transaction: for a
-        writer whose objects already exist under a lease (a Spark driver registering what its
-        executors uploaded), so a partition's results cost one round trip, not two per segment.
+        are not None) for each segment, all of ``new``'s one partition in one fenced transaction:
+        a segment and its filter arrive together (a tiered round registering its rewrite before
+        the copy, a Spark driver registering what its executors uploaded), and a partition's
+        results cost one round trip, not two per segment.
         All or nothing; idempotent like the single calls. This default calls them one by one
         (not atomic); stores override it.
 

@@ -258,6 +258,37 @@ def test_leadership_moves_mid_round_then_publish_is_fenced_and_uploads_removed(m
     assert started == []
 
 
+def test_new_leader_deleting_an_upload_in_flight_fences_the_round(make_world):
+    """Found by the soak (a clean?wait=true answered 500): A's round registered its rewrite
+    (COPY_SEGMENT_STARTED) and was copying it when B became leader and its deferred delete ended
+    the row (outside B's epoch lineage). A then stored the segment's bloom filter: "was deleted",
+    a plain failure. The filter is registered with the segment, in the fenced transaction, so
+    what A learns next is that it was fenced."""
+    a = make_world(broker_id=0)
+    _workload(a, rounds=4)
+    b = _follower_of(a, make_world)
+    visible = a.read_all()
+    cleaner = a.cleaner()
+    real_copy = cleaner.rsm.copy_log_segment_data
+    copies = []
+
+    def copy_while_leadership_moves(md, data):
+        out = real_copy(md, data)
+        copies.append(md)
+        if len(copies) == 1:
+            b.rlm.become_leader(TP, 1, 1)
+            b.rlm.delete_unreferenced(TP, orphan_grace_ms=0)  # ends A's STARTED row
+        return out
+
+    cleaner.rsm.copy_log_segment_data = copy_while_leadership_moves
+    with pytest.raises(FencedLeaderEpochError):
+        a.clean(cleaner)
+    assert copies
+    assert b.read_all() == visible
+    b.rlm.delete_unreferenced(TP, orphan_grace_ms=0)
+    assert_no_leak(b)
+
+
 def test_a_round_fetches_each_transaction_index_at_most_once(make_world):
     from collections import Counter
 
