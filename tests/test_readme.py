@@ -74,3 +74,10 @@ def test_user_pages_name_no_issue_number_or_seed_file():
             where = f"{page.relative_to(ROOT)}:{n}: {line.strip()}"
             assert not re.search(r"(?<![\w&/])#\d+\b", line), f"names an issue number: {where}"
             assert not re.search(r"\bseeds?\s+0\d\d\b|seeds/", line, re.I), f"names a seed file: {where}"
+
+
+def test_user_pages_name_files_that_exist():
+    """A source file a page names (`cleaner/x.py`, `scripts/y.sh`) must exist: code moves, pages follow."""
+    for page in [README, *sorted(DOCS.glob("*.md"))]:
+        for path in re.findall(r"`((?:[\w.-]+/)+[\w.-]+\.(?:py|pyx|pxi|sh|toml|yml))`", page.read_text()):
+            assert (ROOT / path).is_file(), f"{page.relative_to(ROOT)} names {path}, which does not exist"
