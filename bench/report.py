@@ -275,14 +275,14 @@ def summary() -> str:
             c = r["compiled"]
             codec = "uncompressed" if r["codec"] == "none" else r["codec"]
             rows.append(f"| a local cleaning round, 100 B values, {codec} (`fastpath`) | "
-                        f"{c['mb_per_cpu_s']} MB and {_n(c['records_per_cpu_s'])} records per CPU-second, "
+                        f"{_n(c['mb_per_cpu_s'], 1)} MB and {_n(c['records_per_cpu_s'])} records per CPU-second, "
                         f"{r['compiled_vs_ceiling']} of the read + CRC + decompress + hash ceiling |")
     d = _load("tiered")
     r = (d or {}).get("results", {}).get("1000B_values_1000_dirty_keys")
     if d and r:
         k, b = r["key_index"], r.get("bloom_only")
         rows.append(f"| tiered round after 1,000 of {d['workload']['keys']:,} keys changed (`tiered`) | "
-                    f"downloads {_mb(k['bytes_downloaded'])}, {k['downloaded_over_minimum']}x the minimum"
+                    f"downloads {_mb(k['bytes_downloaded'])}, {k['downloaded_over_minimum']}x the least it could"
                     + (f" (bloom filters alone: {b['downloaded_over_minimum']}x)" if b else "") + " |")
     d = _load("service")
     t = (d or {}).get("throughput")
