@@ -12,7 +12,7 @@ from typing import Any
 
 RESULTS = Path(__file__).parent / "results"
 #: where a quick run (BENCH_QUICK=1) writes: a scratch folder (git-ignored), never over the
-#: committed full-scale results the README is generated from
+#: committed full-scale results docs/benchmarks.md and the README summary are generated from
 QUICK_RESULTS = Path(__file__).parent / "tmp" / "results"
 
 

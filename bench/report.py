@@ -1,8 +1,9 @@
-"""The README's "Measured figures" tables, generated from bench/results/*.json.
+"""The measured figures of docs/benchmarks.md and the README's short table, generated from bench/results/*.json.
 
-``python -m bench.report`` prints them; ``python -m bench.report --write`` replaces the
-section between the README's ``<!-- bench:begin -->`` / ``<!-- bench:end -->`` markers.
-A missing result file is reported as such rather than invented.
+``python -m bench.report`` prints the full tables; ``python -m bench.report --write`` replaces
+the section between docs/benchmarks.md's ``<!-- bench:begin -->`` / ``<!-- bench:end -->``
+markers with them and the README's ``<!-- bench-summary:begin -->`` section with
+:func:`summary`. A missing result file is reported as such rather than invented.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from typing import Any
 
 from bench.common import RESULTS
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+BENCHMARKS = ROOT / "docs" / "benchmarks.md"
 
 
 def _load(name: str) -> dict[str, Any] | None:
@@ -96,7 +99,7 @@ def _fastpath() -> list[str]:
                    f"{r.get('load_average_1min_at_start', '-')} |")
     t = d.get("targets")
     if t:
-        out += ["", "Targets (#13): " + "; ".join(
+        out += ["", "Targets: " + "; ".join(
             f"{name}: {v['value']:,} ({'met' if v['met'] else 'not met'})" for name, v in t.items())
             + ". Each round follows one untimed warm-up round in the same process."]
     m = d["offset_map"]
@@ -248,7 +251,7 @@ def _service() -> list[str]:
             met = (r["requests_per_sec"] >= t["targets"]["requests_per_sec"]
                    and r["p99_ms"] <= t["targets"]["p99_ms"])
             verdicts.append(f"{kind} {'met' if met else 'not met'}")
-        out += ["", f"Targets (#13): {', '.join(verdicts)}.", ""]
+        out += ["", f"Targets: {', '.join(verdicts)}.", ""]
     return out + [f"**Service under load** (`bench service`): {d['producer_threads']} producers + {d['reader_threads']} "
             f"readers on loopback for {d['duration_s']} s with cleaning and tiering in the background: "
             f"{d['requests']:,} requests, {d['requests_per_sec']} requests/s, p99 {d['p99_ms']} ms, "
@@ -263,17 +266,61 @@ def report() -> str:
     return "\n\n".join("\n".join(p) for p in parts) + "\n"
 
 
-def write_readme() -> None:
-    text = README.read_text()
-    new, n = re.subn(r"(<!-- bench:begin[^>]*-->\n).*?(<!-- bench:end -->)",
-                     lambda m: m.group(1) + report() + m.group(2), text, flags=re.S)
+def summary() -> str:
+    """The README's few headline figures, one row per benchmark, from the same result files."""
+    rows = ["| what (`make bench ARGS=NAME`) | measured |", "|---|---|"]
+    d = _load("fastpath")
+    for r in (d or {}).get("results", []):
+        if r["value_bytes"] == 100 and r["codec"] in ("none", "lz4"):
+            c = r["compiled"]
+            codec = "uncompressed" if r["codec"] == "none" else r["codec"]
+            rows.append(f"| a local cleaning round, 100 B values, {codec} (`fastpath`) | "
+                        f"{_n(c['mb_per_cpu_s'], 1)} MB and {_n(c['records_per_cpu_s'])} records per CPU-second, "
+                        f"{r['compiled_vs_ceiling']} of the read + CRC + decompress + hash ceiling |")
+    d = _load("tiered")
+    r = (d or {}).get("results", {}).get("1000B_values_1000_dirty_keys")
+    if d and r:
+        k, b = r["key_index"], r.get("bloom_only")
+        rows.append(f"| tiered round after 1,000 of {d['workload']['keys']:,} keys changed (`tiered`) | "
+                    f"downloads {_mb(k['bytes_downloaded'])}, {k['downloaded_over_minimum']}x the least it could"
+                    + (f" (bloom filters alone: {b['downloaded_over_minimum']}x)" if b else "") + " |")
+    d = _load("service")
+    t = (d or {}).get("throughput")
+    if t:
+        for kind in ("produce", "read"):
+            r = t[kind]
+            rows.append(f"| HTTP {kind}, {r['records_per_request']} records a request, {r['clients']} clients "
+                        f"(`service`) | {_n(r['requests_per_sec'])} requests/s, p99 {r['p99_ms']} ms |")
+    d = _load("spark")
+    if d:
+        v = (d.get("variants") or {"disk": d})
+        name, var = next(iter(v.items()))
+        res = var["results"]
+        rows.append(f"| Spark offload, {d['partitions']} partitions, {_mb(d['remote_bytes'])}, files in "
+                    f"{name} (`spark`) | `local[2]` {res['spark_local_2']['wall_seconds']} s, in process "
+                    f"{res['in_process']['wall_seconds']} s |")
+    if len(rows) == 2:
+        rows.append("| _not measured yet_ | |")
+    return "\n".join(rows) + "\n"
+
+
+def _replace(path: Path, marker: str, body: str) -> None:
+    text = path.read_text()
+    new, n = re.subn(rf"(<!-- {marker}:begin[^>]*-->\n).*?(<!-- {marker}:end -->)",
+                     lambda m: m.group(1) + body + m.group(2), text, flags=re.S)
     if n != 1:
-        raise SystemExit("README.md has no <!-- bench:begin --> ... <!-- bench:end --> section")
-    README.write_text(new)
+        raise SystemExit(f"{path.name} has no <!-- {marker}:begin --> ... <!-- {marker}:end --> section")
+    path.write_text(new)
+
+
+def write_docs() -> None:
+    """Regenerate docs/benchmarks.md's full tables and the README's summary."""
+    _replace(BENCHMARKS, "bench", report())
+    _replace(README, "bench-summary", summary())
 
 
 if __name__ == "__main__":
     if "--write" in sys.argv[1:]:
-        write_readme()
+        write_docs()
     else:
         print(report(), end="")

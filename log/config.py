@@ -127,7 +127,8 @@ define("local.retention.ms", int, -2, at_least(-2),
 define("local.retention.bytes", int, -2, at_least(-2),
        "Tiered partitions: local bytes to keep (-2 = retention.bytes, -1 = no limit).")
 define("remote.compaction.bloom.fpp", float, 0.01, between(1e-6, 0.5),
-       "False-positive rate of each remote segment's key bloom filter (tiercompact; seed 004 default 1%).")
+       "False-positive rate of each remote segment's key bloom filter (tiercompact; 1%, the default of the "
+       "KIP draft for compacted topics in tiered storage).")
 define("remote.compaction.min.reclaimable.ratio", float, 0.0, between(0.0, 1.0),
        "Tiered cost gate (tiercompact; 0 = off): a clean remote segment whose superseded records are a smaller "
        "share of its keyed records than this is carried forward instead of rewritten, unless "

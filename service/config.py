@@ -86,7 +86,7 @@ class ServiceConfig(BaseModel):
     cleaner_threads: int = Field(1, ge=0, le=64, description="Background cleaner threads (0 = clean on request only).")
     tiered_cleaner_threads: int = Field(1, ge=0, le=64,
                                         description="Background threads cleaning tiered (remote.storage.enable) "
-                                                    "partitions: download-clean-upload, seed 004.")
+                                                    "partitions: download, clean, upload.")
     dedupe_buffer_size: int = Field(32 * 1024 * 1024, ge=1024,
                                     description="Bytes of offset map shared by the cleaner threads (24 B/key).")
     io_max_bytes_per_second: float | None = Field(None, gt=0,

@@ -1,5 +1,5 @@
 """A quick benchmark run (BENCH_QUICK=1, what a fast `make bench` uses) writes to the scratch
-folder bench/tmp/results, never over the committed bench/results the README is made from."""
+folder bench/tmp/results, never over the committed bench/results that docs/benchmarks.md is made from."""
 
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ DOCKERFILE = ROOT / "Dockerfile"
 PYPROJECT = ROOT / "pyproject.toml"
 MAKEFILE = ROOT / "Makefile"
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 
 
 def compose() -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The README's commands, run as a newcomer runs them: on a fresh clone with no .venv.
+"""The README's commands, run as a newcomer runs them: on a fresh clone with no .venv; docs/'s commands parse.
 
 One clone of the committed HEAD is shared by the module. ``make serve`` there creates the
 venv and installs the project (from pip's cache, so minutes, not seconds: these tests are
@@ -192,21 +192,35 @@ def test_readme_opens_with_make_serve_and_make_test() -> None:
     assert "make serve" in head and "make test" in head, "the README's first lines must give `make serve` and `make test`"
     for cmd in ("make demo", "make bench", "make lint"):
         assert cmd in text, f"the README does not mention `{cmd}`"
-    # every make / tiercompact command the README shows, in a code block or inline, must exist
+    _check_commands_of(df.README)
+
+
+def test_docs_commands_exist() -> None:
+    pages = sorted(df.DOCS.glob("*.md"))
+    assert pages, "docs/ has no pages"
+    assert any(_readme_command_lines(p.read_text()) for p in pages), "docs/ shows no command at all"
+    for page in pages:
+        _check_commands_of(page)
+
+
+def _check_commands_of(page: Path) -> None:
+    """Every make / tiercompact command the page shows, in a code block or inline, must exist."""
+    name = page.relative_to(df.ROOT)
     targets = df.makefile_targets()
-    for line in _readme_command_lines(text):
+    for line in _readme_command_lines(page.read_text()):
+        where = f"{name}'s `{line}`"
         argv = shlex.split(line)
         if argv[0] == "make":
-            assert argv[1] in targets, f"the README's `{line}`: the Makefile has no target {argv[1]!r}"
+            assert argv[1] in targets, f"{where}: the Makefile has no target {argv[1]!r}"
             extra = [a.split("=", 1)[1] for a in argv[2:] if a.startswith("ARGS=")]
             if argv[1] in ("serve", "demo") and extra:
-                _check_cli(f"tiercompact {argv[1]} {extra[0]}", line)
+                _check_cli(f"tiercompact {argv[1]} {extra[0]}", where)
         else:
-            _check_cli(line, line)
+            _check_cli(line, where)
 
 
 def _readme_command_lines(text: str) -> list[str]:
-    """``make``/``tiercompact`` commands of the README: lines of code blocks (a ``$ `` prompt and a
+    """``make``/``tiercompact`` commands of a page: lines of code blocks (a ``$ `` prompt and a
     trailing ``# comment`` dropped) and inline code spans."""
     out, in_block = [], False
     for raw in text.splitlines():
@@ -220,19 +234,19 @@ def _readme_command_lines(text: str) -> list[str]:
     return [c for c in out if re.match(r"^(make|tiercompact)\s+\S", c)]
 
 
-def _check_cli(command: str, line: str) -> None:
+def _check_cli(command: str, where: str) -> None:
     """A concrete command must parse; a synopsis (``[--opt X]``, ``TOPIC``, ``...``) must name a real
     subcommand and only flags that subcommand has."""
     parser = cli.build_parser()
     argv = shlex.split(command)[1:]
     sub = next(a for a in parser._actions if a.dest == "command").choices
-    assert argv and argv[0] in sub, f"the README's `{line}`: no subcommand {argv[:1]} in {sorted(sub)}"
+    assert argv and argv[0] in sub, f"{where}: no subcommand {argv[:1]} in {sorted(sub)}"
     if re.search(r"[\[\]<>]|\.\.\.|\b[A-Z]{2,}\b", command):
         flags = set(sub[argv[0]]._option_string_actions)
         for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", command):
-            assert flag in flags, f"the README's `{line}`: {argv[0]} has no flag {flag}"
+            assert flag in flags, f"{where}: {argv[0]} has no flag {flag}"
         return
     try:
         parser.parse_args(argv)
     except SystemExit:
-        raise AssertionError(f"the README's `{line}` does not parse") from None
+        raise AssertionError(f"{where} does not parse") from None
