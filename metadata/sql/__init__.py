@@ -2,17 +2,7 @@
 
 from __future__ import annotations
 
-from metadata.sql.store import (
-    SCHEMA_VERSION,
-    SqlRemoteLogMetadataManager,
-    _meta,
-    erasure_partitions,
-    erasures,
-    normalize_url,
-    round_segments,
-    rounds,
-    schema_version,
-)
+from metadata.sql.engine import normalize_url
+from metadata.sql.store import SqlRemoteLogMetadataManager
 
-__all__ = ["SCHEMA_VERSION", "SqlRemoteLogMetadataManager", "_meta", "erasure_partitions", "erasures",
-           "normalize_url", "round_segments", "rounds", "schema_version"]
+__all__ = ["SqlRemoteLogMetadataManager", "normalize_url"]
