@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 from cleaner.cleaner import CleanContext, build_offset_map_from_segments, clean_into, group_segments_by_size
 from cleaner.log_to_clean import cleanable_offsets
 from cleaner.offset_map import max_map_entries
+from cleaner.round_metadata import TieredMetadata
 from cleaner.stats import CleanerStats, SegmentAccount
 from cleaner.tiered import TieredCleaner, plan_round
 from cleaner.transactions import CleanedTransactionMetadata
@@ -39,7 +40,6 @@ from log.errors import InvalidRequestError
 from log.local_log import LocalLog
 from log.types import TopicPartition
 from metadata.errors import NotLeaderForPartitionError
-from metadata.manager import RemoteLogMetadataManager
 from metadata.types import RemoteLogSegmentMetadata
 from remote.storage_manager import RemoteSegmentState, RemoteStorageManager
 
@@ -146,7 +146,7 @@ def _local_plan(lc: LogCleaner, tp: TopicPartition, log: LocalLog) -> dict[str, 
 class _ReadOnlyMetadata:
     """The metadata store as a dry run sees it: reads go through, writes are dropped."""
 
-    def __init__(self, inner: RemoteLogMetadataManager) -> None:
+    def __init__(self, inner: TieredMetadata) -> None:
         self._inner = inner
 
     def __getattr__(self, name: str) -> Any:
@@ -198,7 +198,7 @@ def _tiered_plan(lc: LogCleaner, tp: TopicPartition, log: LocalLog) -> dict[str,
     except NotLeaderForPartitionError:
         epoch = -1  # a follower may still ask what a round would do
     temp = Path(ctx.temp_dir) / f"dry-run-{uuid.uuid4().hex}"  # never a real round's directory
-    rlmm = cast(RemoteLogMetadataManager, _ReadOnlyMetadata(ctx.rlmm))
+    rlmm = cast(TieredMetadata, _ReadOnlyMetadata(ctx.rlmm))
     cleaner = _DryRunTieredCleaner(rlmm, cast(RemoteStorageManager, _ReadOnlyStorage(ctx.rsm)),
                                    lc._new_map(tiered=True), lc.config, temp_dir=temp, broker_id=ctx.broker_id,
                                    clock=lc.clock, free_disk=ctx.free_disk, bloom_skip=ctx.bloom_skip)

@@ -24,7 +24,6 @@ from log.clock import SYSTEM_CLOCK, Clock
 from log.locks import RANK_LEAF, ordered_lock
 from log.types import TopicPartition
 from metadata.errors import FencedLeaderEpochError
-from metadata.manager import RemoteLogMetadataManager
 from metadata.reports import (
     ACTION_UPLOADED,
     ENGINES,
@@ -35,6 +34,7 @@ from metadata.reports import (
     OUTCOMES,
     REMOVAL_REASONS,
     CompactionReport,
+    RoundReportStore,
     SegmentReport,
     new_round_id,
 )
@@ -81,10 +81,10 @@ def build_report(tp: TopicPartition, *, engine: str, leader_epoch: int, started_
 
 
 class RoundReporter:
-    """Records round reports in ``rlmm`` and counts them for the metrics."""
+    """Records round reports in ``store`` and counts them for the metrics."""
 
-    def __init__(self, rlmm: RemoteLogMetadataManager, *, clock: Clock = SYSTEM_CLOCK) -> None:
-        self.rlmm = rlmm
+    def __init__(self, store: RoundReportStore, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.store = store
         self.clock = clock
         self._lock = ordered_lock("cleaner.round_reporter", RANK_LEAF)
         self._removed: dict[tuple[str, str], int] = {(e, r): 0 for e in ENGINES for r in REMOVAL_REASONS}
@@ -98,7 +98,7 @@ class RoundReporter:
                 self._removed[(report.engine, reason)] += n
             self._rounds[(report.engine, report.outcome)] += 1
         try:
-            self.rlmm.record_compaction_report(report)
+            self.store.record_compaction_report(report)
         except Exception:  # noqa: BLE001 - a report must never fail the round it describes
             with self._lock:
                 self.failed_writes += 1

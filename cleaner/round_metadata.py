@@ -23,7 +23,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from log.types import TopicPartition
+from metadata.reports import RoundReportStore
+from metadata.segment_indexes import IndexedSegmentStore
 from metadata.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
+
+
+class TieredMetadata(IndexedSegmentStore, RoundReportStore, Protocol):
+    """The metadata store as the tiered cleaner uses it: remote segments with their key indexes
+    (to plan and run rounds, a :class:`RoundMetadata`) and round reports."""
 
 
 class RoundMetadata(Protocol):

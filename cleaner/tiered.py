@@ -78,7 +78,7 @@ from cleaner.errors import InsufficientDiskError
 from cleaner.key_skip import REWRITE_DISABLED, Decision, DirtyKeys, SkipPolicy
 from cleaner.log_to_clean import CleanRatios
 from cleaner.offset_map import OffsetMap, max_map_entries
-from cleaner.round_metadata import RoundMetadata
+from cleaner.round_metadata import RoundMetadata, TieredMetadata
 from cleaner.stats import CleanerStats
 from cleaner.throttler import Throttler
 from cleaner.transactions import CleanedTransactionMetadata
@@ -851,7 +851,7 @@ class TieredCleaner:
 class TieredContext:
     """What the LogCleaner needs to run tiered rounds (given by the composition root)."""
 
-    rlmm: RemoteLogMetadataManager
+    rlmm: TieredMetadata
     rsm: RemoteStorageManager
     leader_epoch: Callable[[TopicPartition], int]
     temp_dir: Path

@@ -1,18 +1,25 @@
-"""Remote segment metadata: value types, the RemoteLogMetadataManager contract and its SQL store."""
+"""Remote segment metadata: value types, the store's protocols (Kafka's RemoteLogMetadataManager
+and the small side stores) and :func:`load_metadata_manager`, which opens the SQL store."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from log.errors import InvalidConfigError
+from metadata.erasures import ErasureReceiptStore
 from metadata.manager import RemoteLogMetadataManager
+from metadata.reports import RoundReportStore
+from metadata.segment_indexes import IndexedSegmentStore, SegmentIndexStore
+from metadata.store import MetadataStore
+from metadata.topic_configs import TopicConfigStore
 
-__all__ = ["RemoteLogMetadataManager", "load_metadata_manager"]
+__all__ = ["ErasureReceiptStore", "IndexedSegmentStore", "MetadataStore", "RemoteLogMetadataManager",
+           "RoundReportStore", "SegmentIndexStore", "TopicConfigStore", "load_metadata_manager"]
 
 _SCHEMES = ("sqlite", "postgresql", "postgres")
 
 
-def load_metadata_manager(url: str, **options: Any) -> RemoteLogMetadataManager:
+def load_metadata_manager(url: str, **options: Any) -> MetadataStore:
     """Open the metadata store at ``url``: ``sqlite:///path``, ``sqlite:///:memory:`` or
     ``postgresql://user:pw@host/db`` (psycopg 3 is used whatever driver the URL names)."""
     scheme = url.split(":", 1)[0].split("+", 1)[0].lower() if ":" in url else ""

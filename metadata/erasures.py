@@ -1,4 +1,4 @@
-"""Erasure receipts (#15): the state of an on-demand key erasure, kept in the metadata store.
+"""Erasure receipts: the state of an on-demand key erasure, kept in the metadata store.
 
 An erasure covers some keys of one topic on some of its partitions. Its receipt has one
 :class:`ErasureRecord` (what was asked, when, by which deadline) and one
@@ -11,8 +11,9 @@ records, rounds, deleted objects and files, verification); this layer only store
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 PENDING = "pending"
 VALUES_REMOVED = "values_removed"
@@ -63,3 +64,29 @@ def overall_state(states: list[str]) -> str:
     if FAILED in states:
         return FAILED
     return min(states, key=lambda s: _ORDER.get(s, 0))
+
+
+class ErasureReceiptStore(Protocol):
+    """Where erasure receipts are kept: one record per erasure, one part per partition of it."""
+
+    def create_erasure(self, record: ErasureRecord) -> None:
+        """Store a new erasure with its partitions' initial parts, in one transaction."""
+
+    def get_erasure(self, erasure_id: str) -> ErasureRecord | None:
+        """The erasure with its partitions' parts, or None if there is none."""
+
+    def list_erasures(self, *, topic: str | None = None, states: Sequence[str] | None = None,
+                      limit: int = 1000) -> list[ErasureRecord]:
+        """Erasures, newest first; ``states`` filters by any partition's state."""
+
+    def update_erasure_partition(self, erasure_id: str, topic: str, part: ErasurePartition, *,
+                                 leader_epoch: int | None = None) -> None:
+        """Replace one partition's part of an erasure receipt.
+
+        With ``leader_epoch`` the write is fenced in its transaction like any other write of
+        the partition (a superseded leader's progress is rejected); ``None`` for partitions
+        without remote storage, which only their own node writes.
+
+        Raises:
+            FencedLeaderEpochError: ``leader_epoch`` is not the partition's registered epoch.
+        """

@@ -10,18 +10,19 @@
         └── MetadataStoreError            the database failed (``retriable`` when it says so)
             └── MetadataStoreTimeoutError a lock, busy or statement timeout bounded a transaction
 
-SQLAlchemy and driver errors are translated in metadata/sql.py and never leave the package.
+SQLAlchemy and driver errors are translated in metadata/sql/engine.py and never leave the package.
+This module imports nothing of metadata (metadata.types raises its errors).
 """
 
 from __future__ import annotations
 
+import enum
 from typing import TYPE_CHECKING
 
 from log.errors import TiercompactError
 
 if TYPE_CHECKING:
     from log.types import TopicPartition
-    from metadata.types import RemoteLogSegmentId, RemoteLogSegmentState
 
 
 class MetadataError(TiercompactError):
@@ -64,7 +65,7 @@ class FencedLeaderEpochError(MetadataError):
 
 
 class CleanerOffsetLineageError(FencedLeaderEpochError):
-    """A cleaner-offset vector that contradicts the stored lineage (seed 004): a stale or
+    """A cleaner-offset vector that contradicts the stored lineage: a stale or
     zombie claim for an earlier epoch, or a cleaner offset going backwards."""
 
     def __init__(self, topic_partition: TopicPartition, attempted_epoch: int, detail: str) -> None:
@@ -107,11 +108,13 @@ class InvalidStateTransitionError(MetadataError):
 
     def __init__(
         self,
-        segment_id: RemoteLogSegmentId | str,
-        src: RemoteLogSegmentState | None,
-        dst: RemoteLogSegmentState,
+        segment_id: object,
+        src: enum.Enum | None,
+        dst: enum.Enum,
         detail: str = "",
     ) -> None:
+        """``segment_id`` is a RemoteLogSegmentId (or its text), ``src`` and ``dst``
+        RemoteLogSegmentStates (``src`` None for a new segment)."""
         self.segment_id = segment_id
         self.src = src
         self.dst = dst

@@ -1,8 +1,8 @@
-"""Pure epoch-lineage rules: seed 004's cleaner-offset validation and Kafka's
+"""Pure epoch-lineage rules: the cleaner-offset vector's validation and Kafka's
 isRemoteSegmentWithinLeaderEpochs. No database here, so they are unit-tested directly.
 
 A *lineage* is the partition's leader-epoch history as ``{epoch -> start offset}``
-(sorted), recorded by ``become_leader``. A *vector* is seed 004's cleaner-offset map
+(sorted), recorded by ``become_leader``. A *vector* is the cleaner-offset map
 ``{epoch -> cleaner offset}``.
 """
 
@@ -21,7 +21,7 @@ def validate_cleaner_offsets(
     stored: Mapping[int, int],
     lineage: Mapping[int, int],
 ) -> None:
-    """Reject a vector that contradicts what is already established (seed 004's table).
+    """Reject a vector that contradicts what is already established (the zombie-leader rules below).
 
     * every epoch in the vector is in the lineage and not above the publisher's epoch;
     * entries for epochs below the publisher's are exactly the stored ones: a zombie that

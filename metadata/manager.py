@@ -1,9 +1,11 @@
 """RemoteLogMetadataManager: the strongly consistent store of remote segment metadata.
 
-Kafka's RemoteLogMetadataManager plus seed 004's additions: leader registration with an
-epoch lineage, fenced writes, a cleaner-offset vector per partition published atomically
-with compacted segments, superseded (unreferenced) segments for deferred deletion, and the
-per-segment bloom filters the tiered cleaner uses to skip downloads.
+Kafka's RemoteLogMetadataManager (KIP-405) plus what fenced tiered compaction adds: leader
+registration with an epoch lineage, fenced writes, a cleaner-offset vector per partition
+published atomically with compacted segments (:meth:`publish_compaction`), and superseded
+(unreferenced) segments for deferred deletion. The side stores a node also keeps in the
+metadata database have protocols of their own: :mod:`metadata.segment_indexes` (bloom filters
+and key indexes), :mod:`metadata.reports`, :mod:`metadata.erasures`, :mod:`metadata.topic_configs`.
 
 Fencing model: every write names the leader epoch it was made under. A write is accepted
 only when that epoch is the partition's registered epoch (set by :meth:`become_leader`),
@@ -16,13 +18,10 @@ Implementations are thread-safe. This module never talks to the object store.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from log.types import TopicPartition
-from metadata.erasures import ErasurePartition, ErasureRecord
-from metadata.reports import DEFAULT_REPORTS_KEPT, CompactionReport
-from metadata.topic_configs import StoredTopic
 from metadata.types import (
     LeaderState,
     RemoteLogSegmentId,
@@ -34,8 +33,8 @@ from metadata.types import (
 DEFAULT_ORPHAN_GRACE_MS = 15 * 60 * 1000
 
 
-class RemoteLogMetadataManager(ABC):
-    """Abstract metadata store; see the module docstring for the fencing model.
+class RemoteLogMetadataManager(Protocol):
+    """The remote segment metadata store; see the module docstring for the fencing model.
 
     Every method may raise :class:`~metadata.errors.MetadataStoreError` when the backing
     store fails (``retriable`` tells whether a retry may help); that is not repeated below.
@@ -43,7 +42,6 @@ class RemoteLogMetadataManager(ABC):
 
     # ------------------------------------------------------------------ leadership
 
-    @abstractmethod
     def become_leader(
         self, tp: TopicPartition, leader_epoch: int, broker_id: int, start_offset: int = 0
     ) -> LeaderState:
@@ -58,17 +56,14 @@ class RemoteLogMetadataManager(ABC):
             InvalidRequestError: ``start_offset`` is below the previous epoch's start offset.
         """
 
-    @abstractmethod
     def leader_state(self, tp: TopicPartition) -> LeaderState | None:
         """The registered leader of ``tp``, or None if nobody became leader yet."""
 
-    @abstractmethod
     def leader_epochs(self, tp: TopicPartition) -> list[tuple[int, int]]:
         """The epoch lineage of ``tp``: ``[(epoch, start_offset), ...]`` sorted by epoch."""
 
     # ------------------------------------------------------------------ segment writes
 
-    @abstractmethod
     def add_remote_log_segment_metadata(self, md: RemoteLogSegmentMetadata, *, leader_epoch: int) -> None:
         """Record that an upload of ``md`` is starting (before any object is written).
 
@@ -82,24 +77,19 @@ class RemoteLogMetadataManager(ABC):
 
     def add_remote_log_segments(self, new: Sequence[tuple[RemoteLogSegmentMetadata, bytes | None]], *,
                                 leader_epoch: int) -> None:
-        """:meth:`add_remote_log_segment_metadata` then :meth:`put_bloom_filter` (when the bytes
-        are not None) for each segment, all of ``new``'s one partition in one fenced transaction:
-        a segment and its filter arrive together (a tiered round registering its rewrite before
+        """:meth:`add_remote_log_segment_metadata` for each segment, with its key bloom filter
+        when the bytes are not None (what :meth:`~metadata.segment_indexes.SegmentIndexStore.
+        put_bloom_filter` stores), all of ``new``'s one partition in one fenced transaction: a
+        segment and its filter arrive together (a tiered round registering its rewrite before
         the copy, a Spark driver registering what its executors uploaded), and a partition's
         results cost one round trip, not two per segment.
-        All or nothing; idempotent like the single calls. This default calls them one by one
-        (not atomic); stores override it.
+        All or nothing; idempotent like the single calls.
 
         Raises:
             InvalidRequestError: the segments are not all of one partition.
             InvalidStateTransitionError, FencedLeaderEpochError: as the single calls.
         """
-        for md, bloom in new:
-            self.add_remote_log_segment_metadata(md, leader_epoch=leader_epoch)
-            if bloom is not None:
-                self.put_bloom_filter(md.remote_log_segment_id, bloom)
 
-    @abstractmethod
     def update_remote_log_segment_state(
         self,
         segment_id: RemoteLogSegmentId,
@@ -124,7 +114,6 @@ class RemoteLogMetadataManager(ABC):
             FencedLeaderEpochError: ``leader_epoch`` is not the registered epoch.
         """
 
-    @abstractmethod
     def publish_compaction(
         self,
         tp: TopicPartition,
@@ -134,7 +123,7 @@ class RemoteLogMetadataManager(ABC):
         replaced_segment_ids: Sequence[RemoteLogSegmentId],
         cleaner_offsets: Mapping[int, int],
     ) -> None:
-        """Atomically swap compacted segments in (seed 004 "Swap Old/New Log Segment Files").
+        """Atomically swap compacted segments in (remotely what Kafka's UnifiedLog.replaceSegments does).
 
         In one transaction: check the fence; validate ``cleaner_offsets`` against the
         stored lineage (entries for epochs below ``leader_epoch`` must equal the stored
@@ -155,7 +144,6 @@ class RemoteLogMetadataManager(ABC):
                 replaced one is not a referenced COPY_SEGMENT_FINISHED segment.
         """
 
-    @abstractmethod
     def publish_cleaner_offsets(
         self, tp: TopicPartition, *, leader_epoch: int, cleaner_offsets: Mapping[int, int]
     ) -> None:
@@ -169,7 +157,6 @@ class RemoteLogMetadataManager(ABC):
 
     # ------------------------------------------------------------------ reads
 
-    @abstractmethod
     def list_remote_log_segments(
         self,
         tp: TopicPartition,
@@ -183,12 +170,10 @@ class RemoteLogMetadataManager(ABC):
         ``states`` selects other states; ``include_superseded`` adds replaced ones.
         """
 
-    @abstractmethod
     def remote_log_segment_metadata(self, tp: TopicPartition, offset: int) -> RemoteLogSegmentMetadata | None:
         """The referenced finished segment containing ``offset``; if ``offset`` falls in a
         gap (e.g. left by compaction), the first referenced segment after it; else None."""
 
-    @abstractmethod
     def remote_log_size(self, tp: TopicPartition) -> int:
         """Sum of ``segment_size_in_bytes`` of the referenced finished segments.
 
@@ -197,20 +182,16 @@ class RemoteLogMetadataManager(ABC):
         :meth:`invalidate_caches`).
         """
 
-    @abstractmethod
     def invalidate_caches(self, tp: TopicPartition | None = None) -> None:
         """Forget cached sums (for one partition, or all) so the next read recomputes them."""
 
-    @abstractmethod
     def cleaner_offsets(self, tp: TopicPartition) -> dict[int, int]:
         """The partition's current cleaner-offset vector {leader epoch -> cleaner offset}."""
 
-    @abstractmethod
     def resolve_cleaner_checkpoint(self, tp: TopicPartition) -> int | None:
         """The cleaner offset a new leader continues from: the vector's value for its
         highest epoch, or None when nothing was ever cleaned."""
 
-    @abstractmethod
     def unreferenced_segments(
         self, tp: TopicPartition, *, orphan_grace_ms: int | None = None
     ) -> list[RemoteLogSegmentMetadata]:
@@ -219,56 +200,17 @@ class RemoteLogMetadataManager(ABC):
         leader (older than ``orphan_grace_ms``, or added under an epoch below the current
         one); DELETE_SEGMENT_STARTED ones whose deletion did not finish."""
 
-    @abstractmethod
     def is_segment_within_leader_epochs(
         self, md: RemoteLogSegmentMetadata, tp: TopicPartition, log_end_offset: int | None = None
     ) -> bool:
         """Kafka's isRemoteSegmentWithinLeaderEpochs against the stored lineage of ``tp``
         (``log_end_offset`` adds the "segment ends below the log end" check)."""
 
-    # ------------------------------------------------------------------ bloom filters
-
-    @abstractmethod
-    def put_bloom_filter(self, segment_id: RemoteLogSegmentId, data: bytes) -> None:
-        """Store (or replace) the key bloom filter of a segment. Not fenced: a filter only
-        describes immutable segment content, so any broker may build it.
-
-        Raises:
-            RemoteSegmentNotFoundError: no such segment.
-        """
-
-    @abstractmethod
-    def get_bloom_filter(self, segment_id: RemoteLogSegmentId) -> bytes | None:
-        """The stored bloom filter bytes, or None if none was built yet."""
-
-    def get_bloom_filters(self, tp: TopicPartition, segment_ids: Sequence[str]) -> dict[str, bytes]:
-        """The stored bloom filters of several segments of ``tp`` in few round trips (a round
-        plans over thousands): segment id -> bytes, absent when none was built. This default
-        asks one by one; stores override it with a batched query."""
-        out: dict[str, bytes] = {}
-        for sid in segment_ids:
-            blob = self.get_bloom_filter(RemoteLogSegmentId(tp, sid))
-            if blob is not None:
-                out[sid] = blob
-        return out
-
-    @abstractmethod
-    def set_key_index(self, segment_id: RemoteLogSegmentId, size_bytes: int) -> None:
-        """Record that the segment's exact key index object now exists (``key_index_bytes`` in
-        its metadata), for a segment that got one after it was copied. Not fenced, like the
-        bloom filter: the index only describes immutable segment content.
-
-        Raises:
-            RemoteSegmentNotFoundError: no such segment, or it was deleted.
-        """
-
     # ------------------------------------------------------------------ admin
 
-    @abstractmethod
     def partitions(self) -> list[TopicPartition]:
         """Every partition with a leader or segment metadata, sorted."""
 
-    @abstractmethod
     def begin_partition_deletion(
         self, tp: TopicPartition, *, leader_epoch: int, broker_id: int, event_timestamp_ms: int
     ) -> list[RemoteLogSegmentMetadata]:
@@ -285,7 +227,6 @@ class RemoteLogMetadataManager(ABC):
                 changed (a non-leader or zombie cannot delete shared data).
         """
 
-    @abstractmethod
     def delete_partition(self, tp: TopicPartition, *, leader_epoch: int | None = None) -> None:
         """Forget everything about ``tp`` (topic deletion). Idempotent. The caller removes
         the objects first (see :meth:`begin_partition_deletion`).
@@ -298,80 +239,5 @@ class RemoteLogMetadataManager(ABC):
             FencedLeaderEpochError: ``leader_epoch`` is given and is not the registered epoch.
         """
 
-    # ------------------------------------------------------------------ round reports
-
-    @abstractmethod
-    def record_compaction_report(self, report: CompactionReport, *, keep: int = DEFAULT_REPORTS_KEPT) -> None:
-        """Store the report of one cleaning round (any engine, any outcome).
-
-        Not fenced: a round rejected because its epoch was superseded still leaves its report.
-        Recording the same ``round_id`` again replaces the earlier report. Only the newest
-        ``keep`` reports of the partition are kept.
-        """
-
-    @abstractmethod
-    def list_compaction_reports(self, tp: TopicPartition, *, limit: int = 20,
-                                before: str | None = None) -> list[CompactionReport]:
-        """The partition's round reports, newest recorded first, at most ``limit``; with
-        ``before`` (a round id) only those recorded before that round (paging).
-
-        Raises:
-            InvalidRequestError: ``before`` names no round of ``tp``, or ``limit`` is not positive.
-        """
-
-    # ------------------------------------------------------------------ erasure receipts (#15)
-
-    @abstractmethod
-    def create_erasure(self, record: ErasureRecord) -> None:
-        """Store a new erasure with its partitions' initial parts, in one transaction."""
-
-    @abstractmethod
-    def get_erasure(self, erasure_id: str) -> ErasureRecord | None:
-        """The erasure with its partitions' parts, or None if there is none."""
-
-    @abstractmethod
-    def list_erasures(self, *, topic: str | None = None, states: Sequence[str] | None = None,
-                      limit: int = 1000) -> list[ErasureRecord]:
-        """Erasures, newest first; ``states`` filters by any partition's state."""
-
-    @abstractmethod
-    def update_erasure_partition(self, erasure_id: str, topic: str, part: ErasurePartition, *,
-                                 leader_epoch: int | None = None) -> None:
-        """Replace one partition's part of an erasure receipt.
-
-        With ``leader_epoch`` the write is fenced in its transaction like any other write of
-        the partition (a superseded leader's progress is rejected); ``None`` for partitions
-        without remote storage, which only their own node writes.
-
-        Raises:
-            FencedLeaderEpochError: ``leader_epoch`` is not the partition's registered epoch.
-        """
-
-    # ------------------------------------------------------------------ topic configs (#16)
-
-    @abstractmethod
-    def put_topic_config(self, topic: StoredTopic) -> None:
-        """Create or replace a topic's partition count and config overrides (shared by every
-        node and Spark job; a node keeps a local copy as a cache)."""
-
-    @abstractmethod
-    def get_topic_config(self, name: str) -> StoredTopic | None:
-        """The topic's stored config, or None if the store holds none."""
-
-    @abstractmethod
-    def list_topic_configs(self) -> list[StoredTopic]:
-        """Every stored topic, by name."""
-
-    @abstractmethod
-    def delete_topic_config(self, name: str) -> None:
-        """Forget a topic's config (a no-op when there is none)."""
-
-    @abstractmethod
     def close(self) -> None:
         """Release connections. Idempotent."""
-
-    def __enter__(self) -> RemoteLogMetadataManager:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -6,15 +6,15 @@ None). Per segment it records the action taken, the records removed by reason, t
 read and written, and the object-store traffic. The shapes are API.md's
 ``GET .../compactions``; :meth:`CompactionReport.as_dict` renders them.
 
-The value types live here, below the cleaner, because the RemoteLogMetadataManager stores
-them; the cleaner builds them (:mod:`cleaner.report`).
+The value types live here, below the cleaner, because the metadata store keeps them
+(:class:`RoundReportStore`); the cleaner builds them (:mod:`cleaner.report`).
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import FrozenInstanceError, dataclass, field, fields
-from typing import Any
+from typing import Any, Protocol
 
 from log.errors import InvalidRequestError
 from log.types import TopicPartition
@@ -185,3 +185,23 @@ class CompactionReport:
                 "outcome": self.outcome, "error": self.error, "removed": self.removed, **self.totals(),
                 "segments": [s.as_dict() for s in self.segments]}
 
+
+class RoundReportStore(Protocol):
+    """Where round reports are kept, per partition."""
+
+    def record_compaction_report(self, report: CompactionReport, *, keep: int = DEFAULT_REPORTS_KEPT) -> None:
+        """Store the report of one cleaning round (any engine, any outcome).
+
+        Not fenced: a round rejected because its epoch was superseded still leaves its report.
+        Recording the same ``round_id`` again replaces the earlier report. Only the newest
+        ``keep`` reports of the partition are kept.
+        """
+
+    def list_compaction_reports(self, tp: TopicPartition, *, limit: int = 20,
+                                before: str | None = None) -> list[CompactionReport]:
+        """The partition's round reports, newest recorded first, at most ``limit``; with
+        ``before`` (a round id) only those recorded before that round (paging).
+
+        Raises:
+            InvalidRequestError: ``before`` names no round of ``tp``, or ``limit`` is not positive.
+        """

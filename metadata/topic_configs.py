@@ -1,10 +1,11 @@
-"""Topic configs as the metadata store keeps them, shared by every node and Spark job (#16)."""
+"""Topic configs as the metadata store keeps them, shared by every node and Spark job: the
+value type and the store protocol."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,3 +27,19 @@ class StoredTopic:
     @staticmethod
     def from_row(name: str, partitions: int, config_json: str, updated_ms: int) -> StoredTopic:
         return StoredTopic(name, int(partitions), dict(json.loads(config_json)), int(updated_ms))
+
+
+class TopicConfigStore(Protocol):
+    """Where topic configs are shared (a node keeps a local copy as a cache)."""
+
+    def put_topic_config(self, topic: StoredTopic) -> None:
+        """Create or replace a topic's partition count and config overrides."""
+
+    def get_topic_config(self, name: str) -> StoredTopic | None:
+        """The topic's stored config, or None if the store holds none."""
+
+    def list_topic_configs(self) -> list[StoredTopic]:
+        """Every stored topic, by name."""
+
+    def delete_topic_config(self, name: str) -> None:
+        """Forget a topic's config (a no-op when there is none)."""

@@ -2,7 +2,7 @@
 
 These are the types every layer above ``metadata`` speaks: the RemoteLogManager builds a
 :class:`RemoteLogSegmentMetadata` before uploading, the RemoteStorageManager derives object
-keys from it, the tiered cleaner publishes new ones with a cleaner-offset vector (seed 004).
+keys from it, the tiered cleaner publishes new ones with a cleaner-offset vector.
 All are immutable and check their invariants on construction.
 """
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from log.errors import InvalidRequestError
 from log.types import TopicPartition
+from metadata.errors import InvalidStateTransitionError
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +110,7 @@ class RemoteLogSegmentMetadata:
     """What the metadata store knows about one remote segment.
 
     ``segment_leader_epochs`` maps leader epoch -> first offset of that epoch within the
-    segment (Kafka's segmentLeaderEpochs). ``cleaner_offsets`` is seed 004's vector
+    segment (Kafka's segmentLeaderEpochs). ``cleaner_offsets`` is the vector
     {leader epoch -> cleaner offset} published with a compacted segment (empty for a
     plain tiered copy). ``superseded_by`` is None while the segment is referenced by
     readers; after a compaction replaced it, it names the replacing segment id ("" when
@@ -182,8 +183,6 @@ class RemoteLogSegmentMetadata:
     ) -> RemoteLogSegmentMetadata:
         """A copy in ``state``; raises InvalidStateTransitionError for an illegal move."""
         if not RemoteLogSegmentState.is_valid_transition(self.state, state):
-            from metadata.errors import InvalidStateTransitionError
-
             raise InvalidStateTransitionError(self.remote_log_segment_id, self.state, state)
         return replace(
             self,

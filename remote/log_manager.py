@@ -94,7 +94,7 @@ from log.log_manager import LogManager
 from log.segment import LogSegment
 from log.types import TopicPartition
 from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
-from metadata.manager import RemoteLogMetadataManager
+from metadata.segment_indexes import IndexedSegmentStore
 from metadata.types import LeaderState, RemoteLogSegmentId, RemoteLogSegmentMetadata
 from metadata.types import RemoteLogSegmentState as S
 from remote.errors import StoreUnavailableError
@@ -162,7 +162,7 @@ class RemoteLogManager:
     def __init__(
         self,
         log_manager: LogManager,
-        metadata_manager: RemoteLogMetadataManager,
+        metadata_manager: IndexedSegmentStore,
         storage_manager: RemoteStorageManager,
         *,
         broker_id: int,

@@ -9,8 +9,7 @@ from typing import Any
 
 from log.errors import TiercompactError, TopicExistsError
 from log.log_manager import LogManager, Topic
-from metadata.manager import RemoteLogMetadataManager
-from metadata.topic_configs import StoredTopic
+from metadata.topic_configs import StoredTopic, TopicConfigStore
 
 logger = logging.getLogger(__name__)
 
@@ -19,12 +18,12 @@ def stored(topic: Topic) -> StoredTopic:
     return StoredTopic(topic.name, topic.partitions, dict(topic.config.overrides))
 
 
-def sync_at_start(log_manager: LogManager, rlmm: RemoteLogMetadataManager) -> dict[str, list[str]]:
+def sync_at_start(log_manager: LogManager, topics: TopicConfigStore) -> dict[str, list[str]]:
     """At node start: learn the store's topics this node lacks, publish this node's topics the
     store lacks (a data dir from before #16), and take the store's config where both have the
     topic and they differ (another node's PATCH). Returns what changed, by kind."""
     out: dict[str, list[str]] = {"learned": [], "published": [], "updated": []}
-    shared = {t.name: t for t in rlmm.list_topic_configs()}
+    shared = {t.name: t for t in topics.list_topic_configs()}
     local = {t.name: t for t in log_manager.topics()}
     for name, s in shared.items():
         mine = local.get(name)
@@ -44,18 +43,18 @@ def sync_at_start(log_manager: LogManager, rlmm: RemoteLogMetadataManager) -> di
             logger.warning("topic %s from the metadata store could not be applied here: %s", name, e)
     for name, mine in local.items():
         if name not in shared:
-            rlmm.put_topic_config(stored(mine))
+            topics.put_topic_config(stored(mine))
             out["published"].append(name)
     if any(out.values()):
         logger.info("topic configs synced with the metadata store: %s", {k: v for k, v in out.items() if v})
     return out
 
 
-def create_topic(log_manager: LogManager, rlmm: RemoteLogMetadataManager, name: str, partitions: int,
+def create_topic(log_manager: LogManager, topics: TopicConfigStore, name: str, partitions: int,
                  config: Mapping[str, Any] | None) -> Topic:
     """Create locally, then store. A topic another node already stored is joined only with the same
     partition count and config (its data is shared); otherwise it already exists."""
-    existing = rlmm.get_topic_config(name)
+    existing = topics.get_topic_config(name)
     topic = log_manager.create_topic(name, partitions, config)
     if existing is not None:
         if existing.partitions != topic.partitions or existing.config != dict(topic.config.overrides):
@@ -65,21 +64,21 @@ def create_topic(log_manager: LogManager, rlmm: RemoteLogMetadataManager, name: 
                                    f"the same, or restart this node to learn it")
         return topic
     try:
-        rlmm.put_topic_config(stored(topic))
+        topics.put_topic_config(stored(topic))
     except BaseException:
         log_manager.delete_topic(name)  # not half created: the store is the shared truth
         raise
     return topic
 
 
-def alter_config(log_manager: LogManager, rlmm: RemoteLogMetadataManager, name: str,
+def alter_config(log_manager: LogManager, topics: TopicConfigStore, name: str,
                  changes: Mapping[str, Any]) -> Topic:
     """PATCH: both copies get the merged overrides (the store's write after the local one, which
     validates; a failed store write puts the local copy back)."""
     before = dict(log_manager.topic(name).config.overrides)
     topic = log_manager.alter_config(name, changes)
     try:
-        rlmm.put_topic_config(stored(topic))
+        topics.put_topic_config(stored(topic))
     except BaseException:
         undo: dict[str, Any] = {k: None for k in topic.config.overrides if k not in before}
         undo.update(before)

@@ -77,6 +77,7 @@ from pyspark import StorageLevel, TaskContext
 from pyspark.sql import SparkSession
 
 from cleaner.report import RoundReporter
+from cleaner.round_metadata import TieredMetadata
 from cleaner.spark.errors import SparkJobError
 from cleaner.spark.partition_round import (
     TAG_LENGTH,
@@ -103,7 +104,7 @@ from cleaner.spark.tasks import (
     run_rewrite,
     run_scan,
 )
-from cleaner.spark.views import LocalLogView, PartitionView, RemoteOnlyView
+from cleaner.spark.views import LocalLogView, PartitionView, RemoteOnlyMetadata, RemoteOnlyView
 from cleaner.tiered import RoundTxnIndexes, TieredRoundPlan, group_remote_segments
 from cleaner.transactions import CleanedTransactionMetadata
 from log.clock import SYSTEM_CLOCK, Clock
@@ -113,7 +114,6 @@ from log.index.key_index import KeyIndex, stable_hashes
 from log.local_log import LocalLog
 from log.types import TopicPartition
 from metadata.errors import FencedLeaderEpochError
-from metadata.manager import RemoteLogMetadataManager
 from metadata.reports import ACTION_SKIPPED_BY_KEY_INDEX
 from metadata.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
 from remote.orphans import release_lease, sweep_orphan_objects, write_lease
@@ -430,7 +430,7 @@ class SparkCleanJob:
     """
 
     def __init__(self, spark: SparkSession, *, logs: Callable[[TopicPartition], LocalLog] | None = None,
-                 rlmm: RemoteLogMetadataManager, store_url: str, store_options: dict[str, Any] | None = None,
+                 rlmm: TieredMetadata, store_url: str, store_options: dict[str, Any] | None = None,
                  leader_epoch: Callable[[TopicPartition], int] | None = None,
                  checkpoint: Callable[[TopicPartition], int | None] = lambda tp: None,
                  write_checkpoint: Callable[[TopicPartition, int], None] = lambda tp, off: None,
@@ -471,7 +471,7 @@ class SparkCleanJob:
         return view
 
     @staticmethod
-    def standalone_views(rlmm: RemoteLogMetadataManager, store_url: str,
+    def standalone_views(rlmm: RemoteOnlyMetadata, store_url: str,
                          store_options: dict[str, Any] | None = None) -> Callable[[TopicPartition], PartitionView]:
         """Views from the metadata store and object store alone (no data dir): a standalone job."""
         rsm = StoreSpec.of(store_url, store_options).open()

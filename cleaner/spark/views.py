@@ -40,6 +40,7 @@ from log.producer_snapshot import decode_snapshot
 from log.producer_state import ProducerStateEntry
 from log.types import TopicPartition
 from metadata.manager import RemoteLogMetadataManager
+from metadata.topic_configs import TopicConfigStore
 from remote.storage_manager import RemoteStorageManager
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,11 @@ logger = logging.getLogger(__name__)
 #: (producer id, last data offset, producer epoch), as a RewriteTask carries them
 Producers = tuple[tuple[int, int, int], ...]
 _NO_END = 2**63 - 1
+
+
+class RemoteOnlyMetadata(RemoteLogMetadataManager, TopicConfigStore, Protocol):
+    """What a standalone view reads from the metadata store: the partition's leader and
+    segments, and its topic's shared config."""
 
 
 class PartitionView(Protocol):
@@ -144,7 +150,7 @@ class RemoteOnlyView:
     _producers: dict[int, ProducerStateEntry]
 
     @staticmethod
-    def open(tp: TopicPartition, rlmm: RemoteLogMetadataManager, rsm: RemoteStorageManager) -> RemoteOnlyView:
+    def open(tp: TopicPartition, rlmm: RemoteOnlyMetadata, rsm: RemoteStorageManager) -> RemoteOnlyView:
         """Read the partition's config, leader epoch and newest producer snapshot.
 
         Raises:

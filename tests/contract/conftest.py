@@ -110,7 +110,8 @@ def open_manager(kind: str, tmp_path: Path, **kw: object) -> SqlRemoteLogMetadat
     url = postgres_url()
     from sqlalchemy import create_engine
 
-    from metadata.sql import _meta, normalize_url
+    from metadata.sql import normalize_url
+    from metadata.sql.schema import _meta
 
     engine = create_engine(normalize_url(url))
     _meta.drop_all(engine)  # each test starts from an empty schema

@@ -13,7 +13,8 @@ from sqlalchemy import create_engine, delete, insert, inspect
 from log.types import TopicPartition
 from metadata.erasures import COMPLETE, FAILED, PENDING, VALUES_REMOVED, ErasurePartition, ErasureRecord
 from metadata.errors import FencedLeaderEpochError
-from metadata.sql import SqlRemoteLogMetadataManager, erasure_partitions, erasures, schema_version
+from metadata.sql import SqlRemoteLogMetadataManager
+from metadata.sql.schema import erasure_partitions, erasures, schema_version
 from tests.contract.conftest import open_manager
 
 TOPIC = "users"

@@ -23,7 +23,8 @@ from metadata.reports import (
     SegmentReport,
     new_round_id,
 )
-from metadata.sql import SCHEMA_VERSION, SqlRemoteLogMetadataManager, round_segments, rounds, schema_version
+from metadata.sql import SqlRemoteLogMetadataManager
+from metadata.sql.schema import SCHEMA_VERSION, round_segments, rounds, schema_version
 from tests.contract.conftest import open_manager
 
 TP = TopicPartition("orders", 0)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, select
 
-from metadata.sql import SCHEMA_VERSION, SqlRemoteLogMetadataManager, normalize_url, schema_version
+from metadata.sql import SqlRemoteLogMetadataManager, normalize_url
+from metadata.sql.schema import SCHEMA_VERSION, schema_version
 from tests.contract.conftest import private_postgres_schema
 
 OPENERS = 6

@@ -11,7 +11,8 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, select
 
-from metadata.sql import _meta, normalize_url
+from metadata.sql import normalize_url
+from metadata.sql.schema import _meta
 from service.node import Node
 
 P0 = "/v1/topics/t/partitions/0"

@@ -9,7 +9,8 @@ from sqlalchemy import create_engine, delete, insert, inspect, text
 
 from log.index.key_index import KeyIndex, build_segment_key_index
 from metadata.errors import RemoteSegmentNotFoundError
-from metadata.sql import SCHEMA_VERSION, SqlRemoteLogMetadataManager, schema_version
+from metadata.sql import SqlRemoteLogMetadataManager
+from metadata.sql.schema import SCHEMA_VERSION, schema_version
 from metadata.types import RemoteLogSegmentId
 from remote.storage_manager import IndexType
 from tests.tiered.conftest import BOTH_STORES, TP
