@@ -58,7 +58,7 @@ LAST_RUNS_KEPT = 50
 
 class CleanerThread(threading.Thread):
     """One cleaner thread. A tiered thread cleans only ``remote.storage.enable`` partitions,
-    with a TieredCleaner; a local one only the others (seed 004: a separate pool, sharing the
+    with a TieredCleaner; a local one only the others (a separate pool, sharing the
     manager, the checkpoint file and the throttle)."""
 
     def __init__(self, owner: LogCleaner, thread_id: int, offset_map: OffsetMap, *, tiered: bool = False) -> None:

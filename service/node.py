@@ -46,13 +46,15 @@ from remote.log_manager import COUNTED_BY_RLM
 from remote.tiered_read import ReadResult, read_local_page
 from service import topic_sync
 from service.config import ServiceConfig, store_options
+from service.fields import decode_field, encode_field
 from service.jobs import Job
 from service.threads import PeriodicTask
 from service.wiring import REMOTE_CACHE_DIR, TIERED_TEMP_DIR, NodeParts, build_parts
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["REMOTE_CACHE_DIR", "TIERED_TEMP_DIR", "Node", "NodeParts", "data_dir_of"]
+#: decode_field and encode_field stay importable from here (they live in service.fields)
+__all__ = ["REMOTE_CACHE_DIR", "TIERED_TEMP_DIR", "Node", "NodeParts", "data_dir_of", "decode_field", "encode_field"]
 
 ONLINE, OFFLINE = "online", "offline"  # a partition's state in GET .../partitions/{p}
 MAX_EMPTY_PAGES = 1000
@@ -250,7 +252,7 @@ class Node:
         return out
 
     def run_erasures_once(self) -> None:
-        """Drive every unfinished erasure part this node leads (#15, service.erasures)."""
+        """Drive every unfinished erasure part this node leads (cleaner.erasure_workflow)."""
         self.erasures.run_once(stop=self._stopping)
 
     # ---- background passes -------------------------------------------------------------
@@ -283,8 +285,7 @@ class Node:
         return self.log_manager.topics()
 
     def topic(self, name: str) -> Topic:
-        validate_topic_name(name)
-        return self.log_manager.topic(name)
+        return self.partitions.topic(name)
 
     def alter_config(self, name: str, changes: dict[str, Any]) -> Topic:
         validate_topic_name(name)
@@ -336,7 +337,7 @@ class Node:
 
     # ---- partitions ------------------------------------------------------------------
     def log(self, topic: str, partition: int) -> LocalLog:
-        return self.log_manager.get_log(TopicPartition(validate_topic_name(topic), partition))
+        return self.partitions.log(topic, partition)
 
     def produce(self, topic: str, partition: int, records: Sequence[RecordSpec], *, compression: str = "none",
                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
@@ -461,7 +462,7 @@ class Node:
         older epochs are fenced from then on.
 
         When ``broker_id`` is this node's, it becomes the leader: it adopts the remote
-        cleaner checkpoint (seed 004). For another broker this node records the move and is
+        cleaner checkpoint (KIP-405 leader failover). For another broker this node records the move and is
         a follower of the partition from then on (its uploads, cleaning publishes, deletes
         and produce requests are refused with 409 naming the leader).
         """
@@ -547,7 +548,7 @@ class Node:
         return self.jobs.submit(topic, partition, lambda: self.clean(topic, partition)).job_id
 
     def submit_spark_clean(self, topic: str, partitions: Sequence[int] | None = None) -> Job:
-        """One Spark offload job over ``partitions`` (default all) of a tiered topic (#16)."""
+        """One Spark offload job over ``partitions`` (default all) of a tiered topic."""
         t = self.topic(topic)
         if self.spark is None:
             raise InvalidRequestError("this node has no Spark offload: start it with --spark-master URL "
