@@ -3,7 +3,8 @@
 A service (the erasure workflow, the Spark offload) is given these small protocols instead of
 the whole node, so it names exactly what it uses and can be driven, in tests, by a stand-in.
 The node implements all of them; the HTTP routes and the Kafka listener are front doors over
-the same methods. The RemoteLogManager is the :class:`Leadership` port as it stands.
+the same methods. The RemoteLogManager is the :class:`Leadership` port as it stands, and
+:class:`LogPartitions` the :class:`Partitions` port over a LogManager.
 """
 
 from __future__ import annotations
