@@ -6,6 +6,8 @@
         ├── ThreadShutdownError       the cleaner thread is stopping (a kind of abort)
         ├── OffsetMapFullError        a new key did not fit the offset map (a bug if it escapes)
         └── CleanerStateError         an illegal cleaning-state transition (resume without pause, ...)
+    ErasureNotFoundError              no such erasure
+    ErasureRefusedError               an erasure that cannot be done as asked (nothing was appended)
 
 ``InvalidConfigError`` (log.errors) is raised for a bad CleanerConfig.
 """
@@ -49,3 +51,12 @@ class InsufficientDiskError(TiercompactError):
     """
 
     retriable = True
+
+
+class ErasureNotFoundError(TiercompactError):
+    """No erasure with that id (GET /v1/erasures/{id})."""
+
+
+class ErasureRefusedError(TiercompactError):
+    """An erasure that cannot be done as asked: the topic is not compacted, or its deadline
+    cannot be met (min.compaction.lag.ms); nothing was appended."""

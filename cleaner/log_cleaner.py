@@ -45,7 +45,7 @@ from cleaner.throttler import Throttler
 from cleaner.tiered import TieredCleaner, TieredContext, tiered_log_to_clean
 from log.clock import SYSTEM_CLOCK, Clock
 from log.errors import CorruptRecordError, InvalidRequestError, TiercompactError
-from log.local_log import SimulatedCrash
+from log.local_log import LocalLog, SimulatedCrash
 from log.locks import RANK_LEAF, ordered_lock
 from log.log_manager import LogManager
 from log.types import TopicPartition
@@ -58,7 +58,7 @@ LAST_RUNS_KEPT = 50
 
 class CleanerThread(threading.Thread):
     """One cleaner thread. A tiered thread cleans only ``remote.storage.enable`` partitions,
-    with a TieredCleaner; a local one only the others (seed 004: a separate pool, sharing the
+    with a TieredCleaner; a local one only the others (a separate pool, sharing the
     manager, the checkpoint file and the throttle)."""
 
     def __init__(self, owner: LogCleaner, thread_id: int, offset_map: OffsetMap, *, tiered: bool = False) -> None:
@@ -131,7 +131,8 @@ class LogCleaner:
     """The cleaner threads plus their shared manager, throttler and metrics."""
 
     def __init__(self, config: CleanerConfig, log_manager: LogManager, *, clock: Clock = SYSTEM_CLOCK,
-                 throttler: Throttler | None = None, tiered: TieredContext | None = None) -> None:
+                 throttler: Throttler | None = None, tiered: TieredContext | None = None,
+                 offload: Callable[[Any], bool] | None = None) -> None:
         self.config = config
         self.log_manager = log_manager
         self.clock = clock
@@ -144,10 +145,10 @@ class LogCleaner:
                 lambda tp, log, cp, now: tiered_log_to_clean(tiered, tp, log, cp, now))
         #: every round's report goes to the metadata store (when there is one: a tiered context's)
         self.reporter: RoundReporter | None = RoundReporter(tiered.rlmm, clock=clock) if tiered is not None else None
-        #: the tiered pool's offload hook (the node's Spark offload, #16): given a grabbed tiered
+        #: the tiered pool's offload hook (the node's Spark offload): given a grabbed tiered
         #: LogToClean it returns True when it took the round over, and then owns the partition's
         #: IN_PROGRESS state until its job ends (it calls done_cleaning)
-        self.offload: Callable[[Any], bool] | None = None
+        self.offload = offload
         #: rounds rejected because this node's leader epoch was superseded (a zombie)
         self.fenced_rounds = 0
         self.segments_skipped_by_bloom_total = 0
@@ -198,6 +199,28 @@ class LogCleaner:
         if alive:
             logger.warning("cleaner threads still running after %.1f s, abandoned: %s", timeout, alive)
         return not alive
+
+    def adopt_remote_checkpoint(self, tp: TopicPartition, log: LocalLog) -> None:
+        """A new leader resolves the cleaner checkpoint from the remote cleaner-offset vector
+        (the previous epoch's entry) and removes its local segments below it, whose content
+        the remote tier has compacted since. Without a tiered context there is none."""
+        if self.tiered is None:
+            return
+        cp = self.tiered.rlmm.resolve_cleaner_checkpoint(tp)
+        if cp is None:
+            return
+        manager = self.manager
+        manager.abort_and_pause_cleaning(tp, timeout=60)
+        try:
+            local = manager.all_cleaner_checkpoints().get(tp)
+            if local is None or local < cp:
+                manager.update_checkpoints(add=(tp, cp))
+            dropped = TieredCleaner.drop_stale_local_copies(log, cp)
+            if dropped:
+                logger.info("%s: new leader dropped %d local segments below the remote cleaner checkpoint %d",
+                            tp, len(dropped), cp)
+        finally:
+            manager.resume_cleaning(tp)
 
     def wakeup(self) -> None:
         for t in list(self.threads):

@@ -99,3 +99,7 @@ class PartitionOfflineError(TiercompactError):
     The message names the file, what is wrong with it and what to do; the rest of the node
     keeps serving.
     """
+
+
+class SimulatedCrash(Exception):  # noqa: N818 - raised only by tests' crash hooks
+    """Raised by a crash hook to stop an operation half-way, as a power cut would."""

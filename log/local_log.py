@@ -10,9 +10,7 @@ Segment replacement follows Kafka's swap protocol (LocalLog.replaceSegments):
 new ``*.cleaned`` files are renamed to ``*.swap``, the old segments to ``*.deleted``
 (removed asynchronously after ``file.delete.delay.ms``), then the ``*.swap`` files to
 their final names. Opening a partition directory recovers from a crash at any of those
-steps (LogLoader): ``*.deleted`` and ``*.cleaned`` files are removed, complete ``*.swap``
-sets replace what they cover, a torn tail of the active segment is truncated and
-missing or corrupt indexes are rebuilt.
+steps: :class:`~log.log_loader.LogLoader` loads the directory when the log is constructed.
 
 Thread-safety: every public method takes the log's lock; reads copy what they return.
 A single LocalLog object must own a directory.
@@ -21,24 +19,20 @@ A single LocalLog object must own a directory.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
-from log.checkpoint import LEADER_EPOCH_CHECKPOINT, TMP_SUFFIX, LeaderEpochCheckpointFile, fsync_dir
+from log.checkpoint import fsync_dir
 from log.clock import SYSTEM_CLOCK, Clock
 from log.config import LogConfig
-from log.errors import (
-    CorruptIndexError,
-    CorruptRecordError,
-    InvalidRequestError,
-    OffsetOutOfRangeError,
-)
+from log.errors import InvalidRequestError, OffsetOutOfRangeError
+from log.errors import SimulatedCrash as SimulatedCrash  # where the crash hooks of tests import it from
 from log.index.txn_index import AbortedTxn
+from log.leader_epochs import LeaderEpochCache
 from log.locks import RANK_LOCAL_LOG, ordered_rlock
-from log.producer_snapshot import decode_snapshot, list_snapshots, snapshot_path, write_snapshot
+from log.log_loader import CLEAN_SHUTDOWN_FILE, LogLoader
+from log.producer_snapshot import list_snapshots, snapshot_path, write_snapshot
 from log.producer_state import ProducerStateEntry, ProducerStateManager
 from log.record import (
     CompressionType,
@@ -49,23 +43,21 @@ from log.record import (
     iter_batches,
     stamp_batch,
 )
+from log.retention import retention_breached
 from log.scheduler import Scheduler
 from log.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
-    LOG_SUFFIX,
     SCAN_BUFFER_SIZE,
     SWAP_SUFFIX,
-    TXN_INDEX_SUFFIX,
     LogSegment,
-    offset_from_filename,
 )
+from log.segment_split import split_overflowed_segment
 from log.segments import LogSegments
 from log.types import EpochEntry, TimestampType, TopicPartition
 
 logger = logging.getLogger(__name__)
 
-CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 INT32_MAX = 2**31 - 1
 
 
@@ -86,48 +78,8 @@ class RecordSpec:
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
-T = TypeVar("T")
-
-
-def retention_breached(items: Sequence[T], now: int, retention_ms: int, retention_bytes: int, *, total_bytes: int,
-                       size: Callable[[T], int], max_timestamp: Callable[[T], int]) -> list[T]:
-    """Kafka's retention walk over segments oldest first (local ones, or remote metadata).
-
-    A prefix of ``items`` whose newest record is older than ``retention_ms`` (-1: no limit),
-    then further oldest items while ``total_bytes`` stays above ``retention_bytes`` without them.
-    """
-    out: list[T] = []
-    if retention_ms >= 0:
-        for item in items:
-            if now - max_timestamp(item) <= retention_ms:
-                break
-            out.append(item)
-    if retention_bytes >= 0:
-        excess = total_bytes - retention_bytes
-        taken = len(out)
-        for item in items[:taken]:
-            excess -= size(item)
-        for item in items[taken:]:
-            if excess - size(item) < 0:
-                break
-            out.append(item)
-            excess -= size(item)
-    return out
-
-
-def _segment_advice(path: str | None) -> str:
-    """What an operator can do about a damaged segment file."""
-    what = f"'tiercompact dump-log {path}'" if path else "'tiercompact dump-log <segment>.log'"
-    return (f"Inspect it with {what}, then restore the file from a backup (a tiered topic's object store may "
-            f"hold a copy of the segment) or delete the topic, and restart the node")
-
-
 #: a read whose segment is swapped out under it starts over this many times in all
 LOCAL_READ_ATTEMPTS = 5
-
-
-class SimulatedCrash(Exception):  # noqa: N818 - raised only by tests' crash hooks
-    """Raised by a crash hook to stop an operation half-way, as a power cut would."""
 
 
 class LocalLog:
@@ -141,230 +93,22 @@ class LocalLog:
         self.lock = ordered_rlock("log.local", RANK_LOCAL_LOG, label=self.dir.name)
         self.segments = LogSegments()
         self.producer_state = ProducerStateManager()
-        self._epoch_file = LeaderEpochCheckpointFile(self.dir / LEADER_EPOCH_CHECKPOINT)
-        self.epoch_entries: list[EpochEntry] = []
-        self.leader_epoch = -1
+        self.epochs = LeaderEpochCache(self.dir)
         #: test hook called with a step name during the swap protocol (crash injection)
         self.crash_hook: Callable[[str], None] | None = None
         self._closed = False
         self.dir.mkdir(parents=True, exist_ok=True)
         try:
-            self._load()
+            self.epochs.entries = LogLoader(self.dir, self.topic_partition, config, clock, self.segments,
+                                            self.producer_state, self.epochs.file).load()
         except BaseException:
             for seg in self.segments:  # a log that failed to load holds no open files
                 seg.close()
             raise
 
-    # ---- loading and recovery ------------------------------------------------------------
     def _hook(self, step: str) -> None:
         if self.crash_hook is not None:
             self.crash_hook(step)
-
-    def _load(self) -> None:
-        """Open the directory: finish swaps, open segments, recover, replay producer state.
-
-        Raises CorruptRecordError (naming the file and what to do) when the directory cannot
-        be opened without losing data: a rolled segment that is corrupt, truncated or
-        emptied, or a malformed leader-epoch-checkpoint. The log manager then takes this one
-        partition offline.
-        """
-        self._remove_temp_files()
-        clean_marker = self.dir / CLEAN_SHUTDOWN_FILE
-        clean_shutdown = clean_marker.exists()
-        self._complete_swaps()
-        interval = int(self.config.get("index.interval.bytes"))
-        bases = sorted(offset_from_filename(p.name) for p in self.dir.glob("*" + LOG_SUFFIX))
-        for i, base in enumerate(bases):
-            try:
-                seg = LogSegment(self.dir, base, index_interval_bytes=interval)
-            except CorruptIndexError as e:
-                if e.source is not None and e.source.endswith(TXN_INDEX_SUFFIX):
-                    raise CorruptRecordError(
-                        f"{e}. The transaction index cannot be rebuilt from its segment alone; restore it from "
-                        f"a backup (a tiered topic's object store keeps a copy as <offset>-<segment id>.txnindex) "
-                        f"or delete the topic, and restart the node") from None
-                logger.warning("%s: %s; rebuilding indexes", self.topic_partition, e)
-                for suffix in (".index", ".timeindex"):
-                    (self.dir / f"{base:020d}{suffix}").unlink(missing_ok=True)
-                seg = LogSegment(self.dir, base, index_interval_bytes=interval)
-                seg.rebuild_indexes()
-            self.segments.add(seg)
-            is_last = i == len(bases) - 1
-            if is_last and not clean_shutdown and seg.size:
-                truncated = seg.recover()
-                if truncated:
-                    logger.warning("%s: truncated %d bytes of torn tail in %s",
-                                   self.topic_partition, truncated, seg.log_path)
-            elif not is_last:
-                self._check_rolled_segment(seg, bases[i + 1])
-            elif seg.size and (seg.index_needs_rebuild() or not self._index_sane(seg)):
-                try:
-                    seg.rebuild_indexes()
-                except CorruptRecordError as e:
-                    raise CorruptRecordError(f"{seg.log_path}: active segment is corrupt ({e}). "
-                                             f"{_segment_advice(str(seg.log_path))}", source=None) from None
-        if not len(self.segments):
-            self.segments.add(LogSegment(self.dir, 0, index_interval_bytes=interval, create=True))
-        try:
-            self._replay_producer_state()
-        except CorruptRecordError as e:
-            raise CorruptRecordError(f"cannot replay the producer state: {e}. {_segment_advice(e.source)}",
-                                     source=None) from None
-        try:
-            self.epoch_entries = self._epoch_file.read()
-        except CorruptRecordError as e:
-            # Kafka: a malformed leader-epoch-checkpoint is a storage error that takes the log
-            # offline (CheckpointFileWithFailureHandler); it is not rebuilt from the batches.
-            raise CorruptRecordError(
-                f"{e}. Restore {self._epoch_file.path} from a backup, or move it away to open the partition "
-                f"with an empty leader-epoch history (then register leadership again with POST "
-                f"/v1/topics/{self.topic_partition.topic}/partitions/{self.topic_partition.partition}/leadership), "
-                f"and restart the node") from None
-        self.leader_epoch = self.epoch_entries[-1].epoch if self.epoch_entries else -1
-        # only now: a partition that failed to load keeps its marker for the next attempt
-        clean_marker.unlink(missing_ok=True)
-
-    def _remove_temp_files(self) -> None:
-        """Temp files of atomic writes a crash interrupted (``<name>.tmp``: producer snapshots,
-        the leader-epoch checkpoint); the file they were replacing is intact."""
-        for p in self.dir.glob("*" + TMP_SUFFIX):
-            if p.is_file():
-                logger.info("%s: removing %s left by an interrupted write", self.topic_partition, p.name)
-                p.unlink(missing_ok=True)
-
-    def _check_rolled_segment(self, seg: LogSegment, next_base: int) -> None:
-        """Refuse a rolled segment that lost data; rebuild its indexes if only they are off.
-
-        A rolled segment was flushed when it rolled (or when the cleaner swapped it in), so
-        unlike the active segment it has no torn tail to cut: a short, empty or unreadable
-        rolled segment lost records, and silently accepting it would leave a gap. Its indexes
-        were written with the data, so they tell: an offset index entry past the end of the
-        file, or a time index naming an offset the file no longer holds, means the .log was
-        truncated. (An empty cleaned segment, where compaction removed every record, has
-        empty indexes and is fine.)
-        """
-        path = seg.log_path
-        claimed = seg.time_index.last_entry[1] if seg.time_index.entries else None
-        if seg.offset_index.entries:
-            idx_off, idx_pos = seg.offset_index.lookup(2**62)
-            if idx_pos >= seg.size:
-                raise CorruptRecordError(
-                    f"{path}: rolled segment is truncated: it has {seg.size} bytes but its offset index "
-                    f"{seg.offset_index.path.name} places offset {idx_off} at byte {idx_pos}. "
-                    f"{_segment_advice(str(path))} (if only the index is damaged, delete "
-                    f"{seg.offset_index.path} and restart to rebuild it)", source=None)
-        # Walk the tail (from the last index entry if the index is sane, else the whole file)
-        # before touching the indexes: rebuilding them first would erase the evidence.
-        index_ok = seg.offset_index.entries > 0 and self._index_sane(seg)
-        nxt = seg.base_offset
-        try:
-            for _pos, batch in seg.batches(seg.offset_index.lookup(2**62)[1] if index_ok else 0):
-                nxt = batch.next_offset
-        except CorruptRecordError as e:
-            raise CorruptRecordError(f"{path}: rolled segment is corrupt or truncated ({e}). "
-                                     f"{_segment_advice(str(path))}", source=None) from None
-        if claimed is not None and claimed >= nxt:
-            what = "is empty" if not seg.size else f"ends at offset {nxt - 1}"
-            raise CorruptRecordError(
-                f"{path}: rolled segment {what} but its time index {seg.time_index.path.name} records offset "
-                f"{claimed}: the file was truncated and offsets {nxt}..{claimed} (at least) are missing. "
-                f"{_segment_advice(str(path))} (if only the index is damaged, delete {seg.time_index.path} "
-                f"and restart to rebuild it)", source=None)
-        if nxt > next_base:
-            raise CorruptRecordError(
-                f"{path}: rolled segment holds offsets up to {nxt - 1} but the next segment starts at {next_base}. "
-                f"{_segment_advice(str(path))}", source=None)
-        if seg.size and not index_ok:
-            seg.rebuild_indexes()
-
-    @staticmethod
-    def _index_sane(seg: LogSegment) -> bool:
-        """Cheap check that the last index entry points at a batch that really holds its offset."""
-        off, pos = seg.offset_index.lookup(2**62)
-        if pos >= seg.size:
-            return False
-        try:
-            for _p, batch in seg.batches(pos, min(seg.size, pos + (1 << 20))):
-                return batch.last_offset >= off and batch.base_offset <= off or off == seg.base_offset
-        except CorruptRecordError:
-            return False
-        return False
-
-    def _complete_swaps(self) -> None:
-        """Kafka's LogLoader.removeTempFilesAndCollectSwapFiles + completing the swap."""
-        min_cleaned = None
-        swaps: list[Path] = []
-        for p in list(self.dir.iterdir()):
-            name = p.name
-            if name.endswith(DELETED_SUFFIX):
-                p.unlink(missing_ok=True)
-            elif name.endswith(CLEANED_SUFFIX):
-                off = offset_from_filename(name)
-                min_cleaned = off if min_cleaned is None else min(min_cleaned, off)
-                p.unlink(missing_ok=True)
-            elif name.endswith(SWAP_SUFFIX):
-                swaps.append(p)
-        remaining = []
-        for p in swaps:
-            if min_cleaned is not None and offset_from_filename(p.name) >= min_cleaned:
-                p.unlink(missing_ok=True)  # a swap that never fully reached the .swap stage
-            else:
-                remaining.append(p)
-        log_swaps = [p for p in remaining if p.name.endswith(LOG_SUFFIX + SWAP_SUFFIX)]
-        if log_swaps:
-            min_swap = min(offset_from_filename(p.name) for p in log_swaps)
-            max_swap = 0
-            for p in log_swaps:
-                base = offset_from_filename(p.name)
-                nxt = base
-                try:
-                    for _pos, b in iter_batches(p.read_bytes(), source=str(p), allow_truncated_tail=True):
-                        nxt = b.next_offset
-                except CorruptRecordError:
-                    pass
-                max_swap = max(max_swap, nxt)
-            for p in list(self.dir.iterdir()):
-                if p.name.endswith(SWAP_SUFFIX) or not p.name[:20].isdigit():
-                    continue
-                if min_swap <= offset_from_filename(p.name) < max_swap:
-                    p.unlink(missing_ok=True)
-        for p in remaining:
-            os.replace(p, p.with_name(p.name[: -len(SWAP_SUFFIX)]))
-        if remaining:
-            fsync_dir(self.dir)
-
-    def _replay_producer_state(self) -> None:
-        """Load the newest valid snapshot at or below the log end, then replay the batches after it.
-
-        A snapshot below the first segment (its segments were deleted), past the log end (a
-        truncated tail) or corrupt is removed; without one the whole local log is replayed.
-        """
-        self.producer_state.truncate_and_reset()
-        start, end = self.log_start_offset, self.active_segment.read_next_offset()
-        replay_from = start
-        for off, path in reversed(list_snapshots(self.dir)):
-            if off > end or off < start or replay_from != start:
-                path.unlink(missing_ok=True)
-                continue
-            try:
-                self.producer_state.load(decode_snapshot(path.read_bytes(), source=str(path)))
-                replay_from = off
-            except CorruptRecordError as e:
-                logger.warning("%s: ignoring producer snapshot: %s", self.topic_partition, e)
-                path.unlink(missing_ok=True)
-        for seg in self.segments:
-            if seg.read_next_offset() <= replay_from:
-                continue
-            for _pos, batch in seg.batches():
-                if batch.base_offset < replay_from:
-                    continue
-                if batch.is_control:
-                    self.producer_state.on_control_batch(batch)
-                else:
-                    self.producer_state.on_data_batch(batch)
-        # Kafka filters expired producers when it loads producer state, too
-        self.producer_state.remove_expired_producers(self.clock.milliseconds(),
-                                                     int(self.config.get("producer.id.expiration.ms")))
 
     def _delete_snapshots_below(self, offset: int) -> None:
         for off, path in list_snapshots(self.dir):
@@ -422,32 +166,23 @@ class LocalLog:
             return self.segments.range(from_offset, to_offset)
 
     # ---- leader epochs -----------------------------------------------------------------
+    @property
+    def epoch_entries(self) -> list[EpochEntry]:
+        return self.epochs.entries
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.epochs.latest
+
     def assign_epoch(self, epoch: int, start_offset: int | None = None) -> None:
         """Record that ``epoch`` starts at ``start_offset`` (default: the log end offset)."""
         with self.lock:
-            if epoch < self.leader_epoch:
-                raise InvalidRequestError(f"leader epoch {epoch} is below the current {self.leader_epoch}")
-            if epoch == self.leader_epoch:
-                return
-            start = self.log_end_offset if start_offset is None else start_offset
-            self.epoch_entries = [e for e in self.epoch_entries if e.start_offset < start or e.epoch < epoch]
-            self.epoch_entries.append(EpochEntry(epoch, start))
-            self._epoch_file.write(self.epoch_entries)
-            self.leader_epoch = epoch
+            self.epochs.assign(epoch, self.log_end_offset if start_offset is None else start_offset)
 
     def epochs_for_range(self, start: int, end: int) -> dict[int, int]:
         """{epoch: first offset within [start, end)} — a segment's ``segment_leader_epochs``."""
         with self.lock:
-            out: dict[int, int] = {}
-            entries = self.epoch_entries
-            for i, e in enumerate(entries):
-                nxt = entries[i + 1].start_offset if i + 1 < len(entries) else 2**63
-                lo, hi = max(start, e.start_offset), min(end, nxt)
-                if lo < hi:
-                    out[e.epoch] = lo
-            if not out:
-                out[max(self.leader_epoch, 0)] = start
-            return out
+            return self.epochs.for_range(start, end)
 
     # ---- appending ---------------------------------------------------------------------
     def append_records(self, records: Sequence[RecordSpec], *, compression: CompressionType = CompressionType.NONE,
@@ -637,9 +372,7 @@ class LocalLog:
                                          index_interval_bytes=int(self.config.get("index.interval.bytes"))))
             write_snapshot(snapshot_path(self.dir, offset), producers)
             self.producer_state.load(producers)
-            self.epoch_entries = [e for e in epoch_entries if e.start_offset <= offset]
-            self._epoch_file.write(self.epoch_entries)
-            self.leader_epoch = self.epoch_entries[-1].epoch if self.epoch_entries else -1
+            self.epochs.reset(epoch_entries, offset)
             fsync_dir(self.dir)
 
     # ---- reading -----------------------------------------------------------------------
@@ -738,44 +471,8 @@ class LocalLog:
                           suffix=CLEANED_SUFFIX, create=True)
 
     def split_overflowed_segment(self, seg: LogSegment) -> list[LogSegment]:
-        """Kafka's splitOverflowedSegment (LogLoader; KAFKA-20036 for the cleaner): rewrite a
-        segment whose offsets overflow its base's 32-bit range into as many segments as needed,
-        copying batches byte for byte, with the swap protocol so a crash recovers.
-
-        Each transaction-index entry goes to the new segment holding its marker. Returns the
-        new segments (``[seg]`` when it does not overflow). Raises CorruptRecordError on a
-        damaged batch (nothing is replaced).
-        """
-        with self.lock:
-            if seg not in self.segments or seg is self.active_segment or not seg.has_overflow():
-                return [seg]
-            news: list[LogSegment] = []
-            try:
-                for pos, batch in seg.batches(0):
-                    batch.ensure_valid(source=str(seg.log_path), position=pos)
-                    if not news or not news[-1].can_hold(batch.last_offset):
-                        base = seg.base_offset if not news and seg.can_hold(batch.last_offset) else batch.base_offset
-                        news.append(self.create_cleaned_segment(base))
-                    news[-1].append(batch.raw, largest_offset=batch.last_offset,
-                                    largest_timestamp=batch.max_timestamp,
-                                    offset_of_largest_timestamp=batch.last_offset)
-                for txn in seg.txn_index.all():
-                    holder = [n for n in news if n.base_offset <= txn.last_offset] or news[:1]
-                    holder[-1].append_aborted_txn(txn)
-                for new in news:
-                    new.on_become_inactive()
-                    new.set_last_modified(seg.last_modified)
-                logger.info("%s: split overflowed segment %d into %s", self.topic_partition, seg.base_offset,
-                            [n.base_offset for n in news])
-                self.replace_segments(news, [seg])
-            except SimulatedCrash:
-                raise
-            except BaseException:
-                for new in news:
-                    if new.suffix == CLEANED_SUFFIX:
-                        new.delete_files()
-                raise
-            return news
+        """Rewrite a segment whose offsets overflow its base's 32-bit range (see log.segment_split)."""
+        return split_overflowed_segment(self, seg)
 
     def replace_segments(self, new_segments: Sequence[LogSegment], old_segments: Iterable[LogSegment]) -> None:
         """Kafka's replaceSegments: .cleaned -> .swap, old -> .deleted, .swap -> final."""

@@ -49,6 +49,26 @@ class ReadResult:
         return [make(*f) for f in self.fields]
 
 
+def read_local_page(log: LocalLog, offset: int, *, max_bytes: int, max_records: int, isolation: str) -> ReadResult:
+    """A page of a partition without remote storage, from ``offset``.
+
+    A page of only control batches or aborted records holds no record but moves the offset;
+    reading goes on, so an empty page always means "nothing more below the upper bound" (the
+    last stable offset for ``read_committed``, else the high watermark)."""
+    hw = log.high_watermark
+    upper = log.last_stable_offset if isolation == READ_COMMITTED else hw
+    start = log.log_start_offset
+    nxt = offset
+    while nxt < upper:
+        res = read_local(log, nxt, max_bytes=max_bytes, isolation=isolation, max_records=max_records)
+        if res.fields or res.next_offset <= nxt:
+            return ReadResult(res.fields, max(res.next_offset, nxt), start, hw)
+        nxt = res.next_offset
+    if offset > hw:
+        log.read(offset)  # raises OffsetOutOfRangeError with the log's own message
+    return ReadResult([], max(nxt, offset) if offset <= upper else offset, start, hw)
+
+
 class TieredReadPath:
     def __init__(self, log_manager: LogManager, metadata: RemoteLogMetadataManager,
                  reader: RemoteSegmentReader) -> None:

@@ -286,7 +286,8 @@ def cmd_spark_clean(args: argparse.Namespace) -> int:
     from cleaner.spark.job import SparkCleanJob, spark_session
     from log.types import TopicPartition
     from metadata import load_metadata_manager
-    from service.spark_offload import clean_config, store_options
+    from service.config import store_options
+    from service.spark_offload import clean_config
 
     config = _load(args)
     logging.basicConfig(level=config.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
@@ -363,7 +364,8 @@ def cmd_erase(args: argparse.Namespace) -> int:
             time.sleep(0.5)
             receipt = _server_request(args, "GET", path)
     else:
-        from service.node import Node, decode_field
+        from service.fields import decode_field
+        from service.node import Node
 
         config = _load(args)
         _check_data_dir(config)

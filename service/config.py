@@ -195,6 +195,23 @@ class ServiceConfig(BaseModel):
 OPTIONS: tuple[str, ...] = tuple(ServiceConfig.model_fields)
 
 
+def store_options(config: ServiceConfig) -> dict[str, Any]:
+    """The object store's client options, as the node and Spark executors open it: one attempt
+    per call (the RemoteStorageManager is the one retry layer, bounded by remote_retry_attempts
+    and remote_timeout_ms), each bounded by the connect and read timeouts."""
+    if not config.remote_url.startswith("s3://"):
+        return {}
+    opts: dict[str, Any] = {"max_attempts": 1, "max_total_s": config.remote_timeout_ms / 1000,
+                            "connect_timeout_s": config.remote_connect_timeout_ms / 1000,
+                            "read_timeout_s": config.remote_read_timeout_ms / 1000,
+                            "verify_etag": config.s3_verify_etag}
+    if config.s3_endpoint:
+        opts["endpoint_url"] = config.s3_endpoint
+    if config.s3_region:
+        opts["region"] = config.s3_region
+    return opts
+
+
 def _normalise_key(key: str) -> str:
     return key.strip().replace("-", "_").replace(".", "_").lower()
 

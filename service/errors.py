@@ -7,7 +7,8 @@ entry, so a new error type forces a decision here). FastAPI's validation errors,
 JSON and Starlette's 404/405 are rewritten to the same shape, and an unexpected
 exception becomes a 500 whose body names the exception type, never a stack trace.
 
-Service-only errors (authentication, request size, jobs) are defined here:
+Service-only errors (authentication, request size, jobs) are defined here (the erasure
+workflow's, ErasureNotFoundError (404) and ErasureRefusedError (422), in cleaner.errors):
 
     TiercompactError
     └── ServiceError
@@ -16,8 +17,6 @@ Service-only errors (authentication, request size, jobs) are defined here:
         ├── RequestTooLargeError   body or record count above the configured limit (413)
         ├── JobNotFoundError       no such clean job (404)
         ├── PartitionUnwritableError the partition's stored state cannot be written under (409)
-        ├── ErasureNotFoundError   no such erasure (404)
-        ├── ErasureRefusedError    an erasure that cannot be done as asked (422)
         └── ServiceUnavailableError the node is starting or shutting down (503)
 """
 
@@ -34,6 +33,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cleaner.errors import (
     CleanerStateError,
+    ErasureNotFoundError,
+    ErasureRefusedError,
     InsufficientDiskError,
     LogCleaningAbortedError,
     LogCleaningError,
@@ -98,15 +99,6 @@ class JobNotFoundError(ServiceError):
 class PartitionUnwritableError(ServiceError):
     """The partition's stored state rules out appends until an operator repairs it (for
     example a leader epoch above Kafka's int32 range, accepted by an older version)."""
-
-
-class ErasureNotFoundError(ServiceError):
-    """No erasure with that id (GET /v1/erasures/{id})."""
-
-
-class ErasureRefusedError(ServiceError):
-    """An erasure that cannot be done as asked: the topic is not compacted, or its deadline
-    cannot be met (min.compaction.lag.ms); nothing was appended."""
 
 
 class ServiceUnavailableError(ServiceError):

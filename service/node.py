@@ -1,12 +1,11 @@
-"""Node: the composition root of ``tiercompact serve``.
+"""Node: one tiercompact node, the methods every front door (HTTP routes, CLI, demo, bench) drives.
 
-Builds, from a :class:`~service.config.ServiceConfig`, everything a node runs: the
-Scheduler and LogManager (local logs, recovered on open), the object store (wrapped to
-count bytes for metrics), the RemoteStorageManager and metadata store, the
-RemoteLogManager (tiering and reads over both tiers) and the LogCleaner, plus the
-background threads of :mod:`service.threads`. The HTTP routes, the CLI, the demo and the
-bench all drive a node through the methods here, so the service logic lives in one
-place and the routes stay thin.
+Its collaborators come built and connected (:func:`service.wiring.build_parts`, from a
+:class:`~service.config.ServiceConfig`): the Scheduler and LogManager (local logs, recovered on
+open), the object store (counting bytes for metrics), the RemoteStorageManager and metadata
+store, the RemoteLogManager (tiering and reads over both tiers), the LogCleaner, the job
+registry and the Spark offload. The node adds the erasure workflow, given the node's narrow
+ports (:mod:`cleaner.ports`), and the background threads of :mod:`service.threads`.
 
 Lifecycle: ``Node(config)`` opens the stores (local recovery runs as logs are opened);
 :meth:`start` re-registers leadership of every partition, then starts the cleaner and
@@ -20,51 +19,44 @@ collaborators are thread-safe and the node's own counters take a lock.
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
-import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cleaner.config import CleanerConfig
+from cleaner.erasure_workflow import ErasureService
 from cleaner.errors import CleanerStateError
-from cleaner.log_cleaner import LogCleaner, clean_partition
+from cleaner.log_cleaner import clean_partition
 from cleaner.log_to_clean import LogToClean, cleanable_offsets
 from cleaner.manager import CleaningStateKind
-from cleaner.tiered import TieredCleaner, TieredContext
+from cleaner.ports import LogPartitions
 from log.checkpoint import corrupt_checkpoints_rebuilt
 from log.clock import SYSTEM_CLOCK, Clock
 from log.errors import InvalidRequestError, PartitionOfflineError, TiercompactError
-from log.fetch import READ_COMMITTED, check_isolation, read_local
+from log.fetch import READ_COMMITTED, check_isolation
 from log.local_log import AppendResult, LocalLog, RecordSpec
 from log.locks import RANK_LEAF, ordered_lock
-from log.log_manager import LogManager, Topic
+from log.log_manager import Topic
 from log.record import CompressionType, ControlRecordType
-from log.scheduler import Scheduler
 from log.types import TopicPartition, validate_topic_name
-from metadata import load_metadata_manager
 from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
-from remote import load_object_store
-from remote.breaker import BreakerObjectStore, CircuitBreaker
-from remote.log_manager import COUNTED_BY_RLM, RemoteLogManager
-from remote.object_store import ForwardingObjectStore, ObjectStore, PutData
-from remote.storage_manager import RemoteStorageManager
-from remote.tiered_read import ReadResult
+from remote.log_manager import COUNTED_BY_RLM
+from remote.tiered_read import ReadResult, read_local_page
 from service import topic_sync
-from service.config import ServiceConfig
-from service.erasures import ErasureService
-from service.jobs import Job, JobRegistry
-from service.spark_offload import SparkOffloader
+from service.config import ServiceConfig, store_options
+from service.fields import decode_field, encode_field
+from service.jobs import Job
 from service.threads import PeriodicTask
+from service.wiring import REMOTE_CACHE_DIR, TIERED_TEMP_DIR, NodeParts, build_parts
 
 logger = logging.getLogger(__name__)
 
-REMOTE_CACHE_DIR = "remote-cache"
+#: decode_field and encode_field stay importable from here (they live in service.fields)
+__all__ = ["REMOTE_CACHE_DIR", "TIERED_TEMP_DIR", "Node", "NodeParts", "data_dir_of", "decode_field", "encode_field"]
+
 ONLINE, OFFLINE = "online", "offline"  # a partition's state in GET .../partitions/{p}
-TIERED_TEMP_DIR = "tiered-tmp"  # the tiered cleaner's downloads and output (emptied at each round)
 MAX_EMPTY_PAGES = 1000
 CLEAN_BUSY_WAIT_MS = 50
 CLEAN_BUSY_RETRIES = 600
@@ -72,70 +64,11 @@ CLEAN_BUSY_RETRIES = 600
 SHUTDOWN_TIMEOUT_S = 5.0
 
 
-class CountingObjectStore(ForwardingObjectStore):
-    """Forwards to a store and counts the bytes moved (remote_bytes_*_total metrics)."""
-
-    def __init__(self, inner: ObjectStore) -> None:
-        super().__init__(inner)
-        self._lock = ordered_lock("service.counting_store", RANK_LEAF)
-        self.bytes_uploaded = 0
-        self.bytes_downloaded = 0
-
-    def _up(self, n: int) -> int:
-        with self._lock:
-            self.bytes_uploaded += n
-        return n
-
-    def _down(self, n: int) -> int:
-        with self._lock:
-            self.bytes_downloaded += n
-        return n
-
-    def put(self, key: str, data: PutData) -> int:
-        return self._up(self.inner.put(key, data))
-
-    def get(self, key: str) -> bytes:
-        data = self.inner.get(key)
-        self._down(len(data))
-        return data
-
-    def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
-        data = self.inner.get_range(key, start, end_exclusive)
-        self._down(len(data))
-        return data
-
-    def get_to_file(self, key: str, path: str | os.PathLike[str], start: int = 0, end: int | None = None) -> int:
-        return self._down(self.inner.get_to_file(key, path, start, end))
-
-
-def decode_field(value: str | None, encoding: str, what: str) -> bytes | None:
-    """A request's key/value/header string -> bytes; bad base64 is a 400 naming the field."""
-    if value is None:
-        return None
-    if encoding == "base64":
-        try:
-            return base64.b64decode(value, validate=True)
-        except (ValueError, TypeError):
-            raise InvalidRequestError(f"{what} is not valid base64: {value[:40]!r}") from None
-    return value.encode("utf-8")
-
-
-def encode_field(value: bytes | None, encoding: str, what: str) -> str | None:
-    """Record bytes -> a response string; bytes that are not UTF-8 ask for encoding=base64."""
-    if value is None:
-        return None
-    if encoding == "base64":
-        return base64.b64encode(value).decode("ascii")
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidRequestError(f"{what} is not valid UTF-8; read with encoding=base64") from None
-
-
 class Node:
-    """One tiercompact node; see the module docstring."""
+    """One tiercompact node; see the module docstring. ``parts`` are its collaborators,
+    built from ``config`` when not given."""
 
-    def __init__(self, config: ServiceConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, config: ServiceConfig, *, clock: Clock = SYSTEM_CLOCK, parts: NodeParts | None = None) -> None:
         self.config = config
         self.clock = clock
         self.broker_id = config.broker_id
@@ -144,63 +77,36 @@ class Node:
         self._started = False
         self._closed = False
         self.fenced_operations = 0
-        self.threads: list[PeriodicTask] = []
-        self.scheduler = Scheduler(clock, name="tiercompact-delete-scheduler")
-        self.log_manager = LogManager(self.data_dir, clock=clock, scheduler=self.scheduler)
-        inner_store = load_object_store(config.remote_url, **self.store_options())
-        self._remove_temp_files(inner_store)
-        # the breaker fails calls fast once the store is known to be down (503 + Retry-After)
-        self.store_breaker = CircuitBreaker(failure_threshold=config.remote_breaker_failures,
-                                            cooldown_s=config.remote_breaker_cooldown_ms / 1000)
-        self.object_store = CountingObjectStore(BreakerObjectStore(inner_store, self.store_breaker))
-        self.storage_manager = RemoteStorageManager(self.object_store, clock=clock,
-                                                    max_attempts=config.remote_retry_attempts,
-                                                    max_total_ms=config.remote_timeout_ms)
-        self.metadata = load_metadata_manager(config.metadata_url,
-                                              lock_timeout_ms=config.metadata_lock_timeout_ms,
-                                              statement_timeout_ms=config.metadata_statement_timeout_ms)
-        self.cleaner = LogCleaner(self._cleaner_config(), self.log_manager, clock=clock, tiered=TieredContext(
-            rlmm=self.metadata, rsm=self.storage_manager, leader_epoch=lambda tp: self.remote.leader_epoch(tp),
-            temp_dir=self.data_dir / TIERED_TEMP_DIR, broker_id=config.broker_id,
-            threads=config.tiered_cleaner_threads))
-        self.remote = RemoteLogManager(self.log_manager, self.metadata, self.storage_manager,
-                                       broker_id=config.broker_id, clock=clock,
-                                       cache_dir=self.data_dir / REMOTE_CACHE_DIR,
-                                       cache_bytes=config.remote_cache_bytes,
-                                       cleaner_checkpoint=self.cleaner_checkpoint)
-        self.jobs = JobRegistry()
+        parts = parts if parts is not None else build_parts(config, clock)
+        self.scheduler = parts.scheduler
+        self.log_manager = parts.log_manager
+        self.store_breaker = parts.store_breaker
+        self.object_store = parts.object_store
+        self.storage_manager = parts.storage_manager
+        self.metadata = parts.metadata
+        self.cleaner = parts.cleaner
+        self.remote = parts.remote
+        self.jobs = parts.jobs
+        #: the Spark offload, with a spark_master: tiered-pool rounds and API requests as jobs
+        self.spark = parts.spark
+        self.partitions = LogPartitions(self.log_manager)
         self._running_cleans: dict[TopicPartition, int] = {}
-        self.erasures = ErasureService(self)  # on-demand key erasure with a receipt (#15)
-        # topic configs live in the metadata store, shared by every node and Spark job (#16)
-        topic_sync.sync_at_start(self.log_manager, self.metadata)
-        #: the Spark offload (#16), with a spark_master: tiered-pool rounds and API requests as jobs
-        self.spark: SparkOffloader | None = None
-        if config.spark_master and self.tiered_cleaning:
-            self.spark = SparkOffloader(self)
-            self.cleaner.offload = self.spark.offer
-
-    def _cleaner_config(self) -> CleanerConfig:
-        c = self.config
-        kwargs: dict[str, Any] = {"threads": max(c.cleaner_threads, 1), "enable": c.cleaner_threads > 0,
-                                  "dedupe_buffer_size": c.dedupe_buffer_size, "backoff_ms": c.cleaner_backoff_ms}
-        if c.io_max_bytes_per_second is not None:
-            kwargs["io_max_bytes_per_second"] = c.io_max_bytes_per_second
-        return CleanerConfig(**kwargs)
+        self._erasure_thread = PeriodicTask("tiercompact-erasures", self.run_erasures_once,
+                                            config.erasure_check_interval_ms)
+        self.threads: list[PeriodicTask] = [
+            PeriodicTask("tiercompact-retention", self.run_retention_once, config.tiering_interval_ms),
+            PeriodicTask("tiercompact-force-roll", self.run_force_roll_once, config.roll_check_interval_ms),
+            self._erasure_thread,
+        ]
+        #: on-demand key erasure with a receipt, over the node's ports
+        self.erasures = ErasureService(
+            partitions=self.partitions, producer=self, cleaning=self, errors=self, remote=self.remote,
+            metadata=self.metadata, storage_manager=self.storage_manager, object_store=self.object_store,
+            clock=clock, broker_id=self.broker_id, temp_dir=self.data_dir / TIERED_TEMP_DIR / "erasure",
+            wake=self._wake_erasures)
 
     def store_options(self) -> dict[str, Any]:
-        if not self.config.remote_url.startswith("s3://"):
-            return {}
-        c = self.config
-        # one retry layer: the RemoteStorageManager's (bounded by remote_retry_attempts and
-        # remote_timeout_ms); the S3 client makes one attempt per call, each bounded by timeouts
-        opts: dict[str, Any] = {"max_attempts": 1, "max_total_s": c.remote_timeout_ms / 1000,
-                                "connect_timeout_s": c.remote_connect_timeout_ms / 1000,
-                                "read_timeout_s": c.remote_read_timeout_ms / 1000, "verify_etag": c.s3_verify_etag}
-        if self.config.s3_endpoint:
-            opts["endpoint_url"] = self.config.s3_endpoint
-        if self.config.s3_region:
-            opts["region"] = self.config.s3_region
-        return opts
+        return store_options(self.config)
 
     @property
     def tiered_cleaning(self) -> bool:
@@ -214,34 +120,12 @@ class Node:
                 return self
             self._started = True
         self.recover()
-        self.threads = [
-            PeriodicTask("tiercompact-retention", self.run_retention_once, self.config.tiering_interval_ms),
-            PeriodicTask("tiercompact-force-roll", self.run_force_roll_once, self.config.roll_check_interval_ms),
-            PeriodicTask("tiercompact-erasures", self.run_erasures_once, self.config.erasure_check_interval_ms),
-        ]
-        self.erasures.wake = next(t.wake for t in self.threads if t.name == "tiercompact-erasures")  # start at once
         for t in self.threads:
             t.start()
         self.cleaner.start()
         logger.info("node %d started on %s (remote %s, metadata %s)", self.broker_id, self.data_dir,
                     self.config.remote_url, _redact(self.config.metadata_url))
         return self
-
-    def _remove_temp_files(self, store: ObjectStore) -> None:
-        """Temp files a ``kill -9`` left: the tiered cleaner's work dir (emptied at each round
-        anyway) and the file object store's dead uploads. Runs once the data-dir lock is held
-        and before any background thread starts. The remote cache dir (REMOTE_CACHE_DIR, beside
-        TIERED_TEMP_DIR, never inside it) is not emptied: the read cache re-adopts its immutable
-        entries, key indexes included, and deletes only its own temp and damaged files."""
-        tmp = self.data_dir / TIERED_TEMP_DIR
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-            logger.info("removed %s left by the previous run", tmp)
-        clear_temp = getattr(store, "clear_temp", None)
-        if callable(clear_temp):
-            removed = clear_temp()
-            if removed:
-                logger.info("removed %d temp files of interrupted uploads from %s", removed, store.url)
 
     def recover(self) -> None:
         """Startup recovery beyond the local logs' own: resume the registered leadership of
@@ -269,6 +153,11 @@ class Node:
             except TiercompactError as e:
                 self.note_error(e)
                 logger.warning("%s: recovery of remote state failed: %s", tp, e)
+
+    def _wake_erasures(self) -> None:
+        """Start the erasure thread's next pass at once (after a new erasure), once it runs."""
+        if self._started:
+            self._erasure_thread.wake()
 
     def _stopping(self) -> bool:
         return self._closed
@@ -363,7 +252,7 @@ class Node:
         return out
 
     def run_erasures_once(self) -> None:
-        """Drive every unfinished erasure part this node leads (#15, service.erasures)."""
+        """Drive every unfinished erasure part this node leads (cleaner.erasure_workflow)."""
         self.erasures.run_once(stop=self._stopping)
 
     # ---- background passes -------------------------------------------------------------
@@ -396,8 +285,7 @@ class Node:
         return self.log_manager.topics()
 
     def topic(self, name: str) -> Topic:
-        validate_topic_name(name)
-        return self.log_manager.topic(name)
+        return self.partitions.topic(name)
 
     def alter_config(self, name: str, changes: dict[str, Any]) -> Topic:
         validate_topic_name(name)
@@ -434,8 +322,8 @@ class Node:
             manager.abort_and_pause_cleaning(tp, timeout=60)
         try:
             if not local_only:
-                for tp in tps:
-                    self._delete_remote_data(tp)
+                for tp in tps:  # fenced: see RemoteLogManager.delete_partition_data
+                    self.remote.delete_partition_data(tp)
             self.log_manager.delete_topic(name)
             if not local_only:
                 self.metadata.delete_topic_config(name)
@@ -447,16 +335,9 @@ class Node:
                         name)
         return {"topic": name, "partitions": len(tps), "local_deleted": True, "remote_deleted": not local_only}
 
-    def _delete_remote_data(self, tp: TopicPartition) -> None:
-        """Fenced: tombstone every segment (DELETE_SEGMENT_STARTED) in one transaction under
-        this node's current epoch, delete the objects, then the metadata (a crash in between
-        leaves rows naming missing objects, which a retried delete removes; never objects
-        nobody knows about). See RemoteLogManager.delete_partition_data."""
-        self.remote.delete_partition_data(tp)
-
     # ---- partitions ------------------------------------------------------------------
     def log(self, topic: str, partition: int) -> LocalLog:
-        return self.log_manager.get_log(TopicPartition(validate_topic_name(topic), partition))
+        return self.partitions.log(topic, partition)
 
     def produce(self, topic: str, partition: int, records: Sequence[RecordSpec], *, compression: str = "none",
                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
@@ -506,7 +387,8 @@ class Node:
             raise InvalidRequestError(f"offset={offset} is invalid: must be >= 0")
         log = self.log(topic, partition)
         if not log.config.remote_storage_enable:
-            return self._read_local(log, offset, max_records, isolation)
+            return read_local_page(log, offset, max_bytes=self.config.max_fetch_bytes, max_records=max_records,
+                                   isolation=isolation)
         tp = log.topic_partition
         res = self.remote.read(tp, offset, max_bytes=self.config.max_fetch_bytes, isolation=isolation,
                                max_records=max_records)
@@ -520,23 +402,6 @@ class Node:
             res = self.remote.read(tp, offset, max_bytes=self.config.max_fetch_bytes, isolation=isolation,
                                    max_records=max_records)
         return res
-
-    def _read_local(self, log: LocalLog, offset: int, max_records: int, isolation: str) -> ReadResult:
-        hw = log.high_watermark
-        upper = log.last_stable_offset if isolation == READ_COMMITTED else hw
-        start = log.log_start_offset
-        nxt = offset
-        # A page of only control batches or aborted records holds no record but moves the
-        # offset; keep going so an empty page always means "nothing more below the upper bound".
-        while nxt < upper:
-            res = read_local(log, nxt, max_bytes=self.config.max_fetch_bytes, isolation=isolation,
-                             max_records=max_records)
-            if res.fields or res.next_offset <= nxt:
-                return ReadResult(res.fields, max(res.next_offset, nxt), start, hw)
-            nxt = res.next_offset
-        if offset > hw:
-            log.read(offset)  # raises OffsetOutOfRangeError with the log's own message
-        return ReadResult([], max(nxt, offset) if offset <= upper else offset, start, hw)
 
     def roll(self, topic: str, partition: int) -> int:
         return self.log(topic, partition).roll().base_offset
@@ -597,7 +462,7 @@ class Node:
         older epochs are fenced from then on.
 
         When ``broker_id`` is this node's, it becomes the leader: it adopts the remote
-        cleaner checkpoint (seed 004). For another broker this node records the move and is
+        cleaner checkpoint (KIP-405 leader failover). For another broker this node records the move and is
         a follower of the partition from then on (its uploads, cleaning publishes, deletes
         and produce requests are refused with 409 naming the leader).
         """
@@ -605,7 +470,7 @@ class Node:
         tp = log.topic_partition
         self.remote.become_leader(tp, leader_epoch, broker_id)
         if log.config.remote_storage_enable and broker_id == self.broker_id:
-            self._adopt_remote_cleaner_checkpoint(tp, log)
+            self.cleaner.adopt_remote_checkpoint(tp, log)
         return self.partition_info(topic, partition)
 
     def check_leader_for_produce(self, log: LocalLog) -> None:
@@ -619,26 +484,6 @@ class Node:
         current = self.metadata.leader_state(tp)
         raise NotLeaderForPartitionError(tp, self.broker_id, current.leader_epoch if current else -1,
                                          current.broker_id if current else -1, "produce")
-
-    def _adopt_remote_cleaner_checkpoint(self, tp: TopicPartition, log: LocalLog) -> None:
-        """Seed 004: a new leader resolves the cleaner checkpoint from the remote cleaner-offset
-        vector (the previous epoch's entry) and removes its local segments below it, whose
-        content the remote tier has compacted since."""
-        cp = self.metadata.resolve_cleaner_checkpoint(tp)
-        if cp is None:
-            return
-        manager = self.cleaner.manager
-        manager.abort_and_pause_cleaning(tp, timeout=60)
-        try:
-            local = manager.all_cleaner_checkpoints().get(tp)
-            if local is None or local < cp:
-                manager.update_checkpoints(add=(tp, cp))
-            dropped = TieredCleaner.drop_stale_local_copies(log, cp)
-            if dropped:
-                logger.info("%s: new leader dropped %d local segments below the remote cleaner checkpoint %d",
-                            tp, len(dropped), cp)
-        finally:
-            manager.resume_cleaning(tp)
 
     def cleaner_checkpoint(self, tp: TopicPartition) -> int | None:
         return self.cleaner.manager.all_cleaner_checkpoints().get(tp)
@@ -703,7 +548,7 @@ class Node:
         return self.jobs.submit(topic, partition, lambda: self.clean(topic, partition)).job_id
 
     def submit_spark_clean(self, topic: str, partitions: Sequence[int] | None = None) -> Job:
-        """One Spark offload job over ``partitions`` (default all) of a tiered topic (#16)."""
+        """One Spark offload job over ``partitions`` (default all) of a tiered topic."""
         t = self.topic(topic)
         if self.spark is None:
             raise InvalidRequestError("this node has no Spark offload: start it with --spark-master URL "

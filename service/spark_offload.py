@@ -1,5 +1,5 @@
 """The node's Spark offload: runs tiered-pool rounds and API requests as Spark jobs on the
-configured master while the node keeps serving, and adopts their results (#16).
+configured master while the node keeps serving, and adopts their results.
 
 Who submits: the tiered pool, for partitions whose ``remote.compaction.engine`` is ``spark`` (or
 ``auto`` with enough dirty remote bytes), hands the partition over still marked IN_PROGRESS in
@@ -22,6 +22,9 @@ uploads removed by the job; the node forgets its cached epoch and, if it is stil
 
 Jobs are listed in ``GET /v1/jobs`` (kind ``spark-clean``, engine ``spark``, the Spark
 application id, attempts) and every round leaves a report with engine ``spark``.
+
+The offloader is given its collaborators (the job registry, the cleaner's manager and reporter,
+the node's partitions and leadership ports, the metadata store), never the node.
 """
 
 from __future__ import annotations
@@ -35,16 +38,19 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from cleaner.errors import CleanerStateError
-from cleaner.manager import CleaningStateKind
+from cleaner.manager import CleaningStateKind, LogCleanerManager
+from cleaner.ports import Leadership, Partitions
+from cleaner.report import RoundReporter
+from log.clock import Clock
 from log.errors import InvalidRequestError, TiercompactError
 from log.types import TopicPartition
-from service.config import ServiceConfig
+from metadata.manager import RemoteLogMetadataManager
+from service.config import ServiceConfig, store_options
 from service.errors import ServiceUnavailableError
-from service.jobs import RUNNING, Job
+from service.jobs import RUNNING, Job, JobRegistry
 
 if TYPE_CHECKING:
     from cleaner.spark.job import PartitionOutcome, SparkCleanConfig, SparkCleanJob
-    from service.node import Node
 
 logger = logging.getLogger(__name__)
 
@@ -66,23 +72,6 @@ def clean_config(config: ServiceConfig, *, master: str | None = None) -> SparkCl
                             split_partition_bytes=config.spark_split_partition_bytes)
 
 
-def store_options(config: ServiceConfig) -> dict[str, Any]:
-    """The object store's options as executors open it (the same the node uses)."""
-    if not config.remote_url.startswith("s3://"):
-        return {}
-    # as the node's own client: one attempt per call, the RemoteStorageManager retries
-    opts: dict[str, Any] = {"max_attempts": 1,
-                            "max_total_s": config.remote_timeout_ms / 1000,
-                            "connect_timeout_s": config.remote_connect_timeout_ms / 1000,
-                            "read_timeout_s": config.remote_read_timeout_ms / 1000,
-                            "verify_etag": config.s3_verify_etag}
-    if config.s3_endpoint:
-        opts["endpoint_url"] = config.s3_endpoint
-    if config.s3_region:
-        opts["region"] = config.s3_region
-    return opts
-
-
 def wants_spark(engine: str, dirty_bytes: int, threshold: int) -> bool:
     """The engine rule of ``remote.compaction.engine``."""
     return engine == ENGINE_SPARK or (engine == ENGINE_AUTO and dirty_bytes >= threshold)
@@ -91,10 +80,20 @@ def wants_spark(engine: str, dirty_bytes: int, threshold: int) -> bool:
 class SparkOffloader:
     """Runs the node's Spark jobs (see the module docstring). Thread-safe."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
-        self.config = clean_config(node.config)
-        self._pool = ThreadPoolExecutor(max_workers=node.config.spark_max_concurrent_jobs,
+    def __init__(self, config: ServiceConfig, *, jobs: JobRegistry, partitions: Partitions,
+                 manager: LogCleanerManager, reporter: RoundReporter | None, wakeup: Callable[[], None],
+                 leadership: Leadership, metadata: RemoteLogMetadataManager, clock: Clock) -> None:
+        self.service_config = config
+        self.config = clean_config(config)
+        self.jobs = jobs
+        self.partitions = partitions
+        self.manager = manager
+        self.reporter = reporter
+        self.wakeup = wakeup
+        self.leadership = leadership
+        self.metadata = metadata
+        self.clock = clock
+        self._pool = ThreadPoolExecutor(max_workers=config.spark_max_concurrent_jobs,
                                         thread_name_prefix="tiercompact-spark")
         self._session: Any = None
         self._owns_session = False
@@ -120,7 +119,7 @@ class SparkOffloader:
         job = Job(uuid.uuid4().hex, tp.topic, tp.partition, kind="spark-clean", engine="spark",
                   partitions=[tp.partition], origin="tiered-pool")
         try:
-            self.node.jobs.track(job)
+            self.jobs.track(job)
             self._pool.submit(self._run, job, [tp], owned=True)
         except (RuntimeError, TiercompactError):
             return False  # shutting down: the pool's own path handles (and releases) it
@@ -130,13 +129,14 @@ class SparkOffloader:
 
     def submit(self, topic: str, partitions: Sequence[int]) -> Job:
         """An API request: one Spark job over ``partitions`` of ``topic``."""
-        tps = [self.node.log(topic, p).topic_partition for p in partitions]  # unknown ones fail now
-        for tp in tps:
-            if not self.node.log_manager.get_log(tp).config.remote_storage_enable:
+        logs = [self.partitions.log(topic, p) for p in partitions]  # unknown ones fail now
+        tps = [log.topic_partition for log in logs]
+        for tp, log in zip(tps, logs, strict=True):
+            if not log.config.remote_storage_enable:
                 raise InvalidRequestError(f"{tp} has remote.storage.enable=false: Spark cleans the remote tier only")
         if self._stopping.is_set():
             raise ServiceUnavailableError("the node is shutting down; retry after it restarts")
-        job = self.node.jobs.track(Job(uuid.uuid4().hex, topic, tps[0].partition, kind="spark-clean",
+        job = self.jobs.track(Job(uuid.uuid4().hex, topic, tps[0].partition, kind="spark-clean",
                                        engine="spark", partitions=[tp.partition for tp in tps]))
         self._pool.submit(self._run, job, tps, owned=False)
         return job
@@ -154,7 +154,7 @@ class SparkOffloader:
 
     def _acquire(self, tps: list[TopicPartition]) -> list[TopicPartition]:
         """Mark each partition IN_PROGRESS, waiting for a running round to end."""
-        manager = self.node.cleaner.manager
+        manager = self.manager
         got: list[TopicPartition] = []
         deadline = time.monotonic() + BUSY_WAIT_S
         try:
@@ -177,7 +177,7 @@ class SparkOffloader:
         return got
 
     def _run(self, job: Job, tps: list[TopicPartition], *, owned: bool) -> None:
-        manager = self.node.cleaner.manager
+        manager = self.manager
         ends: dict[TopicPartition, int | None] = dict.fromkeys(tps)
         try:
             if not owned:
@@ -190,12 +190,12 @@ class SparkOffloader:
             stats = {"partitions": [o.as_dict() for o in outcomes.values()],
                      "spark_application_id": job.spark_application_id}
             failed = [o for o in outcomes.values() if o.status not in ("cleaned", "nothing-to-clean")]
-            self.node.jobs.finish(job, stats=stats, error=(
+            self.jobs.finish(job, stats=stats, error=(
                 "; ".join(f"{o.topic_partition}: {o.status}: {o.error}" for o in failed) or None))
         except BaseException as e:  # a job must always end in a state a client can read
             if not isinstance(e, TiercompactError):
                 logger.exception("Spark job %s failed", job.job_id)
-            self.node.jobs.finish(job, error=f"{type(e).__name__}: {e}")
+            self.jobs.finish(job, error=f"{type(e).__name__}: {e}")
         finally:
             for tp in tps:
                 try:
@@ -203,12 +203,11 @@ class SparkOffloader:
                 except Exception:  # noqa: BLE001 - e.g. the topic was deleted meanwhile
                     logger.warning("%s: could not finish the cleaner state after Spark job %s", tp, job.job_id,
                                    exc_info=True)
-            self.node.cleaner.wakeup()
+            self.wakeup()
 
     def _attempts(self, job: Job, tps: list[TopicPartition]) -> dict[TopicPartition, PartitionOutcome]:
         """Run the job; partitions fenced by a leadership change that left this node the leader
         (a new epoch) run once more under it."""
-        node = self.node
         outcomes: dict[TopicPartition, PartitionOutcome] = {}
         todo = list(tps)
         for attempt in range(2):
@@ -217,11 +216,11 @@ class SparkOffloader:
             outcomes.update(result)
             fenced = [tp for tp, o in result.items() if o.status == "fenced"]
             for tp in fenced:
-                node.remote.forget_leader(tp)
+                self.leadership.forget_leader(tp)
             todo = []
             for tp in fenced:
                 try:
-                    if node.remote.is_leader(tp):
+                    if self.leadership.is_leader(tp):
                         todo.append(tp)
                 except TiercompactError as e:
                     logger.warning("%s: cannot resolve leadership after the fenced Spark job: %s", tp, e)
@@ -235,19 +234,20 @@ class SparkOffloader:
         from cleaner.spark.job import SparkCleanJob
         from cleaner.spark.views import LocalLogView
 
-        node = self.node
-        manager = node.cleaner.manager
+        manager = self.manager
         spark = self.session()
         job.spark_application_id = str(spark.sparkContext.applicationId)
 
         def view(tp: TopicPartition) -> LocalLogView:
             # done_cleaning writes the checkpoint once the job ends, as after an in-process round
-            return LocalLogView(node.log_manager.get_log(tp), lambda: node.remote.leader_epoch(tp),
+            return LocalLogView(self.partitions.log(tp.topic, tp.partition),
+                                lambda: self.leadership.leader_epoch(tp),
                                 lambda: manager.all_cleaner_checkpoints().get(tp))
 
-        sj = SparkCleanJob(spark, rlmm=node.metadata, store_url=node.config.remote_url,
-                           store_options=store_options(node.config), views=view, broker_id=node.broker_id,
-                           clock=node.clock, config=self.config, reporter=node.cleaner.reporter,
+        config = self.service_config
+        sj = SparkCleanJob(spark, rlmm=self.metadata, store_url=config.remote_url,
+                           store_options=store_options(config), views=view, broker_id=config.broker_id,
+                           clock=self.clock, config=self.config, reporter=self.reporter,
                            check_abort=manager.check_cleaning_aborted, on_stage=self.on_stage)
         stop = threading.Event()
         watcher = threading.Thread(target=self._watch, args=(sj, tps, stop), daemon=True,
@@ -262,7 +262,7 @@ class SparkOffloader:
 
     def _watch(self, sj: SparkCleanJob, tps: list[TopicPartition], stop: threading.Event) -> None:
         """Cancel the job's stages once a partition's round is aborted or the node stops."""
-        manager = self.node.cleaner.manager
+        manager = self.manager
         while not stop.wait(WATCH_INTERVAL_S):
             aborted = [tp for tp in tps if (s := manager.state(tp)) is not None
                        and s.kind is CleaningStateKind.ABORTED]

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from service.node import decode_field
+from service.fields import decode_field
 from service.routes.deps import READ, WRITE, NodeDep, TopicPath
 from service.schemas import ErasureAccepted, ErasureReceipt, ErasureRequest, ErasureSummary, Error
 

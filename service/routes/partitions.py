@@ -16,7 +16,8 @@ from log.errors import TiercompactError
 from log.local_log import RecordSpec
 from service.auth import check_token
 from service.errors import PartitionUnwritableError
-from service.node import Node, decode_field, encode_field
+from service.fields import decode_field, encode_field
+from service.node import Node
 from service.request_threads import RequestThreads
 from service.routes.deps import READ, WRITE, NodeDep, PartitionPath, TopicPath
 from service.schemas import (

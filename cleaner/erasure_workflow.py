@@ -1,4 +1,4 @@
-"""On-demand key erasure with a deadline and a receipt (#15): tombstones, targeted rounds, prompt deletion.
+"""The erasure workflow: on-demand key erasure with a deadline and a receipt (tombstones, targeted rounds, prompt deletion).
 
 ``POST /v1/topics/{t}/erasures`` (:meth:`ErasureService.create`) appends a tombstone for each
 key through the normal produce path, records which segments (local, remote, both) hold an
@@ -19,18 +19,27 @@ Receipt parts are written by the partition's leader only, fenced by its leader e
 tiered partitions: a leader that lost its epoch has its round and its progress rejected, and
 the new leader, reading the same receipt from the metadata store, continues. A restart
 continues the same way. Deadlines are watched (:meth:`ErasureService.at_risk`).
+
+The workflow is given the node's narrow ports (:mod:`cleaner.ports`: produce, clean, topics
+and logs, note an error), the remote tier's leadership and deletions, and the stores; the
+HTTP routes and the CLI reach it as ``node.erasures``.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
 
 from cleaner.erasure import KeyLocator
-from cleaner.errors import CleanerStateError
+from cleaner.errors import CleanerStateError, ErasureNotFoundError, ErasureRefusedError
+from cleaner.ports import Clean, ErrorSink, Leadership, Partitions, Produce
+from log.clock import Clock
 from log.errors import InvalidRequestError, TiercompactError, UnknownTopicOrPartitionError
 from log.local_log import LocalLog, RecordSpec
 from log.locks import RANK_LEAF, ordered_lock
@@ -38,11 +47,11 @@ from log.segment import DELETED_SUFFIX
 from log.types import TopicPartition
 from metadata.erasures import COMPLETE, FAILED, PENDING, VALUES_REMOVED, ErasurePartition, ErasureRecord
 from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
+from metadata.manager import RemoteLogMetadataManager
+from metadata.types import RemoteLogSegmentMetadata
+from remote.object_store import ObjectStore
 from remote.orphans import sweep_orphan_objects
-from service.errors import ErasureNotFoundError, ErasureRefusedError
-
-if TYPE_CHECKING:
-    from service.node import Node
+from remote.storage_manager import RemoteStorageManager
 
 logger = logging.getLogger(__name__)
 
@@ -58,9 +67,25 @@ MIN_ROUND_INTERVAL_MS = 500
 ROUND_RETRY_MS = 5_000
 
 
-def _key_text(key: bytes, encoding: str) -> str:
-    import base64
+class _SegmentCache(Protocol):
+    def invalidate_segment(self, segment_id: str) -> None: ...
 
+
+class RemoteTier(Leadership, Protocol):
+    """What the workflow asks of the RemoteLogManager: leadership, tiering the rolled
+    segments now, fenced deletion of replaced segments now, the orphan grace and the cache."""
+
+    orphan_object_grace_ms: int
+
+    @property
+    def cache(self) -> _SegmentCache: ...
+
+    def copy_rolled_segments(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]: ...
+
+    def delete_replaced_now(self, tp: TopicPartition, segment_ids: Sequence[str]) -> dict[str, int]: ...
+
+
+def _key_text(key: bytes, encoding: str) -> str:
     if encoding == "base64":
         return base64.b64encode(key).decode("ascii")
     return key.decode("utf-8", errors="replace")
@@ -68,19 +93,32 @@ def _key_text(key: bytes, encoding: str) -> str:
 
 class ErasureService:
     """See the module docstring. Thread-safe: its own state is a leaf lock's; the work runs
-    on the node's erasure thread (or the caller's, in tests)."""
+    on the node's erasure thread (or the caller's, in tests). ``wake`` starts that thread's
+    next pass at once (after a new erasure)."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(self, *, partitions: Partitions, producer: Produce, cleaning: Clean, errors: ErrorSink,
+                 remote: RemoteTier, metadata: RemoteLogMetadataManager, storage_manager: RemoteStorageManager,
+                 object_store: ObjectStore, clock: Clock, broker_id: int, temp_dir: Path,
+                 wake: Callable[[], None] = lambda: None) -> None:
+        self.partitions = partitions
+        self.producer = producer
+        self.cleaning = cleaning
+        self.errors = errors
+        self.remote = remote
+        self.metadata = metadata
+        self.storage_manager = storage_manager
+        self.object_store = object_store
+        self.clock = clock
+        self.broker_id = broker_id
+        self.temp_dir = temp_dir
+        self.wake = wake
         self._lock = ordered_lock("service.erasures", RANK_LEAF)
         self._next_round: dict[tuple[str, int], int] = {}
-        self.wake: Any = lambda: None  # set by the node to its erasure thread's wake()
 
     # ---- the API -------------------------------------------------------------------------
     def create(self, topic: str, keys: list[bytes], *, encoding: str = "utf-8", partitions: list[int] | None = None,
                deadline_ms: int | None = None) -> ErasureRecord:
-        node = self.node
-        t = node.topic(topic)
+        t = self.partitions.topic(topic)
         if not keys:
             raise InvalidRequestError("keys is empty: name at least one key to erase")
         if len(keys) > MAX_KEYS:
@@ -91,14 +129,14 @@ class ErasureService:
         for p in parts:
             if not 0 <= p < t.partitions:
                 raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {p} (it has {t.partitions})")
-        logs = [node.log(topic, p) for p in parts]
+        logs = [self.partitions.log(topic, p) for p in parts]
         cfg = logs[0].config
         if not cfg.compact:
             raise ErasureRefusedError(
                 f"topic {topic!r} has cleanup.policy={cfg.get('cleanup.policy')}: without 'compact' a tombstone "
                 f"removes nothing, so no erasure deadline can be met; add 'compact' to cleanup.policy (PATCH "
                 f"/v1/topics/{topic}/config) or delete the topic")
-        now = node.clock.milliseconds()
+        now = self.clock.milliseconds()
         min_lag = max(int(cfg.get("min.compaction.lag.ms")), 0)
         earliest = now + min_lag
         if deadline_ms is None:
@@ -112,38 +150,38 @@ class ErasureService:
                 f"the tombstones appended now become compactable at {earliest} at the earliest. Ask for "
                 f"deadline_ms >= {earliest}, or lower min.compaction.lag.ms first")
         for log in logs:  # a follower takes no records: refuse before anything is appended
-            node.check_leader_for_produce(log)
+            self.producer.check_leader_for_produce(log)
         erasure_id = uuid.uuid4().hex
         texts = [_key_text(k, encoding) for k in keys]
         records: list[ErasurePartition] = []
         for p, log in zip(parts, logs, strict=True):
-            res = node.produce(topic, p, [RecordSpec(k, None) for k in keys])
+            res = self.producer.produce(topic, p, [RecordSpec(k, None) for k in keys])
             offsets = {k: res.base_offset + i for i, k in enumerate(keys)}
             holdings = self._locator(log, offsets).live_holdings()
-            detail = {"appended_ms": now, "broker_id": node.broker_id, "keys": [
+            detail = {"appended_ms": now, "broker_id": self.broker_id, "keys": [
                 {"key": text, "tombstone_offset": offsets[k], "segments": [h.as_dict() for h in holdings[k]],
                  "rounds": [], "deleted": [], "verified_ms": None}
                 for k, text in zip(keys, texts, strict=True)], "rounds": [], "notes": []}
             records.append(ErasurePartition(p, PENDING, now, detail))
         record = ErasureRecord(erasure_id, topic, now, deadline_ms, tuple(texts), encoding, tuple(records))
-        node.metadata.create_erasure(record)
+        self.metadata.create_erasure(record)
         logger.info("erasure %s of %d keys on %s %s created (deadline %d)", erasure_id, len(keys), topic, parts,
                     deadline_ms)
         self.wake()
         return record
 
     def get(self, erasure_id: str) -> ErasureRecord:
-        rec = self.node.metadata.get_erasure(erasure_id)
+        rec = self.metadata.get_erasure(erasure_id)
         if rec is None:
             raise ErasureNotFoundError(f"no erasure {erasure_id!r}; GET /v1/erasures lists them")
         return rec
 
     def list_all(self, *, topic: str | None = None, limit: int = 1000) -> list[ErasureRecord]:
-        return self.node.metadata.list_erasures(topic=topic, limit=limit)
+        return self.metadata.list_erasures(topic=topic, limit=limit)
 
     def receipt(self, rec: ErasureRecord) -> dict[str, Any]:
         """API.md's receipt shape (keys flattened over partitions, each naming its partition)."""
-        now = self.node.clock.milliseconds()
+        now = self.clock.milliseconds()
         keys = []
         for part in rec.partitions:
             for k in part.detail.get("keys", []):
@@ -170,9 +208,9 @@ class ErasureService:
     # ---- deadlines -----------------------------------------------------------------------
     def at_risk(self) -> list[dict[str, Any]]:
         """Unfinished erasures with less than AT_RISK_FRACTION of their window left, or overdue."""
-        now = self.node.clock.milliseconds()
+        now = self.clock.milliseconds()
         out = []
-        for rec in self.node.metadata.list_erasures(states=[PENDING]):
+        for rec in self.metadata.list_erasures(states=[PENDING]):
             if rec.state != PENDING:
                 continue
             left = rec.deadline_ms - now
@@ -185,8 +223,8 @@ class ErasureService:
         return out
 
     def metrics(self) -> dict[str, float]:
-        now = self.node.clock.milliseconds()
-        pending = [r for r in self.node.metadata.list_erasures(states=[PENDING]) if r.state == PENDING]
+        now = self.clock.milliseconds()
+        pending = [r for r in self.metadata.list_erasures(states=[PENDING]) if r.state == PENDING]
         risk = self.at_risk()
         left = min((r.deadline_ms - now for r in pending), default=0)
         return {"erasures_pending_count": len(pending), "erasures_at_risk_count": len(risk),
@@ -195,14 +233,13 @@ class ErasureService:
 
     # ---- the work ------------------------------------------------------------------------
     def _locator(self, log: LocalLog, bounds: dict[bytes, int]) -> KeyLocator:
-        node = self.node
-        tmp = node.data_dir / "tiered-tmp" / "erasure"
+        tmp = self.temp_dir
         tmp.mkdir(parents=True, exist_ok=True)
-        return KeyLocator(log, bounds, rlmm=node.metadata, rsm=node.storage_manager, temp_dir=tmp)
+        return KeyLocator(log, bounds, rlmm=self.metadata, rsm=self.storage_manager, temp_dir=tmp)
 
     def run_once(self, stop: Any = lambda: False) -> None:
         """One pass over every unfinished erasure part this node leads."""
-        for rec in self.node.metadata.list_erasures(states=[PENDING, VALUES_REMOVED]):
+        for rec in self.metadata.list_erasures(states=[PENDING, VALUES_REMOVED]):
             for part in rec.partitions:
                 if stop():
                     return
@@ -211,8 +248,8 @@ class ErasureService:
                 try:
                     self.step(rec, part)
                 except FencedLeaderEpochError as e:
-                    self.node.note_error(e)  # counted once (fenced_operations_total)
-                    self.node.remote.forget_leader(TopicPartition(rec.topic, part.partition))
+                    self.errors.note_error(e)  # counted once (fenced_operations_total)
+                    self.remote.forget_leader(TopicPartition(rec.topic, part.partition))
                     logger.warning("erasure %s partition %d: fenced, the new leader continues: %s", rec.erasure_id,
                                    part.partition, e)
                 except TiercompactError as e:
@@ -220,14 +257,13 @@ class ErasureService:
 
     def step(self, rec: ErasureRecord, part: ErasurePartition) -> ErasurePartition:
         """Advance one partition's part as far as it goes now; returns the part as stored."""
-        node = self.node
         # the node that appended the tombstones owns a partition without remote storage (nodes
         # sharing a metadata store do not share such partitions); a tiered one is its leader's
-        owner = part.detail.get("broker_id", node.broker_id) == node.broker_id
+        owner = part.detail.get("broker_id", self.broker_id) == self.broker_id
         try:
-            log = node.log(rec.topic, part.partition)
+            log = self.partitions.log(rec.topic, part.partition)
         except UnknownTopicOrPartitionError:
-            if owner and node.metadata.leader_state(TopicPartition(rec.topic, part.partition)) is None:
+            if owner and self.metadata.leader_state(TopicPartition(rec.topic, part.partition)) is None:
                 return self._save(rec, part, FAILED, copy.deepcopy(part.detail), None,
                                   error=f"topic {rec.topic!r} partition {part.partition} no longer exists")
             return part  # another node's partition
@@ -238,13 +274,13 @@ class ErasureService:
             return part
         if tiered:
             try:
-                if not node.remote.is_leader(tp):
+                if not self.remote.is_leader(tp):
                     return part
-                epoch = node.remote.leader_epoch(tp)
+                epoch = self.remote.leader_epoch(tp)
             except NotLeaderForPartitionError:
                 return part
         detail = copy.deepcopy(part.detail)
-        now = node.clock.milliseconds()
+        now = self.clock.milliseconds()
         keys = {k["key"]: k for k in detail["keys"]}
         raw = {self._raw(k, rec.encoding): k for k in keys}
         if part.state == PENDING:
@@ -252,7 +288,7 @@ class ErasureService:
             state = self._remove(rec, log, tiered, bounds, raw, keys, detail, now, values=True)
             if state is None:
                 return self._save(rec, part, PENDING, detail, epoch) if detail != part.detail else part
-            detail["values_removed_ms"] = node.clock.milliseconds()
+            detail["values_removed_ms"] = self.clock.milliseconds()
             logger.info("erasure %s partition %d: values removed", rec.erasure_id, part.partition)
             return self._save(rec, part, VALUES_REMOVED, detail, epoch)
         # values_removed: the tombstones go after delete.retention.ms
@@ -263,25 +299,23 @@ class ErasureService:
         state = self._remove(rec, log, tiered, bounds, raw, keys, detail, now, values=False)
         if state is None:
             return self._save(rec, part, VALUES_REMOVED, detail, epoch) if detail != part.detail else part
-        detail["complete_ms"] = node.clock.milliseconds()
+        detail["complete_ms"] = self.clock.milliseconds()
         logger.info("erasure %s partition %d: complete (tombstones gone)", rec.erasure_id, part.partition)
         return self._save(rec, part, COMPLETE, detail, epoch)
 
     @staticmethod
     def _raw(text: str, encoding: str) -> bytes:
-        import base64
-
         return base64.b64decode(text) if encoding == "base64" else text.encode("utf-8")
 
     def _save(self, rec: ErasureRecord, part: ErasurePartition, state: str, detail: dict[str, Any],
               epoch: int | None, *, error: str | None = None) -> ErasurePartition:
-        new = ErasurePartition(part.partition, state, self.node.clock.milliseconds(), detail, error)
-        self.node.metadata.update_erasure_partition(rec.erasure_id, rec.topic, new, leader_epoch=epoch)
+        new = ErasurePartition(part.partition, state, self.clock.milliseconds(), detail, error)
+        self.metadata.update_erasure_partition(rec.erasure_id, rec.topic, new, leader_epoch=epoch)
         return new
 
     def _note(self, detail: dict[str, Any], text: str) -> None:
         notes = list(detail.get("notes", []))
-        notes.append(f"{self.node.clock.milliseconds()}: {text}")
+        notes.append(f"{self.clock.milliseconds()}: {text}")
         detail["notes"] = notes[-50:]
 
     def _remove(self, rec: ErasureRecord, log: LocalLog, tiered: bool, bounds: dict[bytes, int],
@@ -289,7 +323,6 @@ class ErasureService:
                 values: bool) -> str | None:
         """Roll, tier, round, delete replaced copies, verify. Returns "done" once every key's
         records below its bound are gone from everywhere, else None (try again later)."""
-        node = self.node
         tp = log.topic_partition
         top = max(bounds.values())
         if values:  # the tombstones must leave the active segment (and be tiered) to be compacted
@@ -297,7 +330,7 @@ class ErasureService:
                 if log.active_segment.base_offset <= top:  # the active segment holds a tombstone
                     log.roll()
             if tiered:
-                node.remote.copy_rolled_segments(tp)
+                self.remote.copy_rolled_segments(tp)
             min_lag = max(int(log.config.get("min.compaction.lag.ms")), 0)
             if now < int(detail.get("appended_ms", 0)) + min_lag:
                 return None  # min.compaction.lag.ms: the tombstones may not be compacted yet
@@ -323,7 +356,7 @@ class ErasureService:
                     if log.active_segment.size > 0:
                         log.roll()
                 if tiered:
-                    node.remote.copy_rolled_segments(tp)
+                    self.remote.copy_rolled_segments(tp)
             round_id = self._round(log, detail)
             if round_id is None:
                 with self._lock:  # busy, failed: back off
@@ -340,7 +373,7 @@ class ErasureService:
         verified = self._verify(tp, locator, raw, keys, deleted_ms)
         if not verified:
             return None
-        stamp = node.clock.milliseconds()
+        stamp = self.clock.milliseconds()
         objects = sum(1 for e in keys.values() for d in e["deleted"] if "object" in d)
         detail["verification" if values else "tombstone_verification"] = {
             "verified_ms": stamp, **locator.checked, "deleted_objects_not_found": objects}
@@ -350,11 +383,10 @@ class ErasureService:
 
     def _round(self, log: LocalLog, detail: dict[str, Any]) -> str | None:
         """One cleaning round now; its round id, or None when it could not run (noted)."""
-        node = self.node
         tp = log.topic_partition
-        started = node.clock.milliseconds()
+        started = self.clock.milliseconds()
         try:
-            node.clean(tp.topic, tp.partition)
+            self.cleaning.clean(tp.topic, tp.partition)
         except FencedLeaderEpochError:
             raise
         except CleanerStateError as e:
@@ -364,7 +396,7 @@ class ErasureService:
             self._note(detail, f"round failed: {type(e).__name__}: {e}")
             logger.warning("%s: erasure round failed: %s", tp, e)
             return None
-        reports = node.metadata.list_compaction_reports(tp, limit=10)
+        reports = self.metadata.list_compaction_reports(tp, limit=10)
         mine = [r for r in reports if r.started_ms >= started - 1 and r.outcome == "completed"]
         round_id = mine[-1].round_id if mine else f"unreported-{started}"
         detail["rounds"] = [*detail.get("rounds", []), round_id]
@@ -374,27 +406,26 @@ class ErasureService:
                          keys: dict[str, dict[str, Any]]) -> dict[str, int]:
         """Delete the replaced remote segments and local files that hold a key; returns what was
         deleted (object key or file path -> time)."""
-        node = self.node
         out: dict[str, int] = {}
         if tiered:
             replaced = locator.replaced_remote()
             ids = sorted({m.id for ms in replaced.values() for m in ms})
-            done = node.remote.delete_replaced_now(tp, ids)
+            done = self.remote.delete_replaced_now(tp, ids)
             for r, ms in replaced.items():
                 for md in ms:
                     when = done.get(md.id)
                     if when is None:
                         continue
-                    for obj in node.storage_manager.object_keys(md):
+                    for obj in self.storage_manager.object_keys(md):
                         out[obj] = when
                         keys[raw[r]]["deleted"].append({"object": obj, "segment_id": md.id, "deleted_ms": when})
             orphans = locator.orphan_objects()
             if any(orphans.values()):
                 # the orphan sweep's own rules (objects a live Spark lease names stay until it
                 # expires), now rather than at the next retention pass
-                gone = set(sweep_orphan_objects(node.object_store, node.metadata, tp,
-                                                grace_ms=node.remote.orphan_object_grace_ms, clock=node.clock))
-                when = node.clock.milliseconds()
+                gone = set(sweep_orphan_objects(self.object_store, self.metadata, tp,
+                                                grace_ms=self.remote.orphan_object_grace_ms, clock=self.clock))
+                when = self.clock.milliseconds()
                 for r, objs in orphans.items():
                     for obj in objs:
                         if obj in gone:
@@ -405,7 +436,7 @@ class ErasureService:
                 base = path.name.split(".")[0]
                 for f in sorted(path.parent.glob(f"{base}.*{DELETED_SUFFIX}")):
                     f.unlink(missing_ok=True)
-                when = node.clock.milliseconds()
+                when = self.clock.milliseconds()
                 out[str(path)] = when
                 keys[raw[r]]["deleted"].append({"file": str(path), "deleted_ms": when})
         return out
@@ -414,7 +445,7 @@ class ErasureService:
                 keys: dict[str, dict[str, Any]], deleted: dict[str, int]) -> bool:
         """Every live segment rules the keys out (key index, else a scan), no replaced copy is
         left, and every object deleted for a key answers "not found"."""
-        store = self.node.object_store
+        store = self.object_store
         if any(locator.live_holdings().values()):
             return False
         if any(locator.replaced_remote().values()) or any(locator.replaced_local_files().values()):
@@ -424,7 +455,7 @@ class ErasureService:
         for entry in keys.values():
             for sid in {d["segment_id"] for d in entry["deleted"] if d.get("segment_id")}:
                 # a read that began before the deletion may have cached a chunk since: drop it again
-                self.node.remote.cache.invalidate_segment(sid)
+                self.remote.cache.invalidate_segment(sid)
             for d in entry["deleted"]:
                 obj = d.get("object")
                 if obj is not None and store.exists(obj):

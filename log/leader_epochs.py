@@ -1,0 +1,52 @@
+"""Kafka's LeaderEpochFileCache: a partition's leader-epoch history (epoch -> start offset), kept in its checkpoint file."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from log.checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile
+from log.errors import InvalidRequestError
+from log.types import EpochEntry
+
+
+class LeaderEpochCache:
+    """The history in memory and on disk; the owning LocalLog's lock guards it."""
+
+    def __init__(self, directory: Path) -> None:
+        self.file = LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT)
+        self.entries: list[EpochEntry] = []
+
+    @property
+    def latest(self) -> int:
+        """The newest epoch, -1 for none."""
+        return self.entries[-1].epoch if self.entries else -1
+
+    def assign(self, epoch: int, start: int) -> None:
+        """Record that ``epoch`` starts at ``start`` (entries of later epochs there or after are dropped)."""
+        latest = self.latest
+        if epoch < latest:
+            raise InvalidRequestError(f"leader epoch {epoch} is below the current {latest}")
+        if epoch == latest:
+            return
+        self.entries = [e for e in self.entries if e.start_offset < start or e.epoch < epoch]
+        self.entries.append(EpochEntry(epoch, start))
+        self.file.write(self.entries)
+
+    def reset(self, entries: Sequence[EpochEntry], end: int) -> None:
+        """Replace the history with ``entries`` starting at or below ``end``."""
+        self.entries = [e for e in entries if e.start_offset <= end]
+        self.file.write(self.entries)
+
+    def for_range(self, start: int, end: int) -> dict[int, int]:
+        """{epoch: first offset within [start, end)} — a segment's ``segment_leader_epochs``."""
+        out: dict[int, int] = {}
+        entries = self.entries
+        for i, e in enumerate(entries):
+            nxt = entries[i + 1].start_offset if i + 1 < len(entries) else 2**63
+            lo, hi = max(start, e.start_offset), min(end, nxt)
+            if lo < hi:
+                out[e.epoch] = lo
+        if not out:
+            out[max(self.latest, 0)] = start
+        return out
