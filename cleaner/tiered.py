@@ -95,6 +95,7 @@ from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
 from metadata.manager import RemoteLogMetadataManager
 from metadata.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
 from remote.remote_reader import verify_segment_bytes
+from remote.segment_deletion import SegmentDeleter
 from remote.segment_state import rewritten_segment_state
 from remote.storage_manager import IndexType, LogSegmentData, RemoteStorageManager
 
@@ -821,20 +822,8 @@ class TieredCleaner:
 
     def _abandon(self, uploaded: list[RemoteLogSegmentMetadata], epoch: int, *, fenced: bool) -> None:
         """Remove a failed round's uploads; their metadata rows are orphans the deferred-delete loop ends."""
-        for md in uploaded:
-            try:
-                if not fenced:
-                    self.rlmm.update_remote_log_segment_state(
-                        md.remote_log_segment_id, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, leader_epoch=epoch,
-                        event_timestamp_ms=self.clock.milliseconds(), broker_id=self.broker_id)
-                self.rsm.delete_log_segment_data(md)
-                if not fenced:
-                    self.rlmm.update_remote_log_segment_state(
-                        md.remote_log_segment_id, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, leader_epoch=epoch,
-                        event_timestamp_ms=self.clock.milliseconds(), broker_id=self.broker_id)
-            except Exception:  # best effort: the deferred-delete loop finds what is left
-                logger.warning("could not remove abandoned upload %s; the deferred-delete loop will", md.id,
-                               exc_info=True)
+        SegmentDeleter(self.rlmm, self.rsm, self.broker_id, self.clock).remove_uploads(
+            uploaded, epoch, tombstone=lambda md: not fenced, what="abandoned upload")
 
     @staticmethod
     def drop_stale_local_copies(log: LocalLog, end: int) -> list[int]:

@@ -101,6 +101,7 @@ from remote.errors import StoreUnavailableError
 from remote.orphans import sweep_orphan_objects
 from remote.read_cache import MiB, RemoteReadCache
 from remote.remote_reader import RemoteSegmentReader
+from remote.segment_deletion import SegmentDeleter
 from remote.segment_state import producer_snapshot_for, render_epoch_checkpoint, restore_from_remote
 from remote.storage_manager import LogSegmentData, RemoteStorageManager
 from remote.tiered_read import ReadResult, TieredReadPath
@@ -197,6 +198,10 @@ class RemoteLogManager:
         self._counters = {"bytes_uploaded": 0, "segments_copied": 0, "segments_deleted": 0, "copy_failures": 0,
                           "fenced_operations": 0}
         self._closed = False
+        self._deleter = SegmentDeleter(
+            metadata_manager, storage_manager, broker_id, clock,
+            on_fenced=lambda e, md: self._count_fenced(e, md.topic_partition),
+            on_objects_deleted=lambda md: self.cache.invalidate_segment(md.id))
 
     # ---- plumbing ----------------------------------------------------------------------------
     def _lock(self, tp: TopicPartition) -> Any:
@@ -481,19 +486,7 @@ class RemoteLogManager:
     # ---- deletion ------------------------------------------------------------------------------
     def _delete_remote(self, md: RemoteLogSegmentMetadata, epoch: int) -> None:
         """DELETE_SEGMENT_STARTED (fenced) -> delete objects (idempotent) -> FINISHED."""
-        sid = md.remote_log_segment_id
-        now = self.clock.milliseconds()
-        try:
-            self.metadata.update_remote_log_segment_state(sid, S.DELETE_SEGMENT_STARTED, leader_epoch=epoch,
-                                                          event_timestamp_ms=now, broker_id=self.broker_id)
-        except FencedLeaderEpochError as e:
-            self._count_fenced(e, md.topic_partition)
-            raise
-        self.rsm.delete_log_segment_data(md)
-        self.cache.invalidate_segment(md.id)
-        self.metadata.update_remote_log_segment_state(sid, S.DELETE_SEGMENT_FINISHED, leader_epoch=epoch,
-                                                      event_timestamp_ms=self.clock.milliseconds(),
-                                                      broker_id=self.broker_id)
+        self._deleter.delete(md, epoch)
         with self._guard:
             self._abandoned.get(md.topic_partition, {}).pop(md.id, None)
         self._bump("segments_deleted")

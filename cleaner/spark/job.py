@@ -115,8 +115,9 @@ from log.types import TopicPartition
 from metadata.errors import FencedLeaderEpochError
 from metadata.manager import RemoteLogMetadataManager
 from metadata.reports import ACTION_SKIPPED_BY_KEY_INDEX
-from metadata.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
+from metadata.types import RemoteLogSegmentId, RemoteLogSegmentMetadata
 from remote.orphans import release_lease, sweep_orphan_objects, write_lease
+from remote.segment_deletion import SegmentDeleter
 from remote.storage_manager import IndexType
 
 logger = logging.getLogger(__name__)
@@ -986,26 +987,14 @@ class SparkCleanJob:
 
         Registered segments go through DELETE_SEGMENT_STARTED/FINISHED unless fenced (a fenced
         writer may not touch metadata; the new leader's deferred-delete loop ends those rows)."""
-        rsm = self.store.open()
         reg = {m.id: m for m in registered}
         if p.whole:  # what a round uploaded (a failed stage left only tagged objects: the sweep ends them)
             uploads = [md for md, _bloom in p.round.writes.new_segments] if p.round is not None else []
         else:
             uploads = [task.new_metadata(0, 0, 0) for task in p.tasks]
-        for upload in uploads:
-            md = reg.get(upload.id) or upload
-            try:
-                if md.id in reg and not fenced:
-                    self.rlmm.update_remote_log_segment_state(
-                        md.remote_log_segment_id, RemoteLogSegmentState.DELETE_SEGMENT_STARTED,
-                        leader_epoch=p.epoch, event_timestamp_ms=self.clock.milliseconds(), broker_id=self.broker_id)
-                rsm.delete_log_segment_data(md)
-                if md.id in reg and not fenced:
-                    self.rlmm.update_remote_log_segment_state(
-                        md.remote_log_segment_id, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED,
-                        leader_epoch=p.epoch, event_timestamp_ms=self.clock.milliseconds(), broker_id=self.broker_id)
-            except Exception:  # noqa: BLE001 - best effort: the orphan sweep / deferred delete find the rest
-                logger.warning("%s: could not remove upload %s of the Spark clean", p.tp, md.id, exc_info=True)
+        SegmentDeleter(self.rlmm, self.store.open(), self.broker_id, self.clock).remove_uploads(
+            [reg.get(upload.id) or upload for upload in uploads], p.epoch,
+            tombstone=lambda md: md.id in reg and not fenced, what="upload of the Spark clean")
 
     def _release(self, p: _Part) -> None:
         """Release the partition's lease. For a partition round, then sweep when a task attempt
