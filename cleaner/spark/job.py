@@ -103,8 +103,9 @@ from cleaner.spark.tasks import (
     run_rewrite,
     run_scan,
 )
-from cleaner.spark.views import LocalLogView, PartitionView, RemoteOnlyView
+from cleaner.spark.views import DriverView, LocalLogView, RemoteOnlyView
 from cleaner.tiered import RoundTxnIndexes, TieredRoundPlan, group_remote_segments
+from cleaner.tiered.view import PartitionView
 from cleaner.transactions import CleanedTransactionMetadata
 from log.clock import SYSTEM_CLOCK, Clock
 from log.errors import TiercompactError
@@ -288,7 +289,7 @@ class _Part:
 
     idx: int
     tp: TopicPartition
-    view: PartitionView
+    view: DriverView
     epoch: int
     plan: TieredRoundPlan
     outcome: PartitionOutcome
@@ -316,8 +317,8 @@ class _Part:
         return md.end_offset < self.plan.first_dirty_offset
 
     @property
-    def log(self) -> LocalLog:
-        return self.view.log
+    def log(self) -> PartitionView:
+        return self.view
 
 
 #: spark.speculation of each running SparkContext (fixed once it starts; reading it copies the
@@ -438,7 +439,7 @@ class SparkCleanJob:
                  broker_id: int = 0, clock: Clock = SYSTEM_CLOCK, config: SparkCleanConfig | None = None,
                  on_stage: Callable[[str, list[TopicPartition]], None] | None = None,
                  reporter: RoundReporter | None = None,
-                 views: Callable[[TopicPartition], PartitionView] | None = None,
+                 views: Callable[[TopicPartition], DriverView] | None = None,
                  check_abort: Callable[[TopicPartition], None] | None = None) -> None:
         self.spark = spark
         #: every partition's round is reported through the metadata store (cleaner.report)
@@ -465,15 +466,15 @@ class SparkCleanJob:
     @staticmethod
     def _log_views(logs: Callable[[TopicPartition], LocalLog], leader_epoch: Callable[[TopicPartition], int],
                    checkpoint: Callable[[TopicPartition], int | None],
-                   write_checkpoint: Callable[[TopicPartition, int], None]) -> Callable[[TopicPartition], PartitionView]:
-        def view(tp: TopicPartition) -> PartitionView:
+                   write_checkpoint: Callable[[TopicPartition, int], None]) -> Callable[[TopicPartition], DriverView]:
+        def view(tp: TopicPartition) -> DriverView:
             return LocalLogView(logs(tp), lambda: leader_epoch(tp), lambda: checkpoint(tp),
                                 lambda end: write_checkpoint(tp, end))
         return view
 
     @staticmethod
     def standalone_views(rlmm: RemoteLogMetadataManager, store_url: str,
-                         store_options: dict[str, Any] | None = None) -> Callable[[TopicPartition], PartitionView]:
+                         store_options: dict[str, Any] | None = None) -> Callable[[TopicPartition], DriverView]:
         """Views from the metadata store and object store alone (no data dir): a standalone job."""
         rsm = StoreSpec.of(store_url, store_options).open()
         return lambda tp: RemoteOnlyView.open(tp, rlmm, rsm)

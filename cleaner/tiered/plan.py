@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cleaner.tiered.view import PartitionView, partition_view
 from log.local_log import LocalLog
 from log.types import TopicPartition
 from metadata.manager import RemoteLogMetadataManager
@@ -34,12 +35,13 @@ class TieredRoundPlan:
         return sum(s.segment_size_in_bytes for s in self.segments)
 
 
-def plan_round(tp: TopicPartition, log: LocalLog, rlmm: RemoteLogMetadataManager, *, leader_epoch: int,
+def plan_round(tp: TopicPartition, log: PartitionView | LocalLog, rlmm: RemoteLogMetadataManager, *, leader_epoch: int,
                local_checkpoint: int | None, now: int) -> TieredRoundPlan | None:
     """The cleanable range of a tiered partition (Kafka's cleanableOffsets over both tiers).
 
     Returns None when nothing is in remote storage yet.
     """
+    view = partition_view(log)
     segments = rlmm.list_remote_log_segments(tp)
     if not segments:
         return None
@@ -47,11 +49,11 @@ def plan_round(tp: TopicPartition, log: LocalLog, rlmm: RemoteLogMetadataManager
     remote_cp = rlmm.resolve_cleaner_checkpoint(tp)
     cps = [c for c in (local_checkpoint, remote_cp) if c is not None]
     cp = max(cps) if cps else log_start
-    if cp < log_start or cp > log.log_end_offset:
+    if cp < log_start or cp > view.log_end_offset:
         cp = log_start
     remote_end = segments[-1].end_offset + 1
-    candidates = [remote_end, log.last_stable_offset, log.active_segment.base_offset]
-    min_lag = max(int(log.config.get("min.compaction.lag.ms")), 0)
+    candidates = [remote_end, view.last_stable_offset, view.active_base_offset]
+    min_lag = max(int(view.config.get("min.compaction.lag.ms")), 0)
     if min_lag > 0:
         for s in segments:
             if s.end_offset >= cp and s.max_timestamp_ms > now - min_lag:

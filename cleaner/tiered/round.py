@@ -76,9 +76,10 @@ from cleaner.round_metadata import RoundMetadata
 from cleaner.stats import CleanerStats
 from cleaner.throttler import Throttler
 from cleaner.tiered.plan import TieredRoundPlan, group_remote_segments, plan_round
-from cleaner.tiered.sources import Source, close_source, fetch_verified, link_local_copy, local_copy, naming
+from cleaner.tiered.sources import Source, close_source, fetch_verified, link_local_copy, naming
 from cleaner.tiered.space import TempSpace
 from cleaner.tiered.txn_indexes import RoundTxnIndexes
+from cleaner.tiered.view import PartitionView, partition_view
 from cleaner.transactions import CleanedTransactionMetadata
 from log.checkpoint import LeaderEpochCheckpointFile
 from log.clock import SYSTEM_CLOCK, Clock
@@ -147,15 +148,16 @@ class TieredCleaner:
             self.crash_hook(step)
 
     # ---- chunk bound ---------------------------------------------------------------------
-    def chunk_bound(self, log: LocalLog) -> int:
+    def chunk_bound(self, log: PartitionView | LocalLog) -> int:
         """min(segment.bytes, free disk / 3): room for downloads, the map's spill and output."""
         self.temp_root.mkdir(parents=True, exist_ok=True)
         return max(min(log.config.segment_bytes, self.free_disk(self.temp_root) // 3), 1)
 
     # ---- the round -------------------------------------------------------------------------
-    def clean(self, log: LocalLog, *, leader_epoch: int, local_checkpoint: int | None,
+    def clean(self, partition: PartitionView | LocalLog, *, leader_epoch: int, local_checkpoint: int | None,
               now: int | None = None, plan: TieredRoundPlan | None = None) -> tuple[int, CleanerStats]:
-        """One round on ``log``'s partition; returns (new checkpoint, stats).
+        """One round on ``partition`` (a live LocalLog, or any :class:`~cleaner.tiered.view.PartitionView`);
+        returns (new checkpoint, stats).
 
         ``plan``: the round's plan when the caller made it already (a Spark executor runs the
         round its driver planned, see :mod:`cleaner.spark.partition_round`); else planned here
@@ -166,6 +168,7 @@ class TieredCleaner:
                 and the round's uploads were removed.
             InsufficientDiskError: free disk cannot hold one segment within the chunk bound.
         """
+        log = partition_view(partition)
         tp = log.topic_partition
         now = self.clock.milliseconds() if now is None else now
         stats = CleanerStats(self.clock, tp)
@@ -227,7 +230,7 @@ class TieredCleaner:
         return lambda: self.check_done(tp)  # type: ignore[misc]
 
     # ---- phase 1: the offset map ----------------------------------------------------------
-    def _map_dirty_range(self, log: LocalLog, plan: TieredRoundPlan, space: TempSpace, stats: CleanerStats) -> int:
+    def _map_dirty_range(self, log: PartitionView, plan: TieredRoundPlan, space: TempSpace, stats: CleanerStats) -> int:
         tp = log.topic_partition
         start, upper = plan.first_dirty_offset, plan.upper
         self.offset_map.clear()
@@ -266,7 +269,7 @@ class TieredCleaner:
             yield chunk
 
     # ---- sources: a local copy, or a download ----------------------------------------------
-    def _txn_indexes(self, log: LocalLog, plan: TieredRoundPlan, stats: CleanerStats) -> RoundTxnIndexes:
+    def _txn_indexes(self, log: PartitionView, plan: TieredRoundPlan, stats: CleanerStats) -> RoundTxnIndexes:
         """The round's transaction indexes over both tiers. A remote index is fetched at most once
         per round: the map pass and the rewrite both walk it, and segment ids never change."""
         def downloaded(n: int) -> None:
@@ -280,9 +283,9 @@ class TieredCleaner:
             return data
 
         return RoundTxnIndexes(log, plan.segments, self.rlmm, fetch,
-                               local_copy=lambda md: local_copy(log, md), on_download=downloaded)
+                               local_copies=True, on_download=downloaded)
 
-    def _open_source(self, log: LocalLog, md: RemoteLogSegmentMetadata, space: TempSpace, stats: CleanerStats,
+    def _open_source(self, log: PartitionView, md: RemoteLogSegmentMetadata, space: TempSpace, stats: CleanerStats,
                      bound: int) -> Source:
         kept = self._kept.pop(md.id, None)
         if kept is not None:  # downloaded earlier this round (map pass or key index build)
@@ -324,7 +327,7 @@ class TieredCleaner:
             return Decision(True, "dirty")
         return policy.decide(md)
 
-    def _skip_policy(self, log: LocalLog, plan: TieredRoundPlan, now: int, space: TempSpace, stats: CleanerStats,
+    def _skip_policy(self, log: PartitionView, plan: TieredRoundPlan, now: int, space: TempSpace, stats: CleanerStats,
                      bound: int) -> SkipPolicy:
         def download(md: RemoteLogSegmentMetadata) -> Path:
             src = self._open_source(log, md, space, stats, bound)
@@ -339,7 +342,7 @@ class TieredCleaner:
                           use_key_index=self.use_key_index, stats=stats, download=download)
 
     # ---- downloads kept for the rewrite ----------------------------------------------------
-    def _start_round(self, log: LocalLog, plan: TieredRoundPlan) -> None:
+    def _start_round(self, log: PartitionView, plan: TieredRoundPlan) -> None:
         """Size the keep budget: what a third of the free disk holds beyond one chunk and one
         output (so the round's temp disk stays within the larger of that third and the chunk
         bound plus an output), and decide whether the map pass collects dirty keys."""
@@ -386,7 +389,7 @@ class TieredCleaner:
             close_source(src, space)
         self._kept, self._deciding = {}, []
 
-    def _rewrite(self, log: LocalLog, plan: TieredRoundPlan, end: int, now: int, space: TempSpace,
+    def _rewrite(self, log: PartitionView, plan: TieredRoundPlan, end: int, now: int, space: TempSpace,
                  stats: CleanerStats, uploaded: list[RemoteLogSegmentMetadata],
                  replaced: list[RemoteLogSegmentMetadata]) -> None:
         """Clean every referenced segment below ``end`` that may change, appending each upload
@@ -412,8 +415,7 @@ class TieredCleaner:
                     close_source(self._deciding.pop(), space)
                 runs[-1].append(md)
         groups = [g for run in runs if run for g in group_remote_segments(run, min(log.config.segment_bytes, bound), end)]
-        with log.lock:
-            producers = log.producer_state.active_producers()
+        producers = log.active_producers()
         ctx = CleanContext(now_ms=now, delete_retention_ms=int(log.config.get("delete.retention.ms")),
                            upper_bound_of_round=plan.upper, active_producers=producers,
                            txn_metadata=CleanedTransactionMetadata(), throttler=self.throttler,
@@ -451,7 +453,7 @@ class TieredCleaner:
                 dest.close()
                 space.release(*dest.files())
 
-    def _upload(self, log: LocalLog, group: list[RemoteLogSegmentMetadata], dest: LogSegment, fpp: float,
+    def _upload(self, log: PartitionView, group: list[RemoteLogSegmentMetadata], dest: LogSegment, fpp: float,
                 epoch: int, stats: CleanerStats) -> RemoteLogSegmentMetadata:
         tp = log.topic_partition
         epochs: dict[int, int] = {}
@@ -504,9 +506,6 @@ class TieredCleaner:
             uploaded, epoch, tombstone=lambda md: not fenced, what="abandoned upload")
 
     @staticmethod
-    def drop_stale_local_copies(log: LocalLog, end: int) -> list[int]:
+    def drop_stale_local_copies(log: PartitionView | LocalLog, end: int) -> list[int]:
         """Local segments wholly below the new checkpoint now hold stale copies of remote data."""
-        with log.lock:
-            stale = [s for s in log.all_segments()
-                     if s is not log.active_segment and s.read_next_offset() <= end]
-            return log.delete_segments(stale)
+        return partition_view(log).drop_local_copies_below(end)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import mmap
-import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -12,8 +11,8 @@ from pathlib import Path
 
 from cleaner.cleaner import renamed_corruption
 from cleaner.tiered.space import TempSpace
+from cleaner.tiered.view import PartitionView
 from log.errors import CorruptRecordError
-from log.local_log import LocalLog
 from log.segment import LogSegment
 from metadata.types import RemoteLogSegmentMetadata
 from remote.remote_reader import verify_segment_bytes
@@ -46,42 +45,18 @@ def naming(sources: Sequence[Source]) -> Iterator[None]:
         raise
 
 
-def local_copy(log: LocalLog, md: RemoteLogSegmentMetadata) -> LogSegment | None:
-    """The local segment holding exactly the remote segment's bytes ('both' tier), if any."""
-    with log.lock:
-        seg = log.segments.get(md.start_offset)
-        if seg is None or seg is log.active_segment or seg.size != md.segment_size_in_bytes:
-            return None
-        if seg.read_next_offset() != md.end_offset + 1 or not seg.log_path.exists():
-            return None
-        return seg
-
-
-def link_local_copy(log: LocalLog, md: RemoteLogSegmentMetadata, space: TempSpace) -> Source | None:
-    """Hard-link an identical local copy into the temp dir under the log's lock, so local
-    retention running meanwhile cannot pull the files away (no disk is used)."""
+def link_local_copy(view: PartitionView, md: RemoteLogSegmentMetadata, space: TempSpace) -> Source | None:
+    """Hard-link an identical local copy into the temp dir (under the log's lock, so local
+    retention running meanwhile cannot pull the files away; no disk is used)."""
     link_dir = space.dir / "local"
     link_dir.mkdir(exist_ok=True)
-    with log.lock:
-        seg = local_copy(log, md)
-        if seg is None:
-            return None
-        links = []
-        try:
-            for f in (seg.log_path, seg.txn_index.path):
-                if f.exists():
-                    dst = link_dir / f.name
-                    dst.unlink(missing_ok=True)
-                    os.link(f, dst)
-                    links.append(dst)
-        except OSError:
-            for p in links:
-                p.unlink(missing_ok=True)
-            return None
+    copy = view.link_local_copy(md, link_dir)
+    if copy is None:
+        return None
+    links = list(copy.links)
     space.track(*links, counted=False)
-    linked = LogSegment(link_dir, seg.base_offset, index_interval_bytes=seg.index_interval_bytes)
-    return Source(md, linked, tuple(links + [linked.offset_index.path, linked.time_index.path]),
-                   name=str(seg.log_path))
+    linked = LogSegment(link_dir, copy.base_offset, index_interval_bytes=copy.index_interval_bytes)
+    return Source(md, linked, tuple(links + [linked.offset_index.path, linked.time_index.path]), name=copy.name)
 
 
 def close_source(src: Source, space: TempSpace) -> None:

@@ -6,10 +6,10 @@ import logging
 from collections.abc import Callable, Sequence
 
 from cleaner.round_metadata import RoundMetadata
+from cleaner.tiered.view import PartitionView, partition_view
 from log.index.bloom import KeyBloomFilter
 from log.index.txn_index import AbortedTxn, TxnIndexLink, collect_aborted_transactions, parse_txn_index
 from log.local_log import LocalLog
-from log.segment import LogSegment
 from metadata.types import RemoteLogSegmentMetadata
 
 logger = logging.getLogger(__name__)
@@ -33,15 +33,15 @@ class RoundTxnIndexes:
     ``known`` seeds entries already fetched (the Spark scan returns them). Not thread-safe.
     """
 
-    def __init__(self, log: LocalLog, segments: Sequence[RemoteLogSegmentMetadata], rlmm: RoundMetadata,
-                 fetch: Callable[[RemoteLogSegmentMetadata], bytes], *,
-                 local_copy: Callable[[RemoteLogSegmentMetadata], LogSegment | None] | None = None,
+    def __init__(self, log: PartitionView | LocalLog, segments: Sequence[RemoteLogSegmentMetadata],
+                 rlmm: RoundMetadata, fetch: Callable[[RemoteLogSegmentMetadata], bytes], *,
+                 local_copies: bool = False,
                  on_download: Callable[[int], None] | None = None,
                  known: dict[str, list[AbortedTxn]] | None = None) -> None:
-        self.log = log
+        self.log = partition_view(log)
         self.rlmm = rlmm
         self._fetch = fetch
-        self._local_copy = local_copy
+        self._local_copies = local_copies
         self._on_download = on_download
         self._cache: dict[str, list[AbortedTxn]] = dict(known or {})
         segs = sorted(segments, key=lambda m: m.start_offset)
@@ -50,9 +50,7 @@ class RoundTxnIndexes:
         self._blooms: dict[str, bytes] | None = None
         chain: list[TxnIndexLink] = [(md.start_offset, self._remote_loader(md)) for md in segs]
         remote_end = segs[-1].end_offset + 1 if segs else 0
-        with log.lock:
-            local = [seg for seg in log.all_segments() if seg.read_next_offset() > remote_end]
-        chain += [(max(seg.base_offset, remote_end), self._local_loader(seg)) for seg in local]
+        chain += self.log.local_txn_links(remote_end)
         self.chain = chain
         #: remote indexes actually fetched from the object store this round
         self.fetched = 0
@@ -60,21 +58,14 @@ class RoundTxnIndexes:
     def _remote_loader(self, md: RemoteLogSegmentMetadata) -> Callable[[], list[AbortedTxn]]:
         return lambda: self.entries(md)
 
-    def _local_loader(self, seg: LogSegment) -> Callable[[], list[AbortedTxn]]:
-        def load() -> list[AbortedTxn]:
-            with self.log.lock:
-                return seg.txn_index.all()
-        return load
-
     def entries(self, md: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
         """Every entry of the remote segment's transaction index."""
         entries = self._cache.get(md.id)
         if entries is not None:
             return entries
-        local = self._local_copy(md) if self._local_copy is not None else None
+        local = self.log.local_copy_txns(md) if self._local_copies else None
         if local is not None:
-            with self.log.lock:
-                entries = local.txn_index.all()
+            entries = local
         else:
             if self._blooms is None:  # a walk without transactions reads every later summary: batch them
                 self._blooms = self.rlmm.get_bloom_filters(md.topic_partition, sorted(self._segment_ids))
