@@ -76,8 +76,8 @@ class LocalLogView(LocalPartition):
     bounds the round exactly as the in-process tiered round's does, and the result is adopted
     there (checkpoint written, stale local copies dropped)."""
 
-    leader_epoch: Callable[[], int]  # type: ignore[assignment]
-    checkpoint: Callable[[], int | None] = lambda: None  # type: ignore[assignment]
+    leader_epoch: Callable[[], int]
+    checkpoint: Callable[[], int | None] = lambda: None
     write_checkpoint: Callable[[int], None] = lambda end: None
 
     def plan(self, rlmm: RemoteLogMetadataManager, *, leader_epoch: int, checkpoint: int | None,

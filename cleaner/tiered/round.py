@@ -39,8 +39,8 @@ so the retention rules are exactly the local ones. A round over one partition:
    remote reads agree.
 
 Transactions and producers as in Kafka: aborted transactions are collected forward over both
-tiers (:class:`RoundTxnIndexes`), and "keep each producer's last batch" reads the log's producer
-state (``log.producer_state``), which covers the remote tier too: it is carried by the producer
+tiers (:class:`RoundTxnIndexes`), and "keep each producer's last batch" reads the partition's active
+producers (:meth:`~cleaner.tiered.view.PartitionView.active_producers`: a live log's producer state), which covers the remote tier too: it is carried by the producer
 snapshot uploaded with every remote segment and restored from it by a node whose local log is
 behind the remote tier (:mod:`remote.segment_state`), never derived from the batches a round reads.
 
