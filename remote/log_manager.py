@@ -1,5 +1,10 @@
 """RemoteLogManager: tiering of rolled segments, retention on both tiers, deferred deletion,
-and one read path over local and remote segments (Kafka's RemoteLogManager + seed 004).
+and one read path over local and remote segments (Kafka's RemoteLogManager, KIP-405).
+
+:class:`RemoteLogManager` composes three parts: :mod:`remote.leadership` (the epoch it acts
+under, and the per-partition state the parts share), :mod:`remote.tiering` (the copy path) and
+:mod:`remote.retention` (retention on both tiers and every delete, through
+:mod:`remote.segment_deletion`); this module adds the background loop, the views and reads.
 
 Lifecycle of a segment of a ``remote.storage.enable`` partition:
 
@@ -17,7 +22,7 @@ Lifecycle of a segment of a ``remote.storage.enable`` partition:
 2. **Local retention** (:meth:`apply_local_retention`): only segments already copied, past
    ``local.retention.ms`` / beyond ``local.retention.bytes``, oldest first, never the active
    one. With ``cleanup.policy=compact`` (no delete) a segment must also lie entirely below
-   the cleaner checkpoint (seed 004 "Deletion of local log segment file ... compact").
+   the cleaner checkpoint.
 3. **Remote retention** (:meth:`apply_remote_retention`, policy containing ``delete``):
    remote segments past ``retention.ms`` / beyond ``retention.bytes`` (counting local-only
    bytes too) are deleted through DELETE_SEGMENT_STARTED -> objects -> FINISHED.
@@ -73,44 +78,37 @@ vanished under them (retention or compaction).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
-import os
 import shutil
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from log.clock import Clock
-from log.errors import TiercompactError
-from log.index.bloom import KeyBloomFilter
-from log.index.key_index import build_segment_indexes
-from log.local_log import LocalLog, retention_breached
-from log.locks import RANK_LEAF, RANK_RLM_PARTITION, ordered_lock, ordered_rlock
+from log.locks import RANK_LEAF, ordered_lock
 from log.log_manager import LogManager
-from log.segment import LogSegment
 from log.types import TopicPartition
-from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
 from metadata.segment_indexes import IndexedSegmentStore
-from metadata.types import LeaderState, RemoteLogSegmentId, RemoteLogSegmentMetadata
-from metadata.types import RemoteLogSegmentState as S
+from metadata.types import LeaderState, RemoteLogSegmentMetadata
 from remote.errors import StoreUnavailableError
+from remote.leadership import COUNTED_BY_RLM
 from remote.orphans import sweep_orphan_objects
 from remote.read_cache import MiB, RemoteReadCache
 from remote.remote_reader import RemoteSegmentReader
-from remote.segment_state import producer_snapshot_for, render_epoch_checkpoint, restore_from_remote
-from remote.storage_manager import LogSegmentData, RemoteStorageManager
+from remote.retention import Retention
+from remote.segment_deletion import SegmentDeleter
+from remote.storage_manager import RemoteStorageManager
 from remote.tiered_read import ReadResult, TieredReadPath
+from remote.tiering import Tiering
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["COUNTED_BY_RLM", "PartitionRunResult", "RemoteLogManager", "RemoteLogManagerStats", "SegmentView",
+           "TierResult"]
+
 DEFAULT_CACHE_BYTES = 256 * MiB
-#: set on a FencedLeaderEpochError once it was counted in fenced_operations (the service's
-#: error handler counts the ones nobody counted yet)
-COUNTED_BY_RLM = "_tiercompact_counted_by_rlm"
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +154,7 @@ class RemoteLogManagerStats:
     fenced_operations: int
 
 
-class RemoteLogManager:
+class RemoteLogManager(Tiering, Retention):
     """See the module docstring for the lifecycle, leadership and thread-safety."""
 
     def __init__(
@@ -197,479 +195,17 @@ class RemoteLogManager:
         self._counters = {"bytes_uploaded": 0, "segments_copied": 0, "segments_deleted": 0, "copy_failures": 0,
                           "fenced_operations": 0}
         self._closed = False
+        self._deleter = SegmentDeleter(
+            metadata_manager, storage_manager, broker_id, clock,
+            on_fenced=lambda e, md: self._count_fenced(e, md.topic_partition),
+            on_objects_deleted=lambda md: self.cache.invalidate_segment(md.id))
 
-    # ---- plumbing ----------------------------------------------------------------------------
-    def _lock(self, tp: TopicPartition) -> Any:
-        with self._guard:
-            lock = self._tp_locks.get(tp)
-            if lock is None:
-                lock = self._tp_locks[tp] = ordered_rlock("remote.partition", RANK_RLM_PARTITION, label=str(tp))
-            return lock
-
-    def _bump(self, name: str, n: int = 1) -> None:
-        with self._guard:
-            self._counters[name] += n
-
+    # ---- counters ----------------------------------------------------------------------------
     def stats(self) -> RemoteLogManagerStats:
         with self._guard:
             c = dict(self._counters)
         return RemoteLogManagerStats(c["bytes_uploaded"], self.reader.bytes_downloaded, c["segments_copied"],
                                      c["segments_deleted"], c["copy_failures"], c["fenced_operations"])
-
-    def _log(self, tp: TopicPartition) -> LocalLog:
-        return self.log_manager.get_log(tp)
-
-    # ---- leadership --------------------------------------------------------------------------
-    def _count_fenced(self, e: FencedLeaderEpochError, tp: TopicPartition | None = None) -> None:
-        """Count a rejected operation once (the node's error handler sees the same exception)
-        and forget the cached epoch, so the next use resolves the partition's leader again."""
-        if not getattr(e, COUNTED_BY_RLM, False):
-            setattr(e, COUNTED_BY_RLM, True)
-            self._bump("fenced_operations")
-        if tp is not None:
-            self._leaders.pop(tp, None)
-
-    def become_leader(self, tp: TopicPartition, leader_epoch: int, broker_id: int) -> LeaderState:
-        """Register ``broker_id`` as leader at ``leader_epoch`` (strictly increasing, else
-        FencedLeaderEpochError). For this broker: start the epoch at the log end in the
-        local log and act as leader. For another broker: this manager is a follower of
-        ``tp`` from now on (its uploads, publishes and deletes are refused)."""
-        with self._lock(tp):
-            log = self._log(tp)
-            if broker_id == self.broker_id:
-                self._restore_if_behind(tp, log)
-            start = log.log_end_offset
-            state = self.metadata.become_leader(tp, leader_epoch, broker_id, start_offset=start)
-            if broker_id != self.broker_id:
-                self._leaders.pop(tp, None)
-                logger.info("%s: leadership moved to broker %d at epoch %d; broker %d is a follower now",
-                            tp, broker_id, leader_epoch, self.broker_id)
-                return state
-            if log.leader_epoch < leader_epoch:
-                log.assign_epoch(leader_epoch, start)
-            self._leaders[tp] = state
-            return state
-
-    def leader_state(self, tp: TopicPartition, action: str = "upload, cleaning publish or delete") -> LeaderState:
-        """The leader state this manager acts under (registered on first use; see the module
-        docstring).
-
-        Raises:
-            NotLeaderForPartitionError: the registered epoch belongs to another broker. Not
-                counted here: the caller decides whether it was a rejected operation (the
-                API's error handler counts it) or just a follower skipping work.
-        """
-        state, leader = self._resolve_leader(tp)
-        if not leader:
-            raise NotLeaderForPartitionError(tp, self.broker_id, state.leader_epoch, state.broker_id, action)
-        return state
-
-    def forget_leader(self, tp: TopicPartition) -> None:
-        """Drop the cached epoch of ``tp`` (a write under it was fenced elsewhere, e.g. by the
-        tiered cleaner): the next use resolves the leader from the metadata store again."""
-        with self._lock(tp):
-            self._leaders.pop(tp, None)
-
-    def is_leader_cached(self, tp: TopicPartition) -> bool:
-        """Whether this manager already acts as the leader of ``tp``, without any lock or
-        metadata read (for the produce path; False means "resolve with is_leader")."""
-        return tp in self._leaders
-
-    def is_leader(self, tp: TopicPartition) -> bool:
-        """Whether this manager acts as the leader of ``tp`` (from its cache, else the
-        metadata store; a first use registers this broker). Counts nothing."""
-        return self._resolve_leader(tp)[1]
-
-    def check_current_leader(self, tp: TopicPartition, action: str) -> LeaderState | None:
-        """The current registered leader state of ``tp`` read from the metadata store now
-        (not the cache), provided it is this broker's; None if nobody ever registered ``tp``.
-
-        For operations that must not trust a cached epoch (topic deletion, an operator's
-        clean): a zombie whose cached epoch was superseded is refused here, and an epoch
-        registered to this broker id by another node is adopted (which opens the local
-        log: an offline partition raises PartitionOfflineError, see Node.delete_topic).
-
-        Raises:
-            NotLeaderForPartitionError: another broker holds the registered epoch.
-        """
-        with self._lock(tp):
-            current = self.metadata.leader_state(tp)
-            if current is None:
-                return None
-            if current.broker_id != self.broker_id:
-                self._leaders.pop(tp, None)
-                raise NotLeaderForPartitionError(tp, self.broker_id, current.leader_epoch, current.broker_id,
-                                                 action)
-            if self._leaders.get(tp) != current:
-                self._leaders.pop(tp, None)
-            return self.leader_state(tp, action)
-
-    def _resolve_leader(self, tp: TopicPartition) -> tuple[LeaderState, bool]:
-        """(the partition's leader state as known here, whether this broker is the leader)."""
-        with self._lock(tp):
-            cached = self._leaders.get(tp)
-            if cached is not None:
-                return cached, True
-            log = self._log(tp)
-            state = self.metadata.leader_state(tp)
-            if state is None:
-                epoch = max(log.leader_epoch, 0)
-                start = next((e.start_offset for e in log.epoch_entries if e.epoch == epoch), log.log_start_offset)
-                try:
-                    state = self.metadata.become_leader(tp, epoch, self.broker_id, start_offset=start)
-                except FencedLeaderEpochError:
-                    state = self.metadata.leader_state(tp)  # another broker registered first
-                    assert state is not None
-            if state.broker_id != self.broker_id:
-                return state, False  # a follower: never adopt another broker's epoch
-            self._restore_if_behind(tp, log)
-            if log.leader_epoch < state.leader_epoch:
-                lineage = dict(self.metadata.leader_epochs(tp))
-                log.assign_epoch(state.leader_epoch, lineage.get(state.leader_epoch, log.log_end_offset))
-            self._leaders[tp] = state
-            return state, True
-
-    def leader_epoch(self, tp: TopicPartition, action: str = "upload, cleaning publish or delete") -> int:
-        return self.leader_state(tp, action).leader_epoch
-
-    def _restore_if_behind(self, tp: TopicPartition, log: LocalLog) -> None:
-        """A local log at or below the remote tier's end (lost data dir, new node) restarts after
-        the newest remote segment with its producer snapshot and epoch checkpoint
-        (remote.segment_state), before this node acts as leader."""
-        if log.config.remote_storage_enable:
-            restore_from_remote(log, self.rsm, self.metadata.list_remote_log_segments(tp))
-
-    # ---- copy ----------------------------------------------------------------------------------
-    def _highest_remote_offset(self, tp: TopicPartition) -> int:
-        segs = self.metadata.list_remote_log_segments(tp)
-        return max((m.end_offset for m in segs), default=-1)
-
-    def copy_rolled_segments(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
-        """Copy every rolled, stable, not yet covered segment, oldest first; returns the new
-        (COPY_SEGMENT_FINISHED) metadata. A failure abandons that upload and raises."""
-        with self._lock(tp):
-            log = self._log(tp)
-            if not log.config.remote_storage_enable:
-                return []
-            epoch = self.leader_epoch(tp)
-            highest = self._highest_remote_offset(tp)
-            copied: list[RemoteLogSegmentMetadata] = []
-            for seg in log.all_segments()[:-1]:
-                if seg.size == 0:
-                    continue
-                nxt = seg.read_next_offset()
-                if nxt - 1 <= highest:
-                    continue
-                if nxt > log.last_stable_offset:
-                    break  # later segments are above the LSO too
-                md = self._copy_segment(tp, log, seg, epoch)
-                if md is None:  # replaced by the cleaner meanwhile: the next run copies its successor
-                    break
-                copied.append(md)
-                highest = md.end_offset
-            return copied
-
-    def _stage(self, log: LocalLog, seg: LogSegment, into: Path) -> tuple[LogSegmentData, int, int] | None:
-        """Link the segment's files into ``into`` under the log's lock; (data, size, next offset)."""
-        with log.lock:
-            if seg not in log.segments:
-                return None
-            seg.flush()
-            into.mkdir(parents=True)
-            staged: dict[str, Path | None] = {}
-            for name, src in (("log", seg.log_path), ("index", seg.offset_index.path),
-                              ("timeindex", seg.time_index.path), ("txnindex", seg.txn_index.path)):
-                dst = into / src.name
-                if not src.exists():
-                    if name == "txnindex":
-                        staged[name] = None
-                        continue
-                    dst.write_bytes(b"")  # an index never written (no entries) is an empty index
-                else:
-                    try:
-                        os.link(src, dst)
-                    except OSError:
-                        shutil.copyfile(src, dst)
-                staged[name] = dst
-            nxt = seg.read_next_offset()
-            entries = [e for e in log.epoch_entries if e.start_offset < nxt]
-            snapshot = producer_snapshot_for(log, nxt)
-            if snapshot is None:
-                logger.warning("%s: no producer state for offset %d; segment %d is copied without a snapshot",
-                               log.topic_partition, nxt, seg.base_offset)
-            log_path = staged["log"]
-            assert log_path is not None and staged["index"] is not None and staged["timeindex"] is not None
-            data = LogSegmentData(log_path, staged["index"], staged["timeindex"], staged["txnindex"],
-                                  render_epoch_checkpoint(entries), snapshot)
-            return data, log_path.stat().st_size, nxt
-
-    def _copy_segment(self, tp: TopicPartition, log: LocalLog, seg: LogSegment,
-                      epoch: int) -> RemoteLogSegmentMetadata | None:
-        staging = self._staging / uuid.uuid4().hex
-        try:
-            staged = self._stage(log, seg, staging)
-            if staged is None:
-                return None
-            data, size, nxt = staged
-            bloom, key_index = self._build_indexes(tp, data.log_segment,
-                                                   float(log.config.get("remote.compaction.bloom.fpp")))
-            if key_index is not None:
-                data = dataclasses.replace(data, key_index=key_index)
-            md = RemoteLogSegmentMetadata(
-                remote_log_segment_id=RemoteLogSegmentId.generate(tp), start_offset=seg.base_offset,
-                end_offset=nxt - 1, max_timestamp_ms=seg.largest_timestamp, broker_id=self.broker_id, event_timestamp_ms=self.clock.milliseconds(),
-                segment_size_in_bytes=size, segment_leader_epochs=log.epochs_for_range(seg.base_offset, nxt),
-                key_index_bytes=None if key_index is None else len(key_index))
-            try:
-                self.metadata.add_remote_log_segment_metadata(md, leader_epoch=epoch)
-            except FencedLeaderEpochError as e:
-                self._count_fenced(e, tp)
-                raise
-            try:
-                self.rsm.copy_log_segment_data(md, data)
-                if bloom is not None:
-                    self._put_bloom(md, bloom)
-                done = self.metadata.update_remote_log_segment_state(
-                    md.remote_log_segment_id, S.COPY_SEGMENT_FINISHED, leader_epoch=epoch,
-                    event_timestamp_ms=self.clock.milliseconds(), broker_id=self.broker_id)
-            except Exception as e:
-                self._bump("copy_failures")
-                if isinstance(e, FencedLeaderEpochError):
-                    self._count_fenced(e, tp)
-                logger.warning("%s: copy of segment %d as %s failed (%s); abandoning the upload",
-                               tp, seg.base_offset, md.id, e)
-                self._abandon(md, epoch)
-                raise
-            uploaded = sum(p.stat().st_size for p in (data.log_segment, data.offset_index, data.time_index,
-                                                      data.transaction_index) if p is not None)
-            uploaded += len(data.key_index or b"")
-            self._bump("bytes_uploaded", uploaded + len(data.leader_epoch_index))
-            self._bump("segments_copied")
-            logger.info("%s: copied segment [%d, %d] (%d bytes) as %s", tp, md.start_offset, md.end_offset,
-                        size, md.id)
-            return done
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-
-    @staticmethod
-    def _build_indexes(tp: TopicPartition, log_path: Path, fpp: float) -> tuple[KeyBloomFilter | None, bytes | None]:
-        """The bloom filter and the serialized key index of a staged segment, from one scan. A
-        missing one only costs the cleaner a download (it builds them lazily), so a failure
-        here is logged, not fatal to the copy."""
-        try:
-            bloom, key_index = build_segment_indexes(log_path, fpp)
-        except TiercompactError as e:
-            logger.warning("%s: could not build the key indexes of %s: %s", tp, log_path, e)
-            return None, None
-        return bloom, key_index.to_bytes()
-
-    def _put_bloom(self, md: RemoteLogSegmentMetadata, bloom: KeyBloomFilter) -> None:
-        """Like a missing key index, a missing filter only costs the cleaner a download."""
-        try:
-            self.metadata.put_bloom_filter(md.remote_log_segment_id, bloom.to_bytes())
-        except TiercompactError as e:
-            logger.warning("%s: could not store the bloom filter of %s: %s", md.topic_partition, md.id, e)
-
-    def _abandon(self, md: RemoteLogSegmentMetadata, epoch: int) -> None:
-        try:
-            self._delete_remote(md, epoch)
-        except Exception as e:  # noqa: BLE001 - retried by run_once / the orphan rules
-            logger.warning("%s: could not abandon upload %s yet (%s); will retry", md.topic_partition, md.id, e)
-            with self._guard:
-                self._abandoned.setdefault(md.topic_partition, {})[md.id] = md
-
-    # ---- deletion ------------------------------------------------------------------------------
-    def _delete_remote(self, md: RemoteLogSegmentMetadata, epoch: int) -> None:
-        """DELETE_SEGMENT_STARTED (fenced) -> delete objects (idempotent) -> FINISHED."""
-        sid = md.remote_log_segment_id
-        now = self.clock.milliseconds()
-        try:
-            self.metadata.update_remote_log_segment_state(sid, S.DELETE_SEGMENT_STARTED, leader_epoch=epoch,
-                                                          event_timestamp_ms=now, broker_id=self.broker_id)
-        except FencedLeaderEpochError as e:
-            self._count_fenced(e, md.topic_partition)
-            raise
-        self.rsm.delete_log_segment_data(md)
-        self.cache.invalidate_segment(md.id)
-        self.metadata.update_remote_log_segment_state(sid, S.DELETE_SEGMENT_FINISHED, leader_epoch=epoch,
-                                                      event_timestamp_ms=self.clock.milliseconds(),
-                                                      broker_id=self.broker_id)
-        with self._guard:
-            self._abandoned.get(md.topic_partition, {}).pop(md.id, None)
-        self._bump("segments_deleted")
-
-    def delete_unreferenced(self, tp: TopicPartition, *, orphan_grace_ms: int | None = None,
-                            _all_unfinished: bool = False) -> list[str]:
-        """The deferred-delete step: delete superseded segments, abandoned uploads and
-        unfinished deletions; returns the deleted segment ids.
-
-        Validation: the DELETE_SEGMENT_STARTED tombstone is written with our leader epoch in
-        the same transaction as the fence check, so a zombie leader gets
-        FencedLeaderEpochError before any object is touched; a segment readers still see is
-        never deleted. A storage failure on one segment does not stop the others; the first
-        one is raised at the end (the segment stays DELETE_SEGMENT_STARTED and is retried).
-        """
-        with self._lock(tp):
-            epoch = self.leader_epoch(tp)
-            todo = {m.id: m for m in self.metadata.unreferenced_segments(tp, orphan_grace_ms=orphan_grace_ms)}
-            if _all_unfinished:
-                todo.update((m.id, m) for m in self.metadata.list_remote_log_segments(
-                    tp, include_superseded=True, states=[S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED]))
-            with self._guard:
-                abandoned = dict(self._abandoned.get(tp, {}))
-            if abandoned:
-                pending = {m.id: m for m in self.metadata.list_remote_log_segments(
-                    tp, include_superseded=True, states=[S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED])}
-                for sid in abandoned:
-                    if sid in pending:
-                        todo.setdefault(sid, pending[sid])
-                    else:  # finished meanwhile (or never written): nothing left to do
-                        with self._guard:
-                            self._abandoned.get(tp, {}).pop(sid, None)
-            lineage_ok = {sid: self.metadata.is_segment_within_leader_epochs(md, tp) for sid, md in todo.items()}
-            deleted: list[str] = []
-            first_error: Exception | None = None
-            for sid, md in sorted(todo.items(), key=lambda kv: (kv[1].start_offset, kv[0])):
-                if md.is_referenced:
-                    continue
-                try:
-                    self._delete_remote(md, epoch)
-                except FencedLeaderEpochError:
-                    raise
-                except TiercompactError as e:
-                    logger.warning("%s: deferred delete of %s failed: %s", tp, sid, e)
-                    first_error = first_error or e
-                    continue
-                logger.info("%s: deleted unreferenced segment %s [%d, %d] (%s%s)", tp, sid, md.start_offset,
-                            md.end_offset, md.state.name if md.superseded_by is None else "superseded",
-                            "" if lineage_ok[sid] else ", outside the current epoch lineage")
-                deleted.append(sid)
-            if first_error is not None:
-                raise first_error
-            return deleted
-
-    def delete_replaced_now(self, tp: TopicPartition, segment_ids: Sequence[str]) -> dict[str, int]:
-        """Delete these unreferenced segments now, ahead of the deferred-delete loop (an
-        erasure's replaced objects, #15); returns segment id -> time its objects were deleted.
-
-        The same validation as :meth:`delete_unreferenced`: the fenced DELETE_SEGMENT_STARTED
-        tombstone under this node's epoch first, never a segment readers still see. Segments
-        not named keep their schedule. An id already deleted (DELETE_SEGMENT_FINISHED) or
-        unknown is skipped.
-        """
-        wanted = set(segment_ids)
-        if not wanted:
-            return {}
-        with self._lock(tp):
-            epoch = self.leader_epoch(tp)
-            todo = [m for m in self.metadata.list_remote_log_segments(
-                tp, include_superseded=True,
-                states=[S.COPY_SEGMENT_FINISHED, S.DELETE_SEGMENT_STARTED])  # never an upload in flight
-                if m.id in wanted and not m.is_referenced]
-            out: dict[str, int] = {}
-            for md in sorted(todo, key=lambda m: (m.start_offset, m.id)):
-                self._delete_remote(md, epoch)
-                out[md.id] = self.clock.milliseconds()
-                logger.info("%s: deleted replaced segment %s [%d, %d] now (erasure)", tp, md.id, md.start_offset,
-                            md.end_offset)
-            return out
-
-    def recover_orphans(self, tp: TopicPartition) -> list[str]:
-        """At startup: delete every unfinished upload of ``tp`` now (no grace period)."""
-        return self.delete_unreferenced(tp, _all_unfinished=True)
-
-    def delete_partition_data(self, tp: TopicPartition) -> list[str]:
-        """Delete every remote object and all metadata of ``tp`` (topic deletion), fenced.
-
-        The leader check reads the metadata store now (:meth:`check_current_leader`), then
-        the fenced DELETE_SEGMENT_STARTED tombstone of every segment is written in one
-        transaction, the objects are deleted, and the metadata is dropped in a second fenced
-        transaction. A non-leader or a zombie is refused before anything changes. Returns
-        the ids of the deleted segments; idempotent (a retry after a crash finishes the job).
-
-        Raises:
-            NotLeaderForPartitionError, FencedLeaderEpochError: this broker does not hold
-                the current epoch; nothing was deleted.
-        """
-        action = "deletion of the partition's remote data"
-        with self._lock(tp):
-            state = self.check_current_leader(tp, action)
-            if state is None:
-                return []  # nobody ever registered the partition: it has no remote data
-            epoch = state.leader_epoch
-            try:
-                mds = self.metadata.begin_partition_deletion(tp, leader_epoch=epoch, broker_id=self.broker_id,
-                                                             event_timestamp_ms=self.clock.milliseconds())
-            except FencedLeaderEpochError as e:
-                self._count_fenced(e, tp)
-                raise
-            for md in mds:
-                self.rsm.delete_log_segment_data(md)
-                self.cache.invalidate_segment(md.id)
-            try:
-                self.metadata.delete_partition(tp, leader_epoch=epoch)
-            except FencedLeaderEpochError as e:
-                self._count_fenced(e, tp)
-                raise
-            self._leaders.pop(tp, None)
-            with self._guard:
-                self._abandoned.pop(tp, None)
-            return [md.id for md in mds]
-
-    # ---- retention -----------------------------------------------------------------------------
-    def apply_local_retention(self, tp: TopicPartition, now: int | None = None) -> list[int]:
-        """Delete copied local segments past local retention; returns their base offsets."""
-        with self._lock(tp):
-            log = self._log(tp)
-            cfg = log.config
-            if not cfg.remote_storage_enable:
-                return []
-            now = self.clock.milliseconds() if now is None else now
-            highest = self._highest_remote_offset(tp)
-            checkpoint: int | None = None
-            gate_on_checkpoint = cfg.compact and not cfg.delete
-            if gate_on_checkpoint:
-                checkpoint = self._cleaner_checkpoint(tp)
-                if checkpoint is None:
-                    return []
-            deletable: list[LogSegment] = []
-            for seg in log.retention_breached_segments(now, cfg.local_retention_ms, cfg.local_retention_bytes):
-                nxt = seg.read_next_offset()
-                if nxt - 1 > highest:
-                    break  # not copied yet: it and everything after it stay (deletion is from the start)
-                if checkpoint is not None and nxt > checkpoint:
-                    break  # not cleaned yet (cleanup.policy=compact)
-                deletable.append(seg)
-            return log.delete_segments(deletable) if deletable else []
-
-    def apply_remote_retention(self, tp: TopicPartition, now: int | None = None) -> list[str]:
-        """For cleanup.policy containing delete: delete remote segments past retention.ms /
-        beyond retention.bytes (plus the local copies they cover); returns deleted ids."""
-        with self._lock(tp):
-            log = self._log(tp)
-            cfg = log.config
-            if not cfg.remote_storage_enable or not cfg.delete:
-                return []
-            now = self.clock.milliseconds() if now is None else now
-            epoch = self.leader_epoch(tp)
-            segs = self.metadata.list_remote_log_segments(tp)
-            retention_ms, retention_bytes = int(cfg.get("retention.ms")), int(cfg.get("retention.bytes"))
-            highest = max((m.end_offset for m in segs), default=-1)
-            local_only = sum(s.size for s in log.all_segments() if s.read_next_offset() - 1 > highest)
-            breached = retention_breached(
-                segs, now, retention_ms, retention_bytes,
-                total_bytes=sum(m.segment_size_in_bytes for m in segs) + local_only,
-                size=lambda m: m.segment_size_in_bytes, max_timestamp=lambda m: m.max_timestamp_ms)
-            deleted: list[str] = []
-            for md in breached:
-                self._delete_remote(md, epoch)
-                deleted.append(md.id)
-            if breached:
-                end = max(m.end_offset for m in breached)
-                with log.lock:
-                    local = [s for s in log.all_segments()[:-1] if s.read_next_offset() - 1 <= end]
-                    log.delete_segments(local)
-            return deleted
 
     # ---- the background loop -----------------------------------------------------------------
     def tier(self, tp: TopicPartition) -> TierResult:

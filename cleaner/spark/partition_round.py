@@ -25,33 +25,38 @@ No pyspark import: tests call :func:`run_partition_round` directly.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
+from cleaner.cleaner import ProducerInfo
 from cleaner.config import CleanerConfig
 from cleaner.offset_map import CompactOffsetMap
 from cleaner.round_metadata import DeferredRoundMetadata, RoundWrites
 from cleaner.stats import CleanerStats
 from cleaner.tiered import TieredCleaner, TieredRoundPlan
+from cleaner.tiered.view import LinkedCopy, PartitionView, partition_view
 from log.clock import SYSTEM_CLOCK
 from log.config import LogConfig
-from log.index.txn_index import AbortedTxn
+from log.index.txn_index import AbortedTxn, TxnIndexLink
 from log.local_log import LocalLog
+from log.producer_state import ProducerStateEntry
 from log.types import TopicPartition
-from metadata.types import RemoteLogSegmentId
+from metadata.types import RemoteLogSegmentId, RemoteLogSegmentMetadata
 
 #: (producer id, last data offset, producer epoch)
 ProducerT = tuple[int, int, int]
 #: (producer id, first offset, last offset, last stable offset) of an aborted transaction
 AbortedT = tuple[int, int, int, int]
-#: a local segment above the remote tier: (base offset, next offset, its aborted transactions)
-LocalTxnSegment = tuple[int, int, tuple[AbortedT, ...]]
+#: a local segment above the remote tier: (where its part above the remote tier starts, its
+#: aborted transactions)
+LocalTxnSegment = tuple[int, tuple[AbortedT, ...]]
 
 #: hex digits of a segment id that carry the job's tag (the rest stay random)
 TAG_LENGTH = 12
@@ -113,87 +118,67 @@ class PartitionRoundResult:
     attempt: int | None = None
 
 
-# ---- the little of a LocalLog a round reads, shipped ---------------------------------------------
+# ---- the partition as an executor sees it -------------------------------------------------------
 
-@dataclass(slots=True)  # not frozen: cleaner.cleaner.ProducerInfo declares settable attributes
-class _Producer:
-    last_data_offset: int
-    producer_epoch: int
+_PLANNED = "a round on an executor runs the plan its driver made; it never plans"
 
 
 @dataclass
-class _Producers:
-    entries: dict[int, _Producer]
-
-    def active_producers(self) -> dict[int, _Producer]:
-        return self.entries
-
-
-@dataclass
-class _TxnIndex:
-    entries: list[AbortedTxn]
-
-    def all(self) -> list[AbortedTxn]:
-        return self.entries
-
-
-@dataclass
-class _LocalSegment:
-    """A local segment above the remote tier, as :class:`~cleaner.tiered.RoundTxnIndexes` reads it."""
-
-    base_offset: int
-    next_offset: int
-    txn_index: _TxnIndex
-
-    def read_next_offset(self) -> int:
-        return self.next_offset
-
-
-class _NoSegments:
-    @staticmethod
-    def get(base_offset: int) -> None:
-        return None  # an executor holds no local copy of a remote segment
-
-
-@dataclass
-class ShippedLog:
-    """The partition's log as a round on an executor sees it: its config and producers, its
-    local segments' transaction indexes, no local copies of remote data, nothing to delete."""
+class ShippedPartition:
+    """The partition as a round on an executor sees it (a :class:`~cleaner.tiered.view.PartitionView`):
+    its config and producers, its local segments' transaction indexes, no local copies of remote
+    data, nothing to delete. The bounds are never read: the driver shipped the plan."""
 
     topic_partition: TopicPartition
     config: LogConfig
-    producer_state: _Producers
-    local: list[_LocalSegment] = field(default_factory=list)
-    lock: Any = field(default_factory=contextlib.nullcontext)
-    segments: _NoSegments = field(default_factory=_NoSegments)
+    producers: dict[int, ProducerStateEntry]
+    #: the local segments above the remote tier: (start, aborted transactions)
+    local: list[tuple[int, list[AbortedTxn]]] = field(default_factory=list)
 
     @staticmethod
-    def of(task: PartitionRoundTask) -> ShippedLog:
-        return ShippedLog(
+    def of(task: PartitionRoundTask) -> ShippedPartition:
+        return ShippedPartition(
             task.topic_partition, LogConfig.from_dict(dict(task.config)),
-            _Producers({pid: _Producer(last, epoch) for pid, last, epoch in task.producers}),
-            [_LocalSegment(base, nxt, _TxnIndex([AbortedTxn(*t) for t in txns]))
-             for base, nxt, txns in task.local_txn_segments])
+            {pid: ProducerStateEntry(pid, epoch, last_data_offset=last) for pid, last, epoch in task.producers},
+            [(start, [AbortedTxn(*t) for t in txns]) for start, txns in task.local_txn_segments])
 
     @property
-    def active_segment(self) -> _LocalSegment | None:
-        return self.local[-1] if self.local else None
+    def log_end_offset(self) -> int:
+        raise RuntimeError(_PLANNED)
 
-    def all_segments(self) -> list[_LocalSegment]:
-        return list(self.local)
+    @property
+    def last_stable_offset(self) -> int:
+        raise RuntimeError(_PLANNED)
 
-    def delete_segments(self, segments: list[Any]) -> list[int]:
+    @property
+    def active_base_offset(self) -> int:
+        raise RuntimeError(_PLANNED)
+
+    def local_bytes_above(self, remote_end: int) -> int:
+        return 0
+
+    def active_producers(self) -> Mapping[int, ProducerInfo]:
+        return self.producers
+
+    def local_txn_links(self, remote_end: int) -> list[TxnIndexLink]:
+        return [(max(start, remote_end), functools.partial(list, txns)) for start, txns in self.local]
+
+    def local_copy_txns(self, md: RemoteLogSegmentMetadata) -> list[AbortedTxn] | None:
+        return None  # an executor holds no local copy of a remote segment
+
+    def link_local_copy(self, md: RemoteLogSegmentMetadata, into: Path) -> LinkedCopy | None:
+        return None
+
+    def drop_local_copies_below(self, end: int) -> list[int]:
         return []  # the driver drops the node's stale local copies once the publish landed
 
 
-def local_txn_segments(log: Any, remote_end: int) -> tuple[LocalTxnSegment, ...]:
-    """What a round on an executor needs of the driver's local log: the transaction index of
+def local_txn_segments(log: PartitionView | LocalLog, remote_end: int) -> tuple[LocalTxnSegment, ...]:
+    """What a round on an executor needs of the driver's partition: the transaction index of
     each local segment reaching above the remote tier (driver side)."""
-    with log.lock:
-        return tuple((seg.base_offset, seg.read_next_offset(),
-                      tuple((t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
-                            for t in seg.txn_index.all()))
-                     for seg in log.all_segments() if seg.read_next_offset() > remote_end)
+    return tuple((start, tuple((t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
+                               for t in load()))
+                 for start, load in partition_view(log).local_txn_links(remote_end))
 
 
 # ---- the task ----------------------------------------------------------------------------------------
@@ -225,14 +210,14 @@ def run_partition_round(task: PartitionRoundTask, temp_dir: str | Path | None = 
     """
     rsm = task.store.open()
     meta = DeferredRoundMetadata(dict(task.blooms))
-    log = ShippedLog.of(task)
+    partition = ShippedPartition.of(task)
     config = CleanerConfig(dedupe_buffer_size=task.dedupe_buffer_size, io_buffer_size=task.io_buffer_size)
     with _scratch(temp_dir if temp_dir is not None else task.temp_dir) as tmp:
         cleaner = TieredCleaner(meta, rsm, CompactOffsetMap(config.dedupe_buffer_per_thread), config,
                                 temp_dir=tmp, broker_id=task.broker_id, clock=SYSTEM_CLOCK,
                                 bloom_skip=task.bloom_skip, use_key_index=task.use_key_index,
                                 segment_ids=tagged_segment_id(task.segment_tag))
-        end, stats = cleaner.clean(cast(LocalLog, log), leader_epoch=task.plan.leader_epoch,
+        end, stats = cleaner.clean(partition, leader_epoch=task.plan.leader_epoch,
                                    local_checkpoint=task.plan.first_dirty_offset, now=task.now_ms, plan=task.plan)
     stats.clock = SYSTEM_CLOCK
     return PartitionRoundResult(task.key, end, stats, meta.writes())

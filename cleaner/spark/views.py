@@ -3,13 +3,14 @@ service submits) or the metadata store and object store alone (a standalone job)
 opens a node's data dir.
 
 Both views give the driver the same things: the topic config, the leader epoch the job publishes
-under, the cleaner checkpoint, a log-shaped object :func:`cleaner.tiered.plan_round` and
-:class:`cleaner.tiered.RoundTxnIndexes` plan from, the active producers (whose last batch a round
+under, the cleaner checkpoint, the partition as a round reads it (a
+:class:`~cleaner.tiered.view.PartitionView`, which :func:`cleaner.tiered.plan_round` and
+:class:`cleaner.tiered.RoundTxnIndexes` read), the active producers (whose last batch a round
 keeps) and what to do once the fenced publish landed.
 
 The standalone view (:class:`RemoteOnlyView`) sees only the remote tier. Its bounds:
 
-* The config comes from the metadata store's topic configs (shared by every node, #16).
+* The config comes from the metadata store's topic configs (shared by every node).
 * The epoch is the partition's registered leader epoch: the job publishes as that leader would,
   and is fenced exactly when a leadership change happens during it.
 * The producers and the open transactions come from the producer snapshot uploaded with the
@@ -26,21 +27,24 @@ The standalone view (:class:`RemoteOnlyView`) sees only the remote tier. Its bou
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
+from cleaner.cleaner import ProducerInfo
 from cleaner.tiered import TieredCleaner, TieredRoundPlan, plan_round
+from cleaner.tiered.view import LinkedCopy, LocalPartition, PartitionView
 from log.config import LogConfig
 from log.errors import UnknownTopicOrPartitionError
-from log.local_log import LocalLog
+from log.index.txn_index import AbortedTxn, TxnIndexLink
 from log.producer_snapshot import decode_snapshot
 from log.producer_state import ProducerStateEntry
 from log.types import TopicPartition
 from metadata.manager import RemoteLogMetadataManager
 from metadata.topic_configs import TopicConfigStore
+from metadata.types import RemoteLogSegmentMetadata
 from remote.storage_manager import RemoteStorageManager
 
 logger = logging.getLogger(__name__)
@@ -55,17 +59,10 @@ class RemoteOnlyMetadata(RemoteLogMetadataManager, TopicConfigStore, Protocol):
     segments, and its topic's shared config."""
 
 
-class PartitionView(Protocol):
-    """The driver's view of one partition (see the module docstring)."""
-
-    @property
-    def topic_partition(self) -> TopicPartition: ...
-
-    @property
-    def config(self) -> LogConfig: ...
-
-    @property
-    def log(self) -> LocalLog: ...
+class DriverView(PartitionView, Protocol):
+    """The driver's view of one partition (see the module docstring): what a round reads of it
+    (a :class:`~cleaner.tiered.view.PartitionView`, which the driver plans from and walks the
+    transaction indexes of) and what the driver adds."""
 
     def leader_epoch(self) -> int: ...
 
@@ -80,73 +77,40 @@ class PartitionView(Protocol):
 
 
 @dataclass
-class LocalLogView:
+class LocalLogView(LocalPartition):
     """A partition of the node that runs the driver (the service submits the job): its live log
     bounds the round exactly as the in-process tiered round's does, and the result is adopted
     there (checkpoint written, stale local copies dropped)."""
 
-    log: LocalLog
     leader_epoch: Callable[[], int]
     checkpoint: Callable[[], int | None] = lambda: None
     write_checkpoint: Callable[[int], None] = lambda end: None
 
-    @property
-    def topic_partition(self) -> TopicPartition:
-        return self.log.topic_partition
-
-    @property
-    def config(self) -> LogConfig:
-        return self.log.config
-
     def plan(self, rlmm: RemoteLogMetadataManager, *, leader_epoch: int, checkpoint: int | None,
              now: int) -> TieredRoundPlan | None:
-        return plan_round(self.topic_partition, self.log, rlmm, leader_epoch=leader_epoch,
+        return plan_round(self.topic_partition, self, rlmm, leader_epoch=leader_epoch,
                           local_checkpoint=checkpoint, now=now)
 
     def producers(self) -> Producers:
-        with self.log.lock:
-            return tuple((pid, e.last_data_offset, e.producer_epoch)
-                         for pid, e in sorted(self.log.producer_state.active_producers().items()))
+        return tuple((pid, e.last_data_offset, e.producer_epoch) for pid, e in sorted(self.active_producers().items()))
 
     def adopt(self, end: int) -> None:
         self.write_checkpoint(end)
-        TieredCleaner.drop_stale_local_copies(self.log, end)
-
-
-@dataclass
-class _Segment:
-    base_offset: int
-
-
-@dataclass
-class _RemoteTierLog:
-    """The little of a LocalLog that planning reads, for a log known only from its remote tier:
-    it ends where the remote tier ends, is stable up to ``last_stable_offset`` and has no local
-    segments."""
-
-    topic_partition: TopicPartition
-    config: LogConfig
-    last_stable_offset: int
-    remote_end: int
-    lock: Any = field(default_factory=contextlib.nullcontext)
-    log_end_offset: int = _NO_END
-
-    @property
-    def active_segment(self) -> _Segment:
-        return _Segment(self.remote_end)
-
-    def all_segments(self) -> list[Any]:
-        return []
+        TieredCleaner.drop_stale_local_copies(self, end)
 
 
 @dataclass
 class RemoteOnlyView:
-    """A partition known only from the metadata store and the object store (a standalone job)."""
+    """A partition known only from the metadata store and the object store (a standalone job).
+
+    As a :class:`~cleaner.tiered.view.PartitionView` its log ends where the remote tier ends
+    (nothing local), is stable up to ``last_stable_offset`` and has no local segments."""
 
     topic_partition: TopicPartition
     config: LogConfig
     epoch: int
-    _log: _RemoteTierLog
+    last_stable_offset: int
+    remote_end: int
     _producers: dict[int, ProducerStateEntry]
 
     @staticmethod
@@ -182,12 +146,36 @@ class RemoteOnlyView:
                 producers = decode_snapshot(snap, source=rsm.object_key(newest) + " (producer snapshot)")
         open_txns = [e.current_txn_first_offset for e in producers.values() if e.current_txn_first_offset is not None]
         lso = min([remote_end, *open_txns])
-        return RemoteOnlyView(tp, config, epoch,
-                              _RemoteTierLog(tp, config, last_stable_offset=lso, remote_end=remote_end), producers)
+        return RemoteOnlyView(tp, config, epoch, lso, remote_end, producers)
+
+    # ---- the round's view ----------------------------------------------------------------
+    @property
+    def log_end_offset(self) -> int:
+        return _NO_END
 
     @property
-    def log(self) -> LocalLog:
-        return cast(LocalLog, self._log)
+    def active_base_offset(self) -> int:
+        return self.remote_end
+
+    def local_bytes_above(self, remote_end: int) -> int:
+        return 0
+
+    def active_producers(self) -> Mapping[int, ProducerInfo]:
+        return self._producers
+
+    def local_txn_links(self, remote_end: int) -> list[TxnIndexLink]:
+        return []
+
+    def local_copy_txns(self, md: RemoteLogSegmentMetadata) -> list[AbortedTxn] | None:
+        return None
+
+    def link_local_copy(self, md: RemoteLogSegmentMetadata, into: Path) -> LinkedCopy | None:
+        return None
+
+    def drop_local_copies_below(self, end: int) -> list[int]:
+        return []
+
+    # ---- the driver's ------------------------------------------------------------------------
 
     def leader_epoch(self) -> int:
         return self.epoch
@@ -197,7 +185,7 @@ class RemoteOnlyView:
 
     def plan(self, rlmm: RemoteLogMetadataManager, *, leader_epoch: int, checkpoint: int | None,
              now: int) -> TieredRoundPlan | None:
-        return plan_round(self.topic_partition, self.log, rlmm, leader_epoch=leader_epoch,
+        return plan_round(self.topic_partition, self, rlmm, leader_epoch=leader_epoch,
                           local_checkpoint=checkpoint, now=now)
 
     def producers(self) -> Producers:

@@ -217,7 +217,7 @@ def test_dirty_segments_are_fetched_again_when_they_cannot_be_kept(make_world, t
     """The keep budget (a third of the free disk beyond one chunk and one output) and the cap on
     kept sources bound what stays on disk; past them a dirty segment is fetched again for the
     rewrite, as before, and the round is the same."""
-    import cleaner.tiered as tiered
+    import cleaner.tiered.round as tiered
 
     w = make_world(config=LOOSE_BLOOM)
     _base(w)

@@ -1,6 +1,6 @@
 """TieredCleaner: Kafka's cleaning round for a partition whose segments live in an object store.
 
-This is seed 004's "download-clean-upload", built from the local cleaner's steps
+A "download-clean-upload" round, built from the local cleaner's steps
 (:func:`~cleaner.cleaner.build_offset_map_from_segments`, :func:`~cleaner.cleaner.clean_into`)
 so the retention rules are exactly the local ones. A round over one partition:
 
@@ -39,8 +39,8 @@ so the retention rules are exactly the local ones. A round over one partition:
    remote reads agree.
 
 Transactions and producers as in Kafka: aborted transactions are collected forward over both
-tiers (:class:`RoundTxnIndexes`), and "keep each producer's last batch" reads the log's producer
-state (``log.producer_state``), which covers the remote tier too: it is carried by the producer
+tiers (:class:`RoundTxnIndexes`), and "keep each producer's last batch" reads the partition's active
+producers (:meth:`~cleaner.tiered.view.PartitionView.active_producers`: a live log's producer state), which covers the remote tier too: it is carried by the producer
 snapshot uploaded with every remote segment and restored from it by a node whose local log is
 behind the remote tier (:mod:`remote.segment_state`), never derived from the batches a round reads.
 
@@ -57,12 +57,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import mmap
-import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
@@ -71,285 +67,37 @@ from cleaner.cleaner import (
     build_offset_map_from_segments,
     clean_into,
     finish_cleaned_segment,
-    renamed_corruption,
 )
 from cleaner.config import CleanerConfig
 from cleaner.errors import InsufficientDiskError
 from cleaner.key_skip import REWRITE_DISABLED, Decision, DirtyKeys, SkipPolicy
-from cleaner.log_to_clean import CleanRatios
 from cleaner.offset_map import OffsetMap, max_map_entries
-from cleaner.round_metadata import RoundMetadata, TieredMetadata
+from cleaner.round_metadata import RoundMetadata
 from cleaner.stats import CleanerStats
 from cleaner.throttler import Throttler
+from cleaner.tiered.plan import TieredRoundPlan, group_remote_segments, plan_round
+from cleaner.tiered.sources import Source, close_source, fetch_verified, link_local_copy, naming
+from cleaner.tiered.space import TempSpace
+from cleaner.tiered.txn_indexes import RoundTxnIndexes
+from cleaner.tiered.view import PartitionView, partition_view
 from cleaner.transactions import CleanedTransactionMetadata
 from log.checkpoint import LeaderEpochCheckpointFile
 from log.clock import SYSTEM_CLOCK, Clock
-from log.errors import CorruptRecordError
-from log.index.bloom import KeyBloomFilter
 from log.index.key_index import build_segment_indexes, scan_keys
-from log.index.txn_index import AbortedTxn, TxnIndexLink, collect_aborted_transactions, parse_txn_index
 from log.local_log import LocalLog, SimulatedCrash
 from log.segment import LogSegment
 from log.types import EpochEntry, TopicPartition
-from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
+from metadata.errors import FencedLeaderEpochError
 from metadata.manager import RemoteLogMetadataManager
 from metadata.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
-from remote.remote_reader import verify_segment_bytes
+from remote.segment_deletion import SegmentDeleter
 from remote.segment_state import rewritten_segment_state
 from remote.storage_manager import IndexType, LogSegmentData, RemoteStorageManager
 
 logger = logging.getLogger(__name__)
 
-INT32_MAX = 2**31 - 1
 #: downloads kept open for the rewrite at most (each holds file handles), whatever the disk allows
 MAX_KEPT_SOURCES = 256
-
-
-# ---- local disk accounting ------------------------------------------------------------------
-
-class TempSpace:
-    """The tiered cleaner's temporary directory, with the bytes it holds and their peak.
-
-    Every downloaded or written file is registered; ``hook(current_bytes)`` is called after
-    each change so a test can assert the disk bound without timing anything.
-    """
-
-    def __init__(self, directory: Path, hook: Callable[[int], None] | None = None) -> None:
-        self.dir = Path(directory)
-        shutil.rmtree(self.dir, ignore_errors=True)  # leftovers of a crashed round
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.hook = hook
-        self._files: dict[Path, int] = {}
-        self.current = 0
-        self.peak = 0
-
-    def _update(self) -> None:
-        self.current = sum(self._files.values())
-        self.peak = max(self.peak, self.current)
-        if self.hook is not None:
-            self.hook(self.current)
-
-    def track(self, *paths: Path, counted: bool = True) -> None:
-        """Register files; ``counted=False`` for hard links to data already on local disk."""
-        for p in paths:
-            if p.exists():
-                self._files[p] = p.stat().st_size if counted else 0
-        self._update()
-
-    def release(self, *paths: Path) -> None:
-        for p in paths:
-            p.unlink(missing_ok=True)
-            self._files.pop(p, None)
-        self._update()
-
-    def cleanup(self) -> None:
-        self.release(*list(self._files))
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-# ---- planning ------------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class TieredRoundPlan:
-    """What a round will do, computed from metadata and the local log only."""
-
-    topic_partition: TopicPartition
-    leader_epoch: int
-    first_dirty_offset: int
-    upper: int
-    segments: tuple[RemoteLogSegmentMetadata, ...]  # every referenced segment, by offset
-    dirty: tuple[RemoteLogSegmentMetadata, ...]
-    cleaner_offsets: dict[int, int] = field(default_factory=dict)
-
-    @property
-    def cleanable_bytes(self) -> int:
-        return sum(s.segment_size_in_bytes for s in self.dirty)
-
-    @property
-    def remote_bytes(self) -> int:
-        return sum(s.segment_size_in_bytes for s in self.segments)
-
-
-def plan_round(tp: TopicPartition, log: LocalLog, rlmm: RemoteLogMetadataManager, *, leader_epoch: int,
-               local_checkpoint: int | None, now: int) -> TieredRoundPlan | None:
-    """The cleanable range of a tiered partition (Kafka's cleanableOffsets over both tiers).
-
-    Returns None when nothing is in remote storage yet.
-    """
-    segments = rlmm.list_remote_log_segments(tp)
-    if not segments:
-        return None
-    log_start = segments[0].start_offset
-    remote_cp = rlmm.resolve_cleaner_checkpoint(tp)
-    cps = [c for c in (local_checkpoint, remote_cp) if c is not None]
-    cp = max(cps) if cps else log_start
-    if cp < log_start or cp > log.log_end_offset:
-        cp = log_start
-    remote_end = segments[-1].end_offset + 1
-    candidates = [remote_end, log.last_stable_offset, log.active_segment.base_offset]
-    min_lag = max(int(log.config.get("min.compaction.lag.ms")), 0)
-    if min_lag > 0:
-        for s in segments:
-            if s.end_offset >= cp and s.max_timestamp_ms > now - min_lag:
-                candidates.append(s.start_offset)
-                break
-    raw_upper = min(candidates)
-    upper = raw_upper
-    for s in segments:  # round down to a remote segment boundary
-        if s.start_offset < raw_upper <= s.end_offset:
-            upper = s.start_offset
-            break
-    upper = max(cp, upper)
-    dirty = tuple(s for s in segments if s.end_offset >= cp and s.start_offset < upper)
-    return TieredRoundPlan(tp, leader_epoch, cp, upper, tuple(segments), dirty, dict(rlmm.cleaner_offsets(tp)))
-
-
-def dirty_ratio(plan: TieredRoundPlan, local_only_bytes: int) -> float:
-    """cleanable / (remote + local-only) bytes, from metadata (no object-store call)."""
-    total = plan.remote_bytes + local_only_bytes
-    return plan.cleanable_bytes / total if total else 0.0
-
-
-def group_remote_segments(run: list[RemoteLogSegmentMetadata], max_size: int, end: int) -> list[list[RemoteLogSegmentMetadata]]:
-    """Kafka's groupSegmentsBySize over remote metadata: size and 2^31-1 offset span.
-
-    The in-process TieredCleaner and the Spark job group with this one function, so they
-    produce the same segments.
-    """
-    groups: list[list[RemoteLogSegmentMetadata]] = []
-    i = 0
-    while i < len(run):
-        group = [run[i]]
-        size = run[i].segment_size_in_bytes
-        i += 1
-        while i < len(run):
-            nxt = run[i]
-            last = (run[i + 1].start_offset - 1) if i + 1 < len(run) else max(end - 1, nxt.end_offset)
-            if size + nxt.segment_size_in_bytes > max_size or last - group[0].start_offset > INT32_MAX:
-                break
-            group.append(nxt)
-            size += nxt.segment_size_in_bytes
-            i += 1
-        groups.append(group)
-    return groups
-
-
-
-# ---- aborted transactions over both tiers ------------------------------------------------------
-
-class RoundTxnIndexes:
-    """The transaction indexes of a tiered log for one round: every referenced remote segment,
-    then the local segments above the remote tier, in offset order.
-
-    Aborted transactions are collected as Kafka collects them (:func:`~log.index.txn_index.
-    collect_aborted_transactions`): from the segment holding the start offset forward,
-    through later remote *and local* indexes, until the search is complete. An ABORT marker,
-    and so its index entry, may sit in any later segment (a later remote segment, or the local
-    log not yet tiered), so giving a source only its own index, or the map pass only the
-    dirty range's, takes aborted data for committed data. The in-process round and the Spark
-    driver both collect through this class, so their aborted sets are the same.
-
-    Each remote index is loaded at most once per round: from an identical local copy when
-    there is one, as empty when the segment's bloom summary says it holds no transactional or
-    control batch (so it has no ABORT marker, hence no entry), otherwise fetched.
-    ``known`` seeds entries already fetched (the Spark scan returns them). Not thread-safe.
-    """
-
-    def __init__(self, log: LocalLog, segments: Sequence[RemoteLogSegmentMetadata], rlmm: RoundMetadata,
-                 fetch: Callable[[RemoteLogSegmentMetadata], bytes], *,
-                 local_copy: Callable[[RemoteLogSegmentMetadata], LogSegment | None] | None = None,
-                 on_download: Callable[[int], None] | None = None,
-                 known: dict[str, list[AbortedTxn]] | None = None) -> None:
-        self.log = log
-        self.rlmm = rlmm
-        self._fetch = fetch
-        self._local_copy = local_copy
-        self._on_download = on_download
-        self._cache: dict[str, list[AbortedTxn]] = dict(known or {})
-        segs = sorted(segments, key=lambda m: m.start_offset)
-        self._segment_ids = {m.id for m in segs}
-        #: the remote segments' bloom filters (their summaries), read in one batch at first need
-        self._blooms: dict[str, bytes] | None = None
-        chain: list[TxnIndexLink] = [(md.start_offset, self._remote_loader(md)) for md in segs]
-        remote_end = segs[-1].end_offset + 1 if segs else 0
-        with log.lock:
-            local = [seg for seg in log.all_segments() if seg.read_next_offset() > remote_end]
-        chain += [(max(seg.base_offset, remote_end), self._local_loader(seg)) for seg in local]
-        self.chain = chain
-        #: remote indexes actually fetched from the object store this round
-        self.fetched = 0
-
-    def _remote_loader(self, md: RemoteLogSegmentMetadata) -> Callable[[], list[AbortedTxn]]:
-        return lambda: self.entries(md)
-
-    def _local_loader(self, seg: LogSegment) -> Callable[[], list[AbortedTxn]]:
-        def load() -> list[AbortedTxn]:
-            with self.log.lock:
-                return seg.txn_index.all()
-        return load
-
-    def entries(self, md: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
-        """Every entry of the remote segment's transaction index."""
-        entries = self._cache.get(md.id)
-        if entries is not None:
-            return entries
-        local = self._local_copy(md) if self._local_copy is not None else None
-        if local is not None:
-            with self.log.lock:
-                entries = local.txn_index.all()
-        else:
-            if self._blooms is None:  # a walk without transactions reads every later summary: batch them
-                self._blooms = self.rlmm.get_bloom_filters(md.topic_partition, sorted(self._segment_ids))
-            blob = self._blooms.get(md.id)
-            if blob is None and md.id not in self._segment_ids:
-                blob = self.rlmm.get_bloom_filter(md.remote_log_segment_id)
-            if blob is not None and not KeyBloomFilter.from_bytes(blob, source=md.id).has_transactional_batches:
-                entries = []
-            else:
-                data = self._fetch(md)
-                self.fetched += 1
-                if self._on_download is not None:
-                    self._on_download(len(data))
-                entries = parse_txn_index(data, source=md.id)
-        self._cache[md.id] = entries
-        return entries
-
-    def collect(self, start: int, upper: int) -> list[AbortedTxn]:
-        """Aborted transactions overlapping ``[start, upper)``, read forward until complete."""
-        return collect_aborted_transactions(self.chain, start, upper)
-
-    def for_sources(self, group: Sequence[RemoteLogSegmentMetadata]) -> list[list[AbortedTxn]]:
-        """What a rewrite adds before each source of ``group`` (Kafka's cleanSegments: from the
-        source's base to the next source's base, or to the source's end for the last)."""
-        out = []
-        for k, md in enumerate(group):
-            upper = group[k + 1].start_offset if k + 1 < len(group) else md.end_offset + 1
-            out.append(self.collect(md.start_offset, upper))
-        return out
-
-
-# ---- the round -------------------------------------------------------------------------------
-
-@dataclass(slots=True)
-class _Source:
-    md: RemoteLogSegmentMetadata
-    segment: LogSegment
-    temp_files: tuple[Path, ...] = ()
-    #: what a corruption error names: the object key, or the local copy's file
-    name: str = ""
-
-
-@contextmanager
-def _naming(sources: Sequence[_Source]) -> Iterator[None]:
-    """Corruption found in a temporary copy is reported against the object (or local file) it
-    came from, with the byte position."""
-    try:
-        yield
-    except CorruptRecordError as e:
-        for src in sources:
-            if src.name and e.source == str(src.segment.log_path):
-                raise renamed_corruption(e, src.name) from e
-        raise
 
 
 class TieredCleaner:
@@ -378,10 +126,10 @@ class TieredCleaner:
         #: the id of each new segment (a Spark executor's carry its job's tag, see remote.orphans)
         self.segment_ids = segment_ids
         #: downloads of this round kept on disk for the rewrite (segment id -> source), within _keep_budget
-        self._kept: dict[str, _Source] = {}
+        self._kept: dict[str, Source] = {}
         self._keep_budget = 0
         #: sources opened only to build a key index, closed once their segment is decided
-        self._deciding: list[_Source] = []
+        self._deciding: list[Source] = []
         #: the round's dirty keys (collected by the map pass when a clean region is to be tested)
         self._dirty_keys: DirtyKeys | None = None
         self.max_entries = max_map_entries(offset_map, config.load_factor)
@@ -400,15 +148,16 @@ class TieredCleaner:
             self.crash_hook(step)
 
     # ---- chunk bound ---------------------------------------------------------------------
-    def chunk_bound(self, log: LocalLog) -> int:
+    def chunk_bound(self, log: PartitionView | LocalLog) -> int:
         """min(segment.bytes, free disk / 3): room for downloads, the map's spill and output."""
         self.temp_root.mkdir(parents=True, exist_ok=True)
         return max(min(log.config.segment_bytes, self.free_disk(self.temp_root) // 3), 1)
 
     # ---- the round -------------------------------------------------------------------------
-    def clean(self, log: LocalLog, *, leader_epoch: int, local_checkpoint: int | None,
+    def clean(self, partition: PartitionView | LocalLog, *, leader_epoch: int, local_checkpoint: int | None,
               now: int | None = None, plan: TieredRoundPlan | None = None) -> tuple[int, CleanerStats]:
-        """One round on ``log``'s partition; returns (new checkpoint, stats).
+        """One round on ``partition`` (a live LocalLog, or any :class:`~cleaner.tiered.view.PartitionView`);
+        returns (new checkpoint, stats).
 
         ``plan``: the round's plan when the caller made it already (a Spark executor runs the
         round its driver planned, see :mod:`cleaner.spark.partition_round`); else planned here
@@ -419,6 +168,7 @@ class TieredCleaner:
                 and the round's uploads were removed.
             InsufficientDiskError: free disk cannot hold one segment within the chunk bound.
         """
+        log = partition_view(partition)
         tp = log.topic_partition
         now = self.clock.milliseconds() if now is None else now
         stats = CleanerStats(self.clock, tp)
@@ -480,7 +230,7 @@ class TieredCleaner:
         return lambda: self.check_done(tp)  # type: ignore[misc]
 
     # ---- phase 1: the offset map ----------------------------------------------------------
-    def _map_dirty_range(self, log: LocalLog, plan: TieredRoundPlan, space: TempSpace, stats: CleanerStats) -> int:
+    def _map_dirty_range(self, log: PartitionView, plan: TieredRoundPlan, space: TempSpace, stats: CleanerStats) -> int:
         tp = log.topic_partition
         start, upper = plan.first_dirty_offset, plan.upper
         self.offset_map.clear()
@@ -491,7 +241,7 @@ class TieredCleaner:
         for chunk in self._chunks(plan.dirty, bound):
             sources = [self._open_source(log, md, space, stats, bound) for md in chunk]
             try:
-                with _naming(sources):
+                with naming(sources):
                     full = build_offset_map_from_segments(
                         [s.segment for s in sources], start, upper, self.offset_map, txn,
                         max_entries=self.max_entries, stats=stats, throttler=self.throttler,
@@ -519,18 +269,7 @@ class TieredCleaner:
             yield chunk
 
     # ---- sources: a local copy, or a download ----------------------------------------------
-    @staticmethod
-    def _local_copy(log: LocalLog, md: RemoteLogSegmentMetadata) -> LogSegment | None:
-        """The local segment holding exactly the remote segment's bytes ('both' tier), if any."""
-        with log.lock:
-            seg = log.segments.get(md.start_offset)
-            if seg is None or seg is log.active_segment or seg.size != md.segment_size_in_bytes:
-                return None
-            if seg.read_next_offset() != md.end_offset + 1 or not seg.log_path.exists():
-                return None
-            return seg
-
-    def _txn_indexes(self, log: LocalLog, plan: TieredRoundPlan, stats: CleanerStats) -> RoundTxnIndexes:
+    def _txn_indexes(self, log: PartitionView, plan: TieredRoundPlan, stats: CleanerStats) -> RoundTxnIndexes:
         """The round's transaction indexes over both tiers. A remote index is fetched at most once
         per round: the map pass and the rewrite both walk it, and segment ids never change."""
         def downloaded(n: int) -> None:
@@ -544,14 +283,14 @@ class TieredCleaner:
             return data
 
         return RoundTxnIndexes(log, plan.segments, self.rlmm, fetch,
-                               local_copy=lambda md: self._local_copy(log, md), on_download=downloaded)
+                               local_copies=True, on_download=downloaded)
 
-    def _open_source(self, log: LocalLog, md: RemoteLogSegmentMetadata, space: TempSpace, stats: CleanerStats,
-                     bound: int) -> _Source:
+    def _open_source(self, log: PartitionView, md: RemoteLogSegmentMetadata, space: TempSpace, stats: CleanerStats,
+                     bound: int) -> Source:
         kept = self._kept.pop(md.id, None)
         if kept is not None:  # downloaded earlier this round (map pass or key index build)
             return kept
-        linked = self._link_local_copy(log, md, space)
+        linked = link_local_copy(log, md, space)
         if linked is not None:
             return linked
         # A segment above segment.bytes (one batch bigger than it) is a chunk on its own; it is
@@ -562,7 +301,7 @@ class TieredCleaner:
                 f"of the free disk under {self.temp_root} is smaller; free disk space and the round is retried")
         base = md.start_offset
         log_path = space.dir / f"{base:020d}.log"
-        n = self._fetch_verified(md, log_path)
+        n = fetch_verified(self.rsm, md, log_path)
         # only the .log: aborted transactions reach the cleaner through the round's
         # RoundTxnIndexes (forward over both tiers), never through the source's own index
         files = [log_path]
@@ -576,65 +315,8 @@ class TieredCleaner:
         if self.throttler is not None:
             self.throttler.maybe_throttle(n)
         seg = LogSegment(space.dir, base, index_interval_bytes=int(log.config.get("index.interval.bytes")))
-        return _Source(md, seg, tuple(files + [seg.offset_index.path, seg.time_index.path]),
+        return Source(md, seg, tuple(files + [seg.offset_index.path, seg.time_index.path]),
                        name=f"remote segment {self.rsm.object_key(md)}")
-
-    def _fetch_verified(self, md: RemoteLogSegmentMetadata, path: Path) -> int:
-        """Download the segment's log to ``path`` and check it whole (CRCs, offsets). Bytes damaged
-        on the way are fetched once more, as the read path does; damage that persists is in the
-        store and is reported against the object (the partition becomes uncleanable)."""
-        name = f"remote segment {self.rsm.object_key(md)}"
-        n = self.rsm.fetch_log_segment_to_file(md, path)
-        if n == 0:
-            return n  # nothing to check (mmap refuses an empty file)
-        for attempt in (1, 2):
-            error: CorruptRecordError | None = None
-            with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                try:
-                    verify_segment_bytes(mm, md, name)
-                except CorruptRecordError as e:
-                    # without its traceback: its frames hold views of the map, which must close
-                    error = e.with_traceback(None)
-            if error is None:
-                return n
-            if attempt == 2:
-                raise error
-            logger.warning("%s: %s; fetching the segment again", md.id, error)
-            n = self.rsm.fetch_log_segment_to_file(md, path)
-        raise AssertionError("unreachable")
-
-    @staticmethod
-    def _link_local_copy(log: LocalLog, md: RemoteLogSegmentMetadata, space: TempSpace) -> _Source | None:
-        """Hard-link an identical local copy into the temp dir under the log's lock, so local
-        retention running meanwhile cannot pull the files away (no disk is used)."""
-        link_dir = space.dir / "local"
-        link_dir.mkdir(exist_ok=True)
-        with log.lock:
-            seg = TieredCleaner._local_copy(log, md)
-            if seg is None:
-                return None
-            links = []
-            try:
-                for f in (seg.log_path, seg.txn_index.path):
-                    if f.exists():
-                        dst = link_dir / f.name
-                        dst.unlink(missing_ok=True)
-                        os.link(f, dst)
-                        links.append(dst)
-            except OSError:
-                for p in links:
-                    p.unlink(missing_ok=True)
-                return None
-        space.track(*links, counted=False)
-        linked = LogSegment(link_dir, seg.base_offset, index_interval_bytes=seg.index_interval_bytes)
-        return _Source(md, linked, tuple(links + [linked.offset_index.path, linked.time_index.path]),
-                       name=str(seg.log_path))
-
-    @staticmethod
-    def _close_source(src: _Source, space: TempSpace) -> None:
-        if src.temp_files:
-            src.segment.close()
-            space.release(*src.temp_files)
 
     # ---- phase 2: rewrite ---------------------------------------------------------------
     def _decide(self, md: RemoteLogSegmentMetadata, plan: TieredRoundPlan, policy: SkipPolicy) -> Decision:
@@ -645,7 +327,7 @@ class TieredCleaner:
             return Decision(True, "dirty")
         return policy.decide(md)
 
-    def _skip_policy(self, log: LocalLog, plan: TieredRoundPlan, now: int, space: TempSpace, stats: CleanerStats,
+    def _skip_policy(self, log: PartitionView, plan: TieredRoundPlan, now: int, space: TempSpace, stats: CleanerStats,
                      bound: int) -> SkipPolicy:
         def download(md: RemoteLogSegmentMetadata) -> Path:
             src = self._open_source(log, md, space, stats, bound)
@@ -660,7 +342,7 @@ class TieredCleaner:
                           use_key_index=self.use_key_index, stats=stats, download=download)
 
     # ---- downloads kept for the rewrite ----------------------------------------------------
-    def _start_round(self, log: LocalLog, plan: TieredRoundPlan) -> None:
+    def _start_round(self, log: PartitionView, plan: TieredRoundPlan) -> None:
         """Size the keep budget: what a third of the free disk holds beyond one chunk and one
         output (so the round's temp disk stays within the larger of that third and the chunk
         bound plus an output), and decide whether the map pass collects dirty keys."""
@@ -671,7 +353,7 @@ class TieredCleaner:
         has_clean_region = any(s.end_offset < plan.first_dirty_offset for s in plan.segments)
         self._dirty_keys = DirtyKeys() if (self.bloom_skip and has_clean_region) else None
 
-    def _collect_dirty_keys(self, sources: Sequence[_Source], start: int, upper: int) -> None:
+    def _collect_dirty_keys(self, sources: Sequence[Source], start: int, upper: int) -> None:
         """Digest each dirty key once (a map that fills makes this a superset: safe)."""
         if self._dirty_keys is None:
             return
@@ -679,7 +361,7 @@ class TieredCleaner:
             scan = scan_keys(src.segment.log_path, start, upper)
             self._dirty_keys.add(scan.digests, scan.tombstones)
 
-    def _keep(self, src: _Source, space: TempSpace) -> bool:
+    def _keep(self, src: Source, space: TempSpace) -> bool:
         """Keep a downloaded source (not a linked local copy) for the rewrite if the budget allows."""
         downloaded = bool(src.temp_files) and src.segment.log_path.parent == space.dir
         kept = sum(k.md.segment_size_in_bytes for k in self._kept.values())
@@ -689,25 +371,25 @@ class TieredCleaner:
             return True
         return False
 
-    def _keep_or_close(self, src: _Source, space: TempSpace) -> None:
+    def _keep_or_close(self, src: Source, space: TempSpace) -> None:
         if not self._keep(src, space):
-            self._close_source(src, space)
+            close_source(src, space)
 
     def _release_kept(self, md: RemoteLogSegmentMetadata, space: TempSpace) -> None:
         """After a decision: a carried-forward segment's download, and any source opened only to
         build an index, leave the disk."""
         src = self._kept.pop(md.id, None)
         if src is not None:
-            self._close_source(src, space)
+            close_source(src, space)
         while self._deciding:
-            self._close_source(self._deciding.pop(), space)
+            close_source(self._deciding.pop(), space)
 
     def _drop_kept(self, space: TempSpace) -> None:
         for src in [*self._kept.values(), *self._deciding]:
-            self._close_source(src, space)
+            close_source(src, space)
         self._kept, self._deciding = {}, []
 
-    def _rewrite(self, log: LocalLog, plan: TieredRoundPlan, end: int, now: int, space: TempSpace,
+    def _rewrite(self, log: PartitionView, plan: TieredRoundPlan, end: int, now: int, space: TempSpace,
                  stats: CleanerStats, uploaded: list[RemoteLogSegmentMetadata],
                  replaced: list[RemoteLogSegmentMetadata]) -> None:
         """Clean every referenced segment below ``end`` that may change, appending each upload
@@ -730,11 +412,10 @@ class TieredCleaner:
                     runs.append([])
             else:
                 while self._deciding:  # opened for its index but over the keep budget: fetched again
-                    self._close_source(self._deciding.pop(), space)
+                    close_source(self._deciding.pop(), space)
                 runs[-1].append(md)
         groups = [g for run in runs if run for g in group_remote_segments(run, min(log.config.segment_bytes, bound), end)]
-        with log.lock:
-            producers = log.producer_state.active_producers()
+        producers = log.active_producers()
         ctx = CleanContext(now_ms=now, delete_retention_ms=int(log.config.get("delete.retention.ms")),
                            upper_bound_of_round=plan.upper, active_producers=producers,
                            txn_metadata=CleanedTransactionMetadata(), throttler=self.throttler,
@@ -754,12 +435,12 @@ class TieredCleaner:
                     src = self._open_source(log, md, space, stats, bound)
                     try:
                         ctx.txn_metadata.add_aborted(txns)
-                        with _naming([src]), stats.measure(
+                        with naming([src]), stats.measure(
                                 stats.account(md.id, "rewritten", md.start_offset, md.end_offset)):
                             clean_into(src.segment, dest, self.offset_map, ctx, stats)
                         space.track(dest.log_path)
                     finally:
-                        self._close_source(src, space)
+                        close_source(src, space)
                 finish_cleaned_segment(dest, now)
                 stats.segments_cleaned += len(group)
                 stats.groups += 1
@@ -772,7 +453,7 @@ class TieredCleaner:
                 dest.close()
                 space.release(*dest.files())
 
-    def _upload(self, log: LocalLog, group: list[RemoteLogSegmentMetadata], dest: LogSegment, fpp: float,
+    def _upload(self, log: PartitionView, group: list[RemoteLogSegmentMetadata], dest: LogSegment, fpp: float,
                 epoch: int, stats: CleanerStats) -> RemoteLogSegmentMetadata:
         tp = log.topic_partition
         epochs: dict[int, int] = {}
@@ -821,105 +502,10 @@ class TieredCleaner:
 
     def _abandon(self, uploaded: list[RemoteLogSegmentMetadata], epoch: int, *, fenced: bool) -> None:
         """Remove a failed round's uploads; their metadata rows are orphans the deferred-delete loop ends."""
-        for md in uploaded:
-            try:
-                if not fenced:
-                    self.rlmm.update_remote_log_segment_state(
-                        md.remote_log_segment_id, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, leader_epoch=epoch,
-                        event_timestamp_ms=self.clock.milliseconds(), broker_id=self.broker_id)
-                self.rsm.delete_log_segment_data(md)
-                if not fenced:
-                    self.rlmm.update_remote_log_segment_state(
-                        md.remote_log_segment_id, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, leader_epoch=epoch,
-                        event_timestamp_ms=self.clock.milliseconds(), broker_id=self.broker_id)
-            except Exception:  # best effort: the deferred-delete loop finds what is left
-                logger.warning("could not remove abandoned upload %s; the deferred-delete loop will", md.id,
-                               exc_info=True)
+        SegmentDeleter(self.rlmm, self.rsm, self.broker_id, self.clock).remove_uploads(
+            uploaded, epoch, tombstone=lambda md: not fenced, what="abandoned upload")
 
     @staticmethod
-    def drop_stale_local_copies(log: LocalLog, end: int) -> list[int]:
+    def drop_stale_local_copies(log: PartitionView | LocalLog, end: int) -> list[int]:
         """Local segments wholly below the new checkpoint now hold stale copies of remote data."""
-        with log.lock:
-            stale = [s for s in log.all_segments()
-                     if s is not log.active_segment and s.read_next_offset() <= end]
-            return log.delete_segments(stale)
-
-
-# ---- selection: the tiered pool's LogToClean ------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class TieredContext:
-    """What the LogCleaner needs to run tiered rounds (given by the composition root)."""
-
-    rlmm: TieredMetadata
-    rsm: RemoteStorageManager
-    leader_epoch: Callable[[TopicPartition], int]
-    temp_dir: Path
-    broker_id: int = 0
-    threads: int = 1
-    bloom_skip: bool = True
-    free_disk: Callable[[Path], int] | None = None
-
-
-@dataclass(eq=False)
-class TieredLogToClean(CleanRatios):
-    """A tiered partition's dirty section, sized from metadata (no object-store call).
-
-    The dirty ratio is cleanable / (remote + local-only) bytes (seed 004). KIP-354's
-    must-clean test needs each dirty segment's earliest record time, which remote metadata
-    does not hold; following KIP-354's own estimate, a segment's earliest timestamp is the
-    previous segment's largest timestamp (the first segment's: its largest minus
-    the max segment time).
-    """
-
-    topic_partition: TopicPartition
-    log: LocalLog
-    plan: TieredRoundPlan
-    local_only_bytes: int
-    now: int
-    must_clean_bytes: int = field(init=False)
-    need_compaction_now: bool = field(init=False)
-    cleanable_bytes: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        max_lag = max(int(self.log.config.get("max.compaction.lag.ms")), 0)
-        clean_until = self.now - max_lag
-        by_start = {s.start_offset: i for i, s in enumerate(self.plan.segments)}
-        must = 0
-        for seg in self.plan.dirty:
-            i = by_start[seg.start_offset]
-            earliest = (self.plan.segments[i - 1].max_timestamp_ms if i > 0
-                        else seg.max_timestamp_ms - self.log.config.max_segment_ms)
-            if 0 < earliest < clean_until:
-                must += seg.segment_size_in_bytes
-        self.must_clean_bytes = must
-        self.need_compaction_now = must > 0
-        self.cleanable_bytes = self.plan.cleanable_bytes
-
-    @property
-    def first_dirty_offset(self) -> int:
-        return self.plan.first_dirty_offset
-
-    @property
-    def first_uncleanable_offset(self) -> int:
-        return self.plan.upper
-
-    @property
-    def total_bytes(self) -> int:
-        return self.plan.remote_bytes + self.local_only_bytes
-
-
-def tiered_log_to_clean(ctx: TieredContext, tp: TopicPartition, log: LocalLog, checkpoint: int | None,
-                        now: int) -> TieredLogToClean | None:
-    """The tiered LogToClean of ``log``, or None while nothing is in remote storage or
-    another broker leads the partition (that broker cleans it; this one is a follower)."""
-    try:
-        epoch = ctx.leader_epoch(tp)
-    except NotLeaderForPartitionError:
-        return None
-    plan = plan_round(tp, log, ctx.rlmm, leader_epoch=epoch, local_checkpoint=checkpoint, now=now)
-    if plan is None:
-        return None
-    remote_end = plan.segments[-1].end_offset + 1
-    local_only = sum(s.size for s in log.all_segments() if s.base_offset >= remote_end)
-    return TieredLogToClean(tp, log, plan, local_only, now)
+        return partition_view(log).drop_local_copies_below(end)
