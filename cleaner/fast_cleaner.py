@@ -1,5 +1,5 @@
 """The cleaner's two passes over a :class:`~cleaner.offset_map.CompactOffsetMap`, with the
-record kernels (``log/record/fastpath.py``) doing the per-record work.
+record kernels (``cleaner/kernels/fastpath.py``) doing the per-record work.
 
 Same decisions, in the same order, as :func:`cleaner.cleaner._build_for_segment` and
 :func:`cleaner.cleaner.clean_into` (the reference, used with any other OffsetMap).
@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cleaner.fast_reader import ChunkReader
+from cleaner.kernels.fastpath import pure_kernels
 from cleaner.offset_map import CompactOffsetMap
 from cleaner.retention import (
     CleanContext,
@@ -65,7 +66,6 @@ from log.record.batch import RECORDS_OFFSET, TIMESTAMP_TYPE_MASK
 from log.record.builder import _write_header_and_crc
 from log.record.compression import CompressionType, compress
 from log.record.decode import iter_key_offsets
-from log.record.fastpath import pure_kernels
 from log.segment import LogSegment
 
 _HORIZON_FLAG = 0x40
