@@ -50,20 +50,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 
+from cleaner import retention
 from cleaner.config import CleanerConfig
 from cleaner.fast_cleaner import build_for_segment_fast, clean_into_fast
 from cleaner.log_to_clean import LogToClean
 from cleaner.offset_map import CompactOffsetMap, OffsetMap, max_map_entries
-from cleaner.retention import (
-    BatchDecision,
-    BatchRetention,
-    CleanContext,
-    decide_batch,
-    decide_records,
-    rebuild_batch,
-    retain_batch,
-    retains_tombstones,
-)
+from cleaner.retention import CleanContext
 from cleaner.retention import no_check as _no_check
 from cleaner.stats import CleanerStats
 from cleaner.throttler import Throttler
@@ -317,12 +309,13 @@ def clean_into(source: LogSegment, dest: LogSegment, offset_map: OffsetMap, ctx:
         stats.bytes_read += size
         # pass 1, in log order: batch-level decisions (they advance the transaction state), and
         # the keys to look up, all at once
-        plans: list[tuple[RecordBatch, BatchDecision, list | None]] = []
+        plans: list[tuple[RecordBatch, retention.BatchDecision, list | None]] = []
         lookup_keys: list[bytes] = []
         for b in chunk:
-            decision = decide_batch(b, txn, now, upper, producers)
+            decision = retention.decide_batch(b, txn, now, upper, producers)
             kos = None
-            if decision.retention is not BatchRetention.DELETE and not decision.discard_records and not b.is_control:
+            if (decision.retention is not retention.BatchRetention.DELETE and not decision.discard_records
+                    and not b.is_control):
                 kos = list(b.iter_key_offsets())
                 lookup_keys.extend(key for off, key, _hv in kos if key is not None and off <= latest)
             plans.append((b, decision, kos))
@@ -333,9 +326,10 @@ def clean_into(source: LogSegment, dest: LogSegment, offset_map: OffsetMap, ctx:
             return _next()
 
         for b, decision, kos in plans:
-            kept = retain_batch(b, decision, stats, new_horizon,
-                                partial(decide_records, kos or (), latest, mapped_offset, retains_tombstones(b, now)),
-                                partial(rebuild_batch, b))
+            records = partial(retention.decide_records, kos or (), latest, mapped_offset,
+                              retention.retains_tombstones(b, now))
+            kept = retention.retain_batch(b, decision, stats, new_horizon, records,
+                                          partial(retention.rebuild_batch, b))
             if kept is not None:
                 pending.add(kept[0], b.last_offset, kept[1])
                 if kept[2] and pending.size > flush_at:
