@@ -4,7 +4,8 @@
 FROM python:3.11-slim-bookworm
 
 # Java for the Spark driver (spark-clean); PySpark runs executors on the cluster.
-# gcc + libc headers compile the record kernels (log/record/_fastpath.pyx, setup.py) at install;
+# gcc + libc headers compile the kernels (log/record/_codec.pyx, cleaner/kernels/_fastpath.pyx,
+# setup.py) at install;
 # libssl-dev lets setup.py link the key-index kernel to OpenSSL's libcrypto (its MD5), whose
 # runtime library libssl3 stays (named here so the purge below cannot auto-remove it).
 RUN apt-get update \
@@ -20,9 +21,9 @@ COPY cleaner ./cleaner
 COPY service ./service
 RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir '.[spark]' \
- && cd / && /opt/venv/bin/python -c "from log.record import _fastpath; assert _fastpath.MD5_KEYS" \
+ && cd / && /opt/venv/bin/python -c "from log.record import _codec; from cleaner.kernels import _fastpath; assert _codec.MD5_KEYS" \
  && apt-get purge -y --auto-remove gcc libc6-dev libssl-dev \
- && /opt/venv/bin/python -c "from log.record import _fastpath; assert _fastpath.MD5_KEYS"
+ && /opt/venv/bin/python -c "from log.record import _codec; from cleaner.kernels import _fastpath; assert _codec.MD5_KEYS"
 ENV PATH=/opt/venv/bin:$PATH \
     TIERCOMPACT_DATA_DIR=/var/lib/tiercompact \
     TIERCOMPACT_HOST=0.0.0.0 \

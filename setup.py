@@ -1,12 +1,16 @@
-"""Build the optional compiled record kernels (log/record/_fastpath.pyx); everything else is
-declared in pyproject.toml.
+"""Build the two optional compiled kernel modules; everything else is declared in pyproject.toml.
 
-The extension is optional, the way PyYAML's and aiokafka's are: without a C compiler (or with
+* ``log.record._codec`` (log/record/_codec.pyx): the format layer's record decode, encode and
+  key MD5 for readers, producers and key indexes;
+* ``cleaner.kernels._fastpath`` (cleaner/kernels/_fastpath.pyx): the cleaner's map, retain and
+  rewrite loops and its key table. Both include log/record/_scan.pxi (reading the v2 records).
+
+The extensions are optional, the way PyYAML's and aiokafka's are: without a C compiler (or with
 TIERCOMPACT_NO_EXTENSIONS=1) the build still succeeds and tiercompact runs the pure-Python
-reference kernels (log/record/_fastpath_py.py), logging one warning when the cleaner first
-needs them. Cython comes from PyPI at build time (pyproject's build-system requires).
+twins (log/record/_codec_py.py, cleaner/kernels/_fastpath_py.py), logging one warning each when
+first needed. Cython comes from PyPI at build time (pyproject's build-system requires).
 
-OpenSSL's libcrypto is optional too: the key-index kernel (``md5_keys``, _fastpath_md5.pxi)
+OpenSSL's libcrypto is optional too: the key-index kernel (``md5_keys``, _codec_md5.pxi)
 hashes keys with its MD5. A compile-and-link probe looks for <openssl/md5.h> and -lcrypto
 (Debian/Ubuntu: libssl-dev to build, libssl3 at run time); only when it passes is the
 extension linked with crypto and TC_HAVE_LIBCRYPTO defined. Without it the extension still
@@ -33,7 +37,7 @@ class OptionalBuildExt(build_ext):
             self._skip(e)
 
     def build_extension(self, ext: Extension) -> None:
-        if ext.name == "log.record._fastpath" and self._has_libcrypto():
+        if ext.name == "log.record._codec" and self._has_libcrypto():
             ext.define_macros = [*ext.define_macros, ("TC_HAVE_LIBCRYPTO", "1")]
             ext.libraries = [*ext.libraries, "crypto"]
         try:
@@ -82,6 +86,9 @@ int main(void) {
 """
 
 
+_ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
 def _extensions() -> list[Extension]:
     if os.environ.get("TIERCOMPACT_NO_EXTENSIONS"):
         return []
@@ -90,9 +97,11 @@ def _extensions() -> list[Extension]:
     except ImportError:
         sys.stderr.write("WARNING: Cython is not installed; tiercompact builds without compiled kernels.\n")
         return []
-    ext = Extension("log.record._fastpath", ["log/record/_fastpath.pyx"], extra_compile_args=["-O3"])
+    exts = [Extension("log.record._codec", ["log/record/_codec.pyx"], extra_compile_args=["-O3"]),
+            Extension("cleaner.kernels._fastpath", ["cleaner/kernels/_fastpath.pyx"], extra_compile_args=["-O3"])]
     try:
-        return cythonize([ext], compiler_directives={"language_level": "3"}, quiet=True)
+        # include_path: the cleaner's module includes "log/record/_scan.pxi" from the project root
+        return cythonize(exts, compiler_directives={"language_level": "3"}, include_path=[_ROOT], quiet=True)
     except Exception as e:  # a Cython version that cannot translate the module: stay pure Python
         OptionalBuildExt._skip(e)
         return []

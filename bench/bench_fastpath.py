@@ -88,8 +88,8 @@ def _build(data_dir: Path, codec_name: str, records: int, value_size: int) -> No
 
 
 def _ceiling(data_dir: Path) -> dict[str, Any]:
+    from cleaner.kernels.fastpath import kernels
     from log.log_manager import LogManager
-    from log.record.fastpath import kernels
     from log.types import TopicPartition
 
     k = kernels()
@@ -114,10 +114,10 @@ def _ceiling(data_dir: Path) -> dict[str, Any]:
 
 def _clean(data_dir: Path, engine: str) -> dict[str, Any]:
     from cleaner.config import CleanerConfig
+    from cleaner.kernels import fastpath
     from cleaner.log_cleaner import LogCleaner
     from cleaner.offset_map import CompactOffsetMap, SkimpyOffsetMap
     from log.log_manager import LogManager
-    from log.record import fastpath
     from log.scheduler import Scheduler
     from log.types import TopicPartition
 
@@ -163,7 +163,7 @@ def _clean(data_dir: Path, engine: str) -> dict[str, Any]:
 
 def _one(value_size: int, records: int, codec: str) -> dict[str, Any]:
     """One workload, in this (child) process."""
-    from log.record import fastpath
+    from cleaner.kernels import fastpath
 
     out: dict[str, Any] = {"value_bytes": value_size, "records": records, "codec": codec,
                            "load_average_1min_at_start": round(os.getloadavg()[0], 2)}
@@ -205,9 +205,9 @@ def _key_hash_costs(n: int) -> dict[str, float]:
     """CPU ns per 16-byte key: SipHash-2-4-128 inside the compiled scan (``hash_keys``, no Python
     per key), and per Python call for SipHash (compiled) and MD5 (CPython's _md5, as
     SkimpyOffsetMap and the pure kernels use it)."""
+    from cleaner.kernels.fastpath import compiled_kernels
     from log.record import RecordBatchBuilder
     from log.record.batch import RECORDS_OFFSET
-    from log.record.fastpath import compiled_kernels
 
     try:
         from _md5 import md5  # type: ignore[import-not-found]
@@ -268,8 +268,8 @@ def _targets(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main() -> None:
     from cleaner.config import CleanerConfig
+    from cleaner.kernels.fastpath import compiled_kernels
     from cleaner.offset_map import COMPACT_ENTRY_SIZE, ENTRY_SIZE
-    from log.record.fastpath import compiled_kernels
 
     scale = 10 if quick() else 1
     results = []

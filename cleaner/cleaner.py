@@ -11,7 +11,8 @@ The cleaner works the way Kafka's LogCleaner essay describes. A log is a clean h
    last mapped offset and the next round continues from it ("multiple passes").
 2. **Recopies the log** from its start to the end of what was mapped, in groups of segments
    that fit one segment (:func:`group_segments_by_size`). For each group a new ``.cleaned``
-   segment receives, batch by batch (:func:`clean_into`), what must be retained:
+   segment receives, batch by batch (:func:`clean_into`), what must be retained, by the rule
+   of :mod:`cleaner.retention`:
 
    * a record is dropped if a later record of the same key was mapped (``offset < map[key]``),
      or if it is a tombstone whose batch's delete horizon (KIP-534) has passed;
@@ -44,77 +45,31 @@ the swap takes the log's lock.
 
 from __future__ import annotations
 
-import enum
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from functools import partial
 
+from cleaner import retention
 from cleaner.config import CleanerConfig
+from cleaner.fast_cleaner import build_for_segment_fast, clean_into_fast
 from cleaner.log_to_clean import LogToClean
 from cleaner.offset_map import CompactOffsetMap, OffsetMap, max_map_entries
+from cleaner.retention import CleanContext
+from cleaner.retention import no_check as _no_check
 from cleaner.stats import CleanerStats
 from cleaner.throttler import Throttler
 from cleaner.transactions import CleanedTransactionMetadata
 from log.clock import SYSTEM_CLOCK, Clock
 from log.errors import CorruptRecordError
 from log.local_log import LocalLog, SimulatedCrash
-from log.record import RecordBatch, RecordBatchBuilder, build_empty_header
+from log.record import RecordBatch
 from log.segment import CLEANED_SUFFIX, LogSegment
-from log.types import TimestampType, TopicPartition
+from log.types import TopicPartition
 
 logger = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
-LONG_MAX = 2**63 - 1
-
-
-class ProducerInfo(Protocol):
-    """What the cleaner reads of a producer's state (log.producer_state.ProducerStateEntry fits)."""
-
-    last_data_offset: int  # -1 when the producer has no data batch
-    producer_epoch: int
-
-
-class BatchRetention(enum.Enum):
-    """Kafka's RecordFilter.BatchRetention."""
-
-    DELETE = "delete"              # drop the batch without looking at its records
-    DELETE_EMPTY = "delete_empty"  # keep retained records; drop the batch if none remain
-    RETAIN_EMPTY = "retain_empty"  # keep at least an empty header
-
-
-def _no_check() -> None:
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class CleanContext:
-    """Everything :func:`clean_into` needs besides the map and the segments (one per round).
-
-    ``txn_metadata`` is shared (and mutated) by every segment of the round, in log order.
-    ``check_done`` raises LogCleaningAbortedError when the round must stop.
-    """
-
-    now_ms: int
-    delete_retention_ms: int
-    upper_bound_of_round: int
-    active_producers: Mapping[int, ProducerInfo]
-    txn_metadata: CleanedTransactionMetadata
-    legacy_delete_horizon_ms: int = 0
-    throttler: Throttler | None = None
-    check_done: Callable[[], None] = _no_check
-    io_buffer_size: int = 256 * 1024
-
-    def __post_init__(self) -> None:
-        if self.delete_retention_ms < 0:
-            raise ValueError(f"delete_retention_ms must be >= 0, got {self.delete_retention_ms}")
-        if self.io_buffer_size <= 0:
-            raise ValueError(f"io_buffer_size must be > 0, got {self.io_buffer_size}")
-
-    @property
-    def new_delete_horizon_ms(self) -> int:
-        return min(self.now_ms + self.delete_retention_ms, LONG_MAX)
 
 
 def _chunks(segment: LogSegment, start_position: int, chunk_bytes: int) -> Iterator[tuple[list[RecordBatch], int]]:
@@ -195,8 +150,6 @@ def _build_for_segment(seg: LogSegment, start: int, offset_map: OffsetMap, txn: 
                        max_entries: int, stats: CleanerStats | None, throttler: Throttler | None,
                        check_done: Callable[[], None], io_buffer_size: int) -> bool:
     if isinstance(offset_map, CompactOffsetMap):  # the record kernels' loops (cleaner/fast_cleaner.py)
-        from cleaner.fast_cleaner import build_for_segment_fast
-
         return build_for_segment_fast(seg, start, offset_map, txn, max_entries, stats, throttler, check_done,
                                       io_buffer_size)
     position = seg.offset_index.lookup(start)[1]
@@ -324,76 +277,6 @@ class _Pending:
         self.max_timestamp = self.offset_of_max_timestamp = -1
 
 
-def _is_last_of_producer(batch: RecordBatch, producers: Mapping[int, ProducerInfo]) -> bool:
-    p = producers.get(batch.producer_id)
-    if p is None:
-        return False
-    if p.last_data_offset >= 0:
-        return batch.last_offset == p.last_data_offset
-    return batch.is_control and batch.producer_epoch == p.producer_epoch
-
-
-@dataclass(frozen=True, slots=True)
-class BatchDecision:
-    """What :func:`decide_batch` concluded for one batch."""
-
-    retention: BatchRetention
-    #: drop every record (an aborted transaction's data, or a marker past its delete horizon)
-    discard_records: bool
-    #: a transaction marker the transaction state may discard: kept for now, it needs a
-    #: delete horizon so a later round can remove it
-    marker_for_empty_txn: bool
-
-
-def decide_batch(b: RecordBatch, txn: CleanedTransactionMetadata, now_ms: int, upper_bound_of_round: int,
-                 producers: Mapping[int, ProducerInfo]) -> BatchDecision:
-    """The batch-level retention decision of one batch, for both cleaners (this module's
-    reference :func:`clean_into` and ``cleaner/fast_cleaner.py``), so they cannot drift apart.
-
-    Call it for every batch of a segment, in log order: it advances ``txn``. Kafka's
-    ``checkBatchRetention``: the last batch of a live producer and the batch ending at the
-    round's upper bound are kept even if emptied (RETAIN_EMPTY: the producer state and the
-    log end must survive); aborted data and expired markers are deleted whole (DELETE);
-    otherwise the batch goes if all its records do (DELETE_EMPTY).
-    """
-    if b.is_control:
-        can_discard = txn.on_control_batch_read(b)
-        discard_records = can_discard and b.has_delete_horizon and (b.delete_horizon_ms or 0) <= now_ms
-    else:
-        can_discard = txn.on_batch_read(b)
-        discard_records = can_discard
-    if b.producer_id >= 0 and _is_last_of_producer(b, producers):
-        retention = BatchRetention.RETAIN_EMPTY
-    elif b.next_offset == upper_bound_of_round:
-        retention = BatchRetention.RETAIN_EMPTY
-    elif discard_records:
-        retention = BatchRetention.DELETE
-    else:
-        retention = BatchRetention.DELETE_EMPTY
-    return BatchDecision(retention, discard_records, can_discard and b.is_control)
-
-
-def _rebuild(batch: RecordBatch, keep: list[bool], delete_horizon_ms: int | None) -> bytes:
-    builder = RecordBatchBuilder(
-        batch.base_offset,
-        compression=batch.compression,
-        timestamp_type=batch.timestamp_type,
-        producer_id=batch.producer_id,
-        producer_epoch=batch.producer_epoch,
-        base_sequence=batch.base_sequence,
-        is_transactional=batch.is_transactional,
-        is_control=batch.is_control,
-        partition_leader_epoch=batch.partition_leader_epoch,
-        delete_horizon_ms=delete_horizon_ms,
-        log_append_time_ms=batch.max_timestamp if batch.timestamp_type is TimestampType.LOG_APPEND_TIME else None,
-    )
-    append = builder.append
-    for (offset, timestamp, key, value, headers, _seq), k in zip(batch.iter_record_fields(), keep, strict=True):
-        if k:
-            append(offset, timestamp, key, value, headers)
-    return builder.build(last_offset_delta=batch.last_offset_delta)
-
-
 def clean_into(source: LogSegment, dest: LogSegment, offset_map: OffsetMap, ctx: CleanContext,
                stats: CleanerStats | None = None) -> None:
     """Append to ``dest`` what ``source`` must retain after this round (A.7, A.8).
@@ -406,8 +289,6 @@ def clean_into(source: LogSegment, dest: LogSegment, offset_map: OffsetMap, ctx:
     temporary segment of the tiered cleaner).
     """
     if isinstance(offset_map, CompactOffsetMap):  # the record kernels' loops (cleaner/fast_cleaner.py)
-        from cleaner.fast_cleaner import clean_into_fast
-
         return clean_into_fast(source, dest, offset_map, ctx, stats)
     stats = stats if stats is not None else CleanerStats()
     txn = ctx.txn_metadata
@@ -417,6 +298,7 @@ def clean_into(source: LogSegment, dest: LogSegment, offset_map: OffsetMap, ctx:
     latest = offset_map.latest_offset
     throttler = ctx.throttler
     get_many = offset_map.get_all
+    new_horizon = ctx.new_delete_horizon_ms
     pending = _Pending()
     flush_at = max(dest.index_interval_bytes, 1)
 
@@ -425,83 +307,33 @@ def clean_into(source: LogSegment, dest: LogSegment, offset_map: OffsetMap, ctx:
         if throttler is not None:
             throttler.maybe_throttle(size)
         stats.bytes_read += size
-        # pass 1, in log order: batch-level decisions (they advance the transaction state)
-        plans: list[tuple[RecordBatch, BatchRetention, bool, bool, list | None, int]] = []
+        # pass 1, in log order: batch-level decisions (they advance the transaction state), and
+        # the keys to look up, all at once
+        plans: list[tuple[RecordBatch, retention.BatchDecision, list | None]] = []
         lookup_keys: list[bytes] = []
         for b in chunk:
-            decision = decide_batch(b, txn, now, upper, producers)
-            retention, discard_records = decision.retention, decision.discard_records
+            decision = retention.decide_batch(b, txn, now, upper, producers)
             kos = None
-            first_lookup = len(lookup_keys)
-            if retention is not BatchRetention.DELETE and not discard_records and not b.is_control:
+            if (decision.retention is not retention.BatchRetention.DELETE and not decision.discard_records
+                    and not b.is_control):
                 kos = list(b.iter_key_offsets())
-                for off, key, _hv in kos:
-                    if key is not None and off <= latest:
-                        lookup_keys.append(key)
-            plans.append((b, retention, discard_records, decision.marker_for_empty_txn, kos, first_lookup))
-        found = get_many(lookup_keys) if lookup_keys else []
-        # pass 2: record-level decisions and output
-        for b, retention, discard_records, marker_for_empty_txn, kos, li in plans:
-            if retention is BatchRetention.DELETE:
-                stats.batches_deleted += 1
-                stats.removed_discarded_batch(b.is_control, b.records_count)
-                continue
-            count = b.records_count if b.is_control or kos is None else len(kos)
-            stats.messages_read += count
-            keep: list[bool] | None = None
-            tombstone_kept = False
-            if discard_records:
-                retained = 0
-                stats.removed_discarded_batch(b.is_control, count)
-            elif b.is_control:
-                retained = count
-            else:
-                assert kos is not None
-                retain_deletes = not b.has_delete_horizon or now < (b.delete_horizon_ms or 0)
-                keep = []
-                for off, key, has_value in kos:
-                    if off > latest:
-                        k = True
-                    elif key is None:
-                        # tiercompact keeps keyless records (Kafka drops them; see the module docstring)
-                        stats.invalid_messages_read += 1
-                        k = True
-                    else:
-                        superseded = off < found[li]
-                        k = not superseded and (has_value or retain_deletes)
-                        li += 1
-                        if not k:  # the removal's reason, for the round report
-                            if superseded:
-                                stats.removed_superseded += 1
-                            else:
-                                stats.removed_tombstone += 1
-                    if k and not has_value and key is not None:
-                        tombstone_kept = True
-                    keep.append(k)
-                retained = sum(keep)
-            if retained == 0:
-                if retention is BatchRetention.RETAIN_EMPTY:
-                    data = build_empty_header(b)
-                    stats.batches_emptied += 1
-                    stats.recopy_messages(0, len(data))
-                    pending.add(data, b.last_offset, b.max_timestamp)
-                else:
-                    stats.batches_deleted += 1
-                continue
-            need_horizon = (tombstone_kept or marker_for_empty_txn) and not b.has_delete_horizon
-            if retained == count and not need_horizon:
-                data = bytes(b.raw)
-                max_ts = b.max_timestamp
-                stats.batches_copied += 1
-            else:
-                horizon = ctx.new_delete_horizon_ms if need_horizon else b.delete_horizon_ms
-                data = _rebuild(b, keep if keep is not None else [True] * count, horizon)
-                max_ts = RecordBatch(data).max_timestamp
-                stats.batches_rebuilt += 1
-            stats.recopy_messages(retained, len(data))
-            pending.add(data, b.last_offset, max_ts)
-            if pending.size > flush_at:
-                pending.flush_to(dest, throttler)
+                lookup_keys.extend(key for off, key, _hv in kos if key is not None and off <= latest)
+            plans.append((b, decision, kos))
+        # pass 2: record-level decisions (asking for the same keys in the same order) and output
+        found = iter(get_many(lookup_keys) if lookup_keys else ())
+
+        def mapped_offset(_key: bytes, _next: Callable[[], int] = found.__next__) -> int:
+            return _next()
+
+        for b, decision, kos in plans:
+            records = partial(retention.decide_records, kos or (), latest, mapped_offset,
+                              retention.retains_tombstones(b, now))
+            kept = retention.retain_batch(b, decision, stats, new_horizon, records,
+                                          partial(retention.rebuild_batch, b))
+            if kept is not None:
+                pending.add(kept[0], b.last_offset, kept[1])
+                if kept[2] and pending.size > flush_at:
+                    pending.flush_to(dest, throttler)
     pending.flush_to(dest, throttler)
 
 

@@ -1,5 +1,5 @@
 """The cleaner's two passes over a :class:`~cleaner.offset_map.CompactOffsetMap`, with the
-record kernels (``log/record/fastpath.py``) doing the per-record work.
+record kernels (``cleaner/kernels/fastpath.py``) doing the per-record work.
 
 Same decisions, in the same order, as :func:`cleaner.cleaner._build_for_segment` and
 :func:`cleaner.cleaner.clean_into` (the reference, used with any other OffsetMap).
@@ -46,24 +46,26 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from cleaner.cleaner import (
-    BatchRetention,
-    CleanContext,
-    _rebuild,
-    decide_batch,
-)
 from cleaner.fast_reader import ChunkReader
+from cleaner.kernels.fastpath import pure_kernels
 from cleaner.offset_map import CompactOffsetMap
+from cleaner.retention import (
+    CleanContext,
+    RecordsKept,
+    decide_batch,
+    rebuild_batch,
+    retain_batch,
+    retains_tombstones,
+)
 from cleaner.stats import CleanerStats
 from cleaner.throttler import Throttler
 from cleaner.transactions import CleanedTransactionMetadata
 from log.errors import CorruptRecordError
-from log.record import RecordBatch, build_empty_header
+from log.record import RecordBatch
 from log.record.batch import RECORDS_OFFSET, TIMESTAMP_TYPE_MASK
 from log.record.builder import _write_header_and_crc
 from log.record.compression import CompressionType, compress
 from log.record.decode import iter_key_offsets
-from log.record.fastpath import pure_kernels
 from log.segment import LogSegment
 
 _HORIZON_FLAG = 0x40
@@ -181,14 +183,14 @@ def build_for_segment_fast(seg: LogSegment, start: int, offset_map: CompactOffse
 def _rebuild_fast(b: RecordBatch, data: bytes | memoryview, keep: bytearray, count: int, horizon: int | None,
                   offset_map: CompactOffsetMap,
                   rebuilt: tuple[bytes, int, int, int] | None = None) -> bytes:
-    """The batch RecordBatchBuilder would write for the kept records (``_rebuild``'s output);
+    """The batch RecordBatchBuilder would write for the kept records (``rebuild_batch``'s output);
     ``rebuilt``: the kept records already written by ``retain_and_rebuild`` in its scan."""
     log_append = bool(b.attributes & TIMESTAMP_TYPE_MASK)
     out = rebuilt if rebuilt is not None else offset_map.kernels.rebuild_records(
         data, count, b.base_offset, b.base_timestamp, bytes(keep), horizon is not None,
         horizon if horizon is not None else 0, log_append, b.max_timestamp, b.last_offset_delta)
     if out is None:
-        return _rebuild(b, [bool(x) for x in keep], horizon)
+        return rebuild_batch(b, [bool(x) for x in keep], horizon)
     records, n, base_ts, max_ts = out
     codec = b.attributes & _CODEC_MASK
     if codec:
@@ -297,68 +299,34 @@ class _BatchCleaner:
         self.keep = bytearray()
 
     def clean(self, b: RecordBatch, known: bool) -> tuple[bytes, int, bool] | None:
-        """What stays of ``b``: (bytes, max timestamp, whether the pending output may be flushed
-        after it: not after an emptied header, as the reference), or None."""
-        ctx, stats = self.ctx, self.stats
-        now = ctx.now_ms
-        # batch-level decisions, in log order (they advance the transaction state): the
-        # reference cleaner's own function
-        is_control = b.is_control
-        decision = decide_batch(b, ctx.txn_metadata, now, ctx.upper_bound_of_round, ctx.active_producers)
-        retention, discard_records = decision.retention, decision.discard_records
-        if retention is BatchRetention.DELETE:
-            stats.batches_deleted += 1
-            stats.removed_discarded_batch(is_control, b.records_count)
-            return None
-        count = b.records_count
-        data = None
+        """What stays of ``b`` (:func:`~cleaner.retention.retain_batch`'s answer): the reference's
+        decisions, with the kernel deciding a data batch's records (and writing a rebuilt one)."""
+        ctx = self.ctx
+        # batch-level decisions, in log order (they advance the transaction state)
+        decision = decide_batch(b, ctx.txn_metadata, ctx.now_ms, ctx.upper_bound_of_round, ctx.active_producers)
+        data: bytes | memoryview | None = None
         rebuilt = None
-        tombstone_kept = False
-        keep = self.keep
-        if discard_records:
-            retained = 0
-            stats.removed_discarded_batch(is_control, count)
-        elif is_control:
-            retained = count
-        else:
+
+        def records() -> RecordsKept:
+            nonlocal data, rebuilt
             data = _records(b, self.zero_copy)
-            retain_deletes = not b.has_delete_horizon or now < (b.delete_horizon_ms or 0)
             # decided and, when the batch must be rebuilt, written in one scan of its records
-            st, retained, tombstone_kept, invalid, superseded, rebuilt = self.retain_and_rebuild(
-                self.table, data, count, b.base_offset, self.latest, retain_deletes, keep, b.base_timestamp,
-                b.has_delete_horizon, b.delete_horizon_ms or 0, ctx.new_delete_horizon_ms,
-                bool(b.attributes & TIMESTAMP_TYPE_MASK), b.max_timestamp, b.last_offset_delta, known)
+            st, retained, tombstone_kept, keyless, superseded, rebuilt = self.retain_and_rebuild(
+                self.table, data, b.records_count, b.base_offset, self.latest, retains_tombstones(b, ctx.now_ms),
+                self.keep, b.base_timestamp, b.has_delete_horizon, b.delete_horizon_ms or 0,
+                ctx.new_delete_horizon_ms, bool(b.attributes & TIMESTAMP_TYPE_MASK), b.max_timestamp,
+                b.last_offset_delta, known)
             if st == self.corrupt:
                 _raise_corrupt(b)
-            stats.invalid_messages_read += invalid
-            # the removals' reasons, for the round report, from the same scan
-            stats.removed_superseded += superseded
-            stats.removed_tombstone += count - retained - superseded
-        stats.messages_read += count
-        if retained == 0:
-            if retention is BatchRetention.RETAIN_EMPTY:
-                out = build_empty_header(b)
-                stats.batches_emptied += 1
-                stats.recopy_messages(0, len(out))
-                return out, b.max_timestamp, False
-            stats.batches_deleted += 1
-            return None
-        need_horizon = (tombstone_kept or decision.marker_for_empty_txn) and not b.has_delete_horizon
-        if retained == count and not need_horizon:
-            out = bytes(b.raw)
-            max_ts = b.max_timestamp
-            stats.batches_copied += 1
-        else:
-            horizon = ctx.new_delete_horizon_ms if need_horizon else b.delete_horizon_ms
-            if is_control or data is None:
-                out = _rebuild(b, [True] * count, horizon)
-            else:
-                # a data batch: the kernel picked the same horizon (no marker flag on data batches)
-                out = _rebuild_fast(b, data, keep, count, horizon, self.offset_map, rebuilt)
-            max_ts = RecordBatch(out).max_timestamp
-            stats.batches_rebuilt += 1
-        stats.recopy_messages(retained, len(out))
-        return out, max_ts, True
+            return RecordsKept(self.keep, retained, tombstone_kept, keyless, superseded)
+
+        def rebuild(keep: Any, horizon: int | None) -> bytes:
+            if keep is None or data is None:  # a marker
+                return rebuild_batch(b, None, horizon)
+            # a data batch: the kernel picked the same horizon (no marker flag on data batches)
+            return _rebuild_fast(b, data, keep, b.records_count, horizon, self.offset_map, rebuilt)
+
+        return retain_batch(b, decision, self.stats, ctx.new_delete_horizon_ms, records, rebuild)
 
 
 _C_MESSAGES_READ, _C_SUPERSEDED, _C_DELETED = 0, 2, 4  # indexes of the kernel's counters (C_* order)

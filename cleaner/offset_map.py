@@ -18,7 +18,7 @@ collision merges two keys, which Kafka accepts.
 
 :class:`CompactOffsetMap` is the local cleaner's map: 16-byte slots (a 12-byte keyed digest and a
 4-byte offset delta from the round's first mapped offset) in the record kernels' key table
-(``log/record/fastpath.py``: compiled, or the pure-Python reference), the same capacity rule,
+(``cleaner/kernels/fastpath.py``: compiled, or the pure-Python reference), the same capacity rule,
 allocated as keys arrive; it probes linearly from a digest's home slot (Kafka's probe sequence
 jumps to an unrelated slot per attempt, a cache miss each), which changes no answer. The
 cleaner recognises it and runs its compiled loops over it (``cleaner/fast_cleaner.py``); the
@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from cleaner.errors import OffsetMapFullError
-from log.record.fastpath import RecordKernels, kernels
+from cleaner.kernels.fastpath import RecordKernels, kernels
 
 HASH_SIZE = 16
 ENTRY_SIZE = HASH_SIZE + 8

@@ -56,8 +56,8 @@ from log.record import (
     crc32c,
     iter_file_batches,
 )
-from log.record._fastpath_py import md5_digests
-from log.record.fastpath import kernels, pure_kernels
+from log.record._codec_py import md5_digests
+from log.record.kernels import kernels, pure_kernels
 
 if TYPE_CHECKING:
     from log.segment import LogSegment

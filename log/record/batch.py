@@ -39,7 +39,7 @@ from log.record.control import ControlRecordType
 from log.record.crc32c import crc32c
 from log.record.decode import iter_key_offsets as _iter_key_offsets
 from log.record.decode import iter_record_fields as _iter_record_fields
-from log.record.fastpath import kernels
+from log.record.kernels import kernels
 from log.types import TimestampType
 
 BASE_OFFSET_OFFSET = 0

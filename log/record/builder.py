@@ -37,7 +37,7 @@ from log.record.batch import (
 from log.record.compression import CompressionType, compress
 from log.record.control import ControlRecordType, encode_end_txn_marker_value
 from log.record.crc32c import crc32c
-from log.record.fastpath import kernels
+from log.record.kernels import kernels
 from log.record.varint import encode_varint
 from log.types import TimestampType
 

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from cleaner.kernels import fastpath
 from log.clock import MockClock
 from log.config import LogConfig
 from log.local_log import LocalLog
-from log.record import fastpath
 
 
 @pytest.fixture

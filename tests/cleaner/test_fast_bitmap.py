@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cleaner import fast_cleaner, fast_reader
-from log.record import fastpath
+from cleaner.kernels import fastpath
 from log.record.builder import _write_header_and_crc
 from log.record.varint import encode_varint, encode_varlong
 from log.segment import LogSegment

@@ -17,11 +17,12 @@ from cleaner import fast_cleaner, fast_reader
 from cleaner.cleaner import Cleaner, _chunks, build_offset_map_from_segments
 from cleaner.config import CleanerConfig
 from cleaner.fast_reader import ChunkReader
+from cleaner.kernels import fastpath
 from cleaner.log_to_clean import LogToClean, cleanable_offsets
 from cleaner.offset_map import CompactOffsetMap
 from cleaner.transactions import CleanedTransactionMetadata
 from log.local_log import LocalLog, RecordSpec
-from log.record import CompressionType, fastpath
+from log.record import CompressionType
 from tests.cleaner.model import Producers
 from tests.cleaner.test_fast_chunks import DAMAGE, _damage, _error
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from log.record import fastpath
+from cleaner.kernels import fastpath
 from log.record.builder import _write_header_and_crc
 from log.segment import LogSegment
 from tests.cleaner.kernel_runs import map_then_clean

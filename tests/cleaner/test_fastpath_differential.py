@@ -18,15 +18,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cleaner import fast_cleaner, fast_reader
-from cleaner.cleaner import Cleaner, _rebuild
+from cleaner.cleaner import Cleaner
 from cleaner.config import CleanerConfig
 from cleaner.fast_cleaner import _rebuild_fast
+from cleaner.kernels import fastpath
 from cleaner.log_to_clean import LogToClean, cleanable_offsets
 from cleaner.offset_map import CompactOffsetMap, SkimpyOffsetMap
+from cleaner.retention import rebuild_batch as _rebuild
 from log.clock import MockClock
 from log.config import LogConfig
 from log.local_log import LocalLog, RecordSpec
-from log.record import CompressionType, RecordBatch, RecordBatchBuilder, fastpath
+from log.record import CompressionType, RecordBatch, RecordBatchBuilder
 from log.record.decode import iter_key_offsets
 from tests.cleaner.model import Producers
 

@@ -9,9 +9,9 @@ import pytest
 
 from cleaner.config import CleanerConfig
 from cleaner.errors import OffsetMapFullError
+from cleaner.kernels import fastpath
 from cleaner.log_cleaner import LogCleaner
 from cleaner.offset_map import COMPACT_ENTRY_SIZE, CompactOffsetMap, max_map_entries
-from log.record import fastpath
 
 
 def test_slots_are_16_bytes_and_memory_follows_keys(record_kernels):
@@ -67,11 +67,11 @@ def test_missing_compiled_kernels_warn_once(monkeypatch, caplog):
     monkeypatch.setattr(fastpath, "_load_compiled", lambda: None)
     prev = fastpath.use_kernels(None)
     try:
-        with caplog.at_level(logging.WARNING, logger="log.record.fastpath"):
+        with caplog.at_level(logging.WARNING, logger="cleaner.kernels.fastpath"):
             for _ in range(3):
                 assert fastpath.kernels() is fastpath.pure_kernels()
                 CompactOffsetMap(1 << 16)
-        warnings = [r for r in caplog.records if r.name == "log.record.fastpath"]
+        warnings = [r for r in caplog.records if r.name == "cleaner.kernels.fastpath"]
         assert len(warnings) == 1 and "not installed" in warnings[0].getMessage()
         assert not fastpath.is_compiled()
     finally:
@@ -82,9 +82,9 @@ def test_pure_python_env_switch(monkeypatch, caplog):
     monkeypatch.setenv(fastpath.PURE_PYTHON_ENV, "1")
     prev = fastpath.use_kernels(None)
     try:
-        with caplog.at_level(logging.WARNING, logger="log.record.fastpath"):
+        with caplog.at_level(logging.WARNING, logger="cleaner.kernels.fastpath"):
             assert fastpath.kernels() is fastpath.pure_kernels()
             fastpath.kernels()
-        assert len([r for r in caplog.records if r.name == "log.record.fastpath"]) == 1
+        assert len([r for r in caplog.records if r.name == "cleaner.kernels.fastpath"]) == 1
     finally:
         fastpath.use_kernels(prev)

@@ -1,4 +1,4 @@
-"""The key-index scan kernel (``md5_keys``: _fastpath_md5.pxi and its pure-Python twin) and
+"""The key-index scan kernel (``md5_keys``: _codec_md5.pxi and its pure-Python twin) and
 ``scan_keys`` on it: the same digests as the Python record walker with hashlib's MD5, on random
 logs (codecs, tombstones, keyless records, transactional and control batches, offset ranges),
 and the same CorruptRecordError where the walker refuses a record."""
@@ -24,9 +24,9 @@ from log.record import (
     build_control_batch,
     compress,
     crc32c,
-    fastpath,
     iter_file_batches,
 )
+from log.record import kernels as fastpath
 from log.record.batch import HEADER, RECORDS_OFFSET
 from log.record.decode import iter_key_offsets
 

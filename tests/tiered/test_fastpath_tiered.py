@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from cleaner.config import CleanerConfig
+from cleaner.kernels import fastpath
 from cleaner.offset_map import CompactOffsetMap, SkimpyOffsetMap
 from cleaner.tiered import TieredCleaner
 from log.clock import MockClock
-from log.record import CompressionType, ControlRecordType, fastpath
+from log.record import CompressionType, ControlRecordType
 from tests.tiered.conftest import TP, World
 
 

@@ -1,22 +1,25 @@
-"""One name for the record kernels: compiled (``_fastpath.pyx``) or the pure-Python reference.
+"""One name for the cleaner's kernels: compiled (``_fastpath.pyx``) or the pure-Python reference.
 
-Callers do ``from log.record.fastpath import kernels`` and call ``kernels()``: it returns the
-compiled module when it was built at install time (``pip install`` compiles it with Cython when
-a C compiler exists, see setup.py), otherwise ``_fastpath_py``, logging ONE warning the first
-time. ``TIERCOMPACT_PURE_PYTHON=1`` forces the reference (read when first asked; tests switch
-with :func:`use_kernels`). Both honour :class:`RecordKernels`, and their cleaned output is the
-same bytes (tests/cleaner/test_fastpath_differential.py).
+Callers do ``from cleaner.kernels.fastpath import kernels`` and call ``kernels()``: it returns
+the compiled module when it was built at install time (``pip install`` compiles it with Cython
+when a C compiler exists, see setup.py), otherwise ``_fastpath_py``, logging ONE warning the
+first time. ``TIERCOMPACT_PURE_PYTHON=1`` forces the reference (read when first asked; tests
+switch with :func:`use_kernels`); the choice is a :class:`~log.record.kernels.KernelChoice`, as
+the format layer's codec kernels'. Both honour :class:`RecordKernels`, and their cleaned output
+is the same bytes (tests/cleaner/test_fastpath_differential.py).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Protocol
+
+from log.record.kernels import PURE_PYTHON_ENV, KernelChoice
 
 logger = logging.getLogger(__name__)
 
-PURE_PYTHON_ENV = "TIERCOMPACT_PURE_PYTHON"
+__all__ = ["PURE_PYTHON_ENV", "RecordKernels", "compiled_kernels", "is_compiled", "kernels", "pure_kernels",
+           "use_kernels"]
 
 
 class KeyTableLike(Protocol):
@@ -52,10 +55,7 @@ class RecordKernels(Protocol):
     FRAME_BAD: int
     STOP: int
     FLUSH: int
-    UNSUPPORTED: int
     N_COUNTS: int
-    #: md5_keys computes digests (the compiled module needs libcrypto at build time for it)
-    MD5_KEYS: bool
     KeyTable: Any  # a class whose instances are KeyTableLike; constructor KeyTable(capacity)
 
     def map_records(self, table: Any, data: bytes | memoryview, count: int, base_offset: int, start: int,
@@ -92,25 +92,13 @@ class RecordKernels(Protocol):
                       known_hi: int, latest: int, now: int, new_horizon: int, upper: int, specials: Any,
                       out: bytearray, pend: Any, counts: Any, flush_at: int) -> tuple[int, int, int]: ...
 
-    def md5_keys(self, data: bytes | memoryview, count: int, base_offset: int, start: int,
-                 stop: int) -> tuple[int, bytes, bytes]: ...
-
-    def decode_records(self, data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,
-                       base_sequence: int, log_append_time: int | None) -> list[Any] | None: ...
-
-    def encode_records(self, keys: list[bytes | None], values: list[bytes | None], timestamps: list[int],
-                       base_timestamp: int) -> tuple[bytes, int] | None: ...
-
 
 def _load_compiled() -> RecordKernels | None:
     try:
-        from log.record import _fastpath  # type: ignore[attr-defined]
+        import cleaner.kernels._fastpath as _fastpath  # type: ignore[import-not-found]
     except ImportError:
         return None
     return _fastpath  # type: ignore[no-any-return]
-
-
-_active: RecordKernels | None = None
 
 
 def compiled_kernels() -> RecordKernels | None:
@@ -119,28 +107,19 @@ def compiled_kernels() -> RecordKernels | None:
 
 
 def pure_kernels() -> RecordKernels:
-    from log.record import _fastpath_py
+    import cleaner.kernels._fastpath_py as _fastpath_py
 
     return _fastpath_py  # type: ignore[return-value]
 
 
+# _load_compiled is looked up when called, so a test can replace it
+_CHOICE: KernelChoice[RecordKernels] = KernelChoice(lambda: _load_compiled(), pure_kernels, "record kernels",
+                                                    logger)
+
+
 def kernels() -> RecordKernels:
     """The kernels to use (decided once per process; see the module docstring)."""
-    global _active
-    if _active is None:
-        compiled = None if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0") else _load_compiled()
-        if compiled is not None:
-            _active = compiled
-        else:
-            if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
-                logger.warning("%s is set: the cleaner runs the pure-Python record kernels (slower)",
-                               PURE_PYTHON_ENV)
-            else:
-                logger.warning("tiercompact's compiled record kernels are not installed (no C compiler at "
-                               "install time?): the cleaner runs the pure-Python kernels, several times "
-                               "slower. Reinstall with gcc and the Python headers present to compile them.")
-            _active = pure_kernels()
-    return _active
+    return _CHOICE.active()
 
 
 def is_compiled() -> bool:
@@ -150,6 +129,4 @@ def is_compiled() -> bool:
 def use_kernels(k: RecordKernels | None) -> RecordKernels | None:
     """Switch the process's kernels (tests); None decides again on the next :func:`kernels` call.
     Returns the previous choice."""
-    global _active
-    prev, _active = _active, k
-    return prev
+    return _CHOICE.use(k)

@@ -67,8 +67,9 @@ cdef inline int _strict_record(const uint8_t* p, Py_ssize_t* pos, Py_ssize_t end
 
 cdef int _decide(KeyTable table, const uint8_t* p, Py_ssize_t end, Py_ssize_t count, int64_t base_offset,
                  int64_t latest, bint retain_deletes, bint known, Span* sc, uint8_t* keep, Decided* r) noexcept:
-    """:func:`retain_records`' decisions into ``keep``, each record decoded once into ``sc``
-    (spans the writer reuses); 0 or CORRUPT. ``known``: the batch is one the map pass read
+    """The keep rule (:func:`cleaner.retention.decide_records`, in C: the one copy the compiled
+    kernels have) for one data batch into ``keep``, each record decoded once into ``sc`` (spans
+    the writer reuses); 0 or CORRUPT. ``known``: the batch is one the map pass read
     (same segment and bytes), so the table's supersession bitmap may answer for its records."""
     cdef Py_ssize_t pos = 0, lpos, i, key_pos
     cdef KeySpan ks
@@ -133,6 +134,30 @@ cdef int _decide(KeyTable table, const uint8_t* p, Py_ssize_t end, Py_ssize_t co
                 r.tomb = True
         keep[i] = k
     return 0
+
+
+def retain_records(KeyTable table, const uint8_t[::1] data, Py_ssize_t count, int64_t base_offset,
+                   int64_t latest, bint retain_deletes, bytearray keep):
+    """The cleaner's record-level decisions for one data batch (``shouldRetainRecord``, keyless
+    records kept). Writes 1/0 per record into ``keep`` (resized to ``count``).
+
+    Returns ``(status, retained, tombstone_kept, keyless_in_range, superseded)``; status CORRUPT
+    if the records would not decode. ``superseded`` counts the records dropped because the map
+    holds a later offset of their key; the other dropped ones are tombstones past the delete
+    horizon (the round report's reasons, from this one scan). It is :func:`_decide`, the rule
+    :func:`cleaner.retention.decide_records` writes in Python, without the bitmap.
+    """
+    cdef Decided d
+    cdef Span* sc
+    if len(keep) != count:
+        keep[:] = bytes(count)
+    if count <= 0:  # no record to read: the reference accepts only an empty section
+        return (ST_OK if data.shape[0] == 0 else ST_CORRUPT), 0, False, 0, 0
+    sc = <Span*>table._scratch(count * sizeof(Span))
+    if _decide(table, &data[0] if data.shape[0] else NULL, data.shape[0], count, base_offset, latest,
+               retain_deletes, False, sc, <uint8_t*>(<char*>keep), &d) != 0:
+        return ST_CORRUPT, 0, False, 0, 0
+    return ST_OK, d.retained, d.tomb, d.invalid, d.superseded
 
 
 cdef Py_ssize_t _write_kept(const uint8_t* p, const Span* sc, const uint8_t* keep, Py_ssize_t count,

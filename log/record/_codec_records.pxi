@@ -1,4 +1,4 @@
-# ---- record decoding for readers -------------------------------------------------------------
+# ---- record decoding for readers (included by _codec.pyx) ----------------------------------
 
 cdef inline bint _add_overflows(int64_t a, int64_t b) noexcept nogil:
     return (b > 0 and a > INT64_MAX - b) or (b < 0 and a < INT64_MIN - b)

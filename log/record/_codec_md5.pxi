@@ -1,4 +1,4 @@
-# Included by _fastpath.pyx: the MD5 of every key of a records section, for the persisted key
+# Included by _codec.pyx: the MD5 of every key of a records section, for the persisted key
 # indexes and bloom filters (log/index/key_index.py scan_keys).
 #
 # Their stable hash is MD5 (key index hash id 1 is MD5[:8], bloom members are the 16-byte

@@ -1,77 +1,4 @@
-# ---- record scanning -------------------------------------------------------------------------
-
-cdef inline int _varint(const uint8_t* p, Py_ssize_t* pos, Py_ssize_t end, int max_bytes,
-                        int64_t* out) noexcept nogil:
-    """Zigzag varint at pos[0] (at most ``max_bytes``), as varint.py decodes it; -1 if bad."""
-    cdef uint64_t z = 0
-    cdef int shift = 0, n = 0
-    cdef uint8_t b
-    cdef int64_t v
-    while True:
-        if pos[0] >= end:
-            return -1
-        b = p[pos[0]]
-        pos[0] += 1
-        n += 1
-        if shift < 64:
-            z |= (<uint64_t>(b & 0x7F)) << shift
-        if b < 0x80:
-            break
-        shift += 7
-        if n >= max_bytes:
-            return -1
-    v = <int64_t>(z >> 1) ^ -(<int64_t>(z & 1))
-    if max_bytes == 5 and (v < -2147483648 or v > 2147483647):
-        return -1
-    out[0] = v
-    return 0
-
-
-cdef struct KeySpan:
-    int64_t offset
-    Py_ssize_t key_pos
-    Py_ssize_t key_len   # -1: null key
-    bint has_value
-
-
-cdef inline int _next_key_offset(const uint8_t* p, Py_ssize_t* pos, Py_ssize_t end, int64_t base_offset,
-                                 KeySpan* r) noexcept nogil:
-    """One record the way ``decode.iter_key_offsets`` reads it (the same checks); -1 if it would raise."""
-    cdef int64_t length, od, klen
-    cdef Py_ssize_t rec_end
-    if _varint(p, pos, end, 5, &length) < 0:
-        return -1
-    rec_end = pos[0] + length
-    if length < 6 or rec_end > end:
-        return -1
-    pos[0] += 1  # attributes
-    while True:   # timestampDelta: skipped
-        if pos[0] >= end:
-            return -1
-        if p[pos[0]] < 0x80:
-            break
-        pos[0] += 1
-    pos[0] += 1
-    if _varint(p, pos, end, 5, &od) < 0:
-        return -1
-    if _varint(p, pos, end, 5, &klen) < 0:
-        return -1
-    if klen >= 0:
-        r.key_pos = pos[0]
-        r.key_len = klen
-        pos[0] += klen
-    elif klen == -1:
-        r.key_pos = pos[0]
-        r.key_len = -1
-    else:
-        return -1
-    if pos[0] >= rec_end:
-        return -1
-    r.has_value = p[pos[0]] != 1
-    r.offset = base_offset + od
-    pos[0] = rec_end
-    return 0
-
+# ---- per batch: map (the record scanning itself is log/record/_scan.pxi) ----------------------
 
 cdef struct Scanned:
     int64_t offset
@@ -79,15 +6,6 @@ cdef struct Scanned:
     bint has_value
     bint hashed
     uint8_t digest[12]
-
-
-cdef Scanned* _alloc_scanned(Py_ssize_t count) except? NULL:
-    if count <= 0:
-        return NULL
-    cdef Scanned* sc = <Scanned*>malloc(count * sizeof(Scanned))
-    if sc == NULL:
-        raise MemoryError()
-    return sc
 
 
 cdef enum:
@@ -167,75 +85,7 @@ def map_records(KeyTable table, const uint8_t[::1] data, Py_ssize_t count, int64
     return st, index, last_put
 
 
-def retain_records(KeyTable table, const uint8_t[::1] data, Py_ssize_t count, int64_t base_offset,
-                   int64_t latest, bint retain_deletes, bytearray keep):
-    """The cleaner's record-level decisions for one data batch (``shouldRetainRecord``, keyless
-    records kept). Writes 1/0 per record into ``keep`` (resized to ``count``).
-
-    Returns ``(status, retained, tombstone_kept, keyless_in_range, superseded)``; status CORRUPT
-    if the records would not decode. ``superseded`` counts the records dropped because the map
-    holds a later offset of their key; the other dropped ones are tombstones past the delete
-    horizon (the round report's reasons, from this one scan). Scans and hashes the batch first
-    (prefetching), then decides.
-    """
-    cdef const uint8_t* p = &data[0] if data.shape[0] else NULL
-    cdef Py_ssize_t end = data.shape[0], pos = 0, i, retained = 0, invalid = 0, superseded = 0
-    cdef KeySpan r
-    cdef bint k, tomb = False
-    cdef int64_t found
-    cdef uint8_t dummy = 0
-    if len(keep) != count:
-        keep[:] = bytes(count)
-    cdef uint8_t* out = <uint8_t*>(<char*>keep) if count else &dummy
-    cdef Scanned* sc = _alloc_scanned(count)
-    try:
-        for i in range(count):
-            if p == NULL or _next_key_offset(p, &pos, end, base_offset, &r) < 0:
-                return ST_CORRUPT, 0, False, 0, 0
-            sc[i].offset = r.offset
-            sc[i].key_len = r.key_len
-            sc[i].has_value = r.has_value
-            sc[i].hashed = r.offset <= latest and r.key_len >= 0 and table.size > 0
-            if sc[i].hashed:
-                _digest(p + r.key_pos if r.key_len else &dummy, r.key_len, table.k0, table.k1, sc[i].digest)
-                table._prefetch(sc[i].digest)
-        if pos != end:
-            return ST_CORRUPT, 0, False, 0, 0
-        for i in range(count):
-            if sc[i].offset > latest:
-                k = True
-            elif sc[i].key_len < 0:
-                invalid += 1
-                k = True
-            else:
-                found = table._get_d(sc[i].digest) if sc[i].hashed else -1
-                if sc[i].offset < found:
-                    k = False
-                    superseded += 1
-                else:
-                    k = sc[i].has_value or retain_deletes
-            if k:
-                retained += 1
-                if not sc[i].has_value and sc[i].key_len >= 0:
-                    tomb = True
-            out[i] = k
-        return ST_OK, retained, tomb, invalid, superseded
-    finally:
-        free(sc)
-
-
 # ---- writing retained records -------------------------------------------------------------------
-
-cdef inline Py_ssize_t _put_varlong(uint8_t* out, int64_t v) noexcept nogil:
-    cdef uint64_t z = (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
-    cdef Py_ssize_t n = 0
-    while z >= 0x80:
-        out[n] = (z & 0x7F) | 0x80
-        z >>= 7
-        n += 1
-    out[n] = <uint8_t>z
-    return n + 1
-
 
 cdef inline int _canon_varint(const uint8_t* p, Py_ssize_t* pos, Py_ssize_t end, int max_bytes,
                               int64_t* out) noexcept nogil:

@@ -1,7 +1,7 @@
 """Pure-Python reference of the compiled record kernels (``_fastpath.pyx``); the fallback
 where no C compiler was available when tiercompact was installed.
 
-Same contract as the compiled module (see its docstring and ``log/record/fastpath.py``), with
+Same contract as the compiled module (see its docstring and ``cleaner/kernels/fastpath.py``), with
 two deliberate simplifications that change no output byte:
 
 * the key digest is the first 12 bytes of MD5(key) (hashlib's C code: a keyed SipHash in Python
@@ -15,6 +15,7 @@ offset delta) and probing (linear from the digest's home slot), so both implemen
 and fill alike; it has no supersession bitmap (every record is looked up by its digest, which
 is what the bitmap answers for the compiled table anyway).
 
+Records are kept by :func:`cleaner.retention.decide_records`, the reference cleaner's own rule.
 The chunk kernels: :func:`frame_batches` frames and checks for real (struct and the crc32c
 package, as ``RecordBatch.ensure_valid``); :func:`map_batches` and :func:`clean_batches` leave
 every batch to the cleaner's per-batch code (the reference for what they do).
@@ -22,26 +23,18 @@ every batch to the cleaner's per-batch code (the reference for what they do).
 
 from __future__ import annotations
 
-import hashlib
 import struct
-from collections.abc import Iterable
 
+from cleaner.retention import decide_records
 from log.errors import CorruptRecordError
+from log.record._codec_py import MD5 as _MD5
 from log.record.crc32c import crc32c
 from log.record.decode import iter_key_offsets
-
-try:  # CPython's own MD5 (HACL*) is faster per short key than OpenSSL's via hashlib
-    from _md5 import md5 as _MD5  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - other interpreters
-    _MD5 = hashlib.md5
 
 OK = 0
 FULL = 1
 DELTA_OVERFLOW = 2
 CORRUPT = -1
-UNSUPPORTED = 5
-#: md5_keys computes digests (hashlib here; the compiled module's needs libcrypto)
-MD5_KEYS = True
 
 SLOT = 16
 DIGEST = 12
@@ -177,27 +170,9 @@ def retain_records(table: KeyTable, data: bytes, count: int, base_offset: int, l
         kos = list(iter_key_offsets(data, count, base_offset))
     except CorruptRecordError:
         return CORRUPT, 0, False, 0, 0
-    keep[:] = bytes(count)
-    retained = invalid = superseded = 0
-    tomb = False
-    get = table.get
-    for i, (off, key, has_value) in enumerate(kos):
-        if off > latest:
-            k = True
-        elif key is None:
-            invalid += 1
-            k = True
-        elif off < get(key):
-            k = False
-            superseded += 1
-        else:
-            k = has_value or retain_deletes
-        if k:
-            retained += 1
-            keep[i] = 1
-            if not has_value and key is not None:
-                tomb = True
-    return OK, retained, tomb, invalid, superseded
+    kept = decide_records(kos, latest, table.get, retain_deletes)
+    keep[:] = bytes(kept.keep)
+    return OK, kept.retained, kept.tombstone_kept, kept.keyless, kept.superseded
 
 
 def rebuild_records(data: bytes, count: int, base_offset: int, base_timestamp: int, keep: bytes,
@@ -222,48 +197,6 @@ def hash_keys(data: bytes, count: int, base_offset: int, seed: bytes) -> tuple[i
     except CorruptRecordError:
         return CORRUPT, n, acc
     return OK, n, acc
-
-
-def md5_keys(data: bytes | memoryview, count: int, base_offset: int, start: int,
-             stop: int) -> tuple[int, bytes, bytes]:
-    """The MD5 digests of the keys of the records with offsets in ``[start, stop)``, and those
-    of the ones without a value among them (the persisted stable hash of key indexes and bloom
-    filters: hashlib's MD5, the same digests as OpenSSL's). CORRUPT where the reference raises."""
-    try:
-        digests, dead = md5_digests(
-            iter_key_offsets(data if type(data) is bytes else bytes(data), count, base_offset), start, stop)
-    except CorruptRecordError:
-        return CORRUPT, b"", b""
-    return OK, digests, dead
-
-
-def md5_digests(key_offsets: Iterable[tuple[int, bytes | None, bool]], start: int, stop: int) -> tuple[bytes, bytes]:
-    """The MD5 digests of the keys of ``(offset, key, has value)`` with offsets in ``[start, stop)``,
-    and those of the ones without a value among them; what the walker raises propagates."""
-    md5 = _MD5
-    out: list[bytes] = []
-    dead: list[bytes] = []
-    for off, key, has_value in key_offsets:
-        if key is not None and start <= off < stop:
-            d = md5(key).digest()
-            out.append(d)
-            if not has_value:
-                dead.append(d)
-    return b"".join(out), b"".join(dead)
-
-
-def decode_records(data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int, base_sequence: int,
-                   log_append_time: int | None) -> list[tuple[int, int, bytes | None, bytes | None,
-                                                           tuple[tuple[str, bytes | None], ...], int]] | None:
-    """Always ``None``: the reference for decoding records is ``decode.iter_record_fields``
-    itself, which the caller then runs (as :func:`rebuild_records` defers to the builder)."""
-    return None
-
-
-def encode_records(keys: list[bytes | None], values: list[bytes | None], timestamps: list[int],
-                   base_timestamp: int) -> tuple[bytes, int] | None:
-    """Always ``None``: the reference encoder is RecordBatchBuilder.append itself."""
-    return None
 
 
 def retain_and_rebuild(table: KeyTable, data: bytes, count: int, base_offset: int, latest: int, retain_deletes: bool,

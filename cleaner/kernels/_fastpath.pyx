@@ -1,20 +1,19 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Compiled record kernels for the cleaner (the pure-Python reference is ``_fastpath_py.py``).
+"""Compiled kernels of the cleaner (the pure-Python reference is ``_fastpath_py.py``).
 
-What is compiled, and why here: the cleaner's cost is per record (decode the key, hash it, probe
-the offset map, decide, copy), so one C loop per batch replaces millions of Python-level steps,
-and for runs of plain batches one C loop per chunk of a segment replaces the per-batch Python
-(header parse, checks, decisions, output). The module sits in ``log/record`` because it reads
-the v2 batch and record layout (``batch.py``'s and ``decode.py``'s tables); the key table it
-probes is the cleaner's offset map storage, kept here so the loops can inline the probe
-(``cleaner/offset_map.py`` wraps it as an :class:`OffsetMap`). The source is split into include
-files, one module: ``_fastpath_table.pxi`` (SipHash, the key table), ``_fastpath_records.pxi``
-(scanning, map/retain/rebuild per batch), ``_fastpath_rebuild.pxi`` (the one-scan decide and
-write), ``_fastpath_batches.pxi`` (chunks of batches), ``_fastpath_codec.pxi`` (readers' decode,
-producers' encode), ``_fastpath_md5.pxi`` (the MD5 of every key of a batch for the persisted key
-indexes and bloom filters, with OpenSSL's libcrypto when setup.py found it).
+What is compiled, and why: the cleaner's cost is per record (decode the key, hash it, probe the
+offset map, decide, copy), so one C loop per batch replaces millions of Python-level steps, and
+for runs of plain batches one C loop per chunk of a segment replaces the per-batch Python
+(header parse, checks, decisions, output). The decisions are :mod:`cleaner.retention`'s, which
+the pure-Python kernels run as they are; these loops repeat them in C (the differential tests
+hold both to the same bytes). The records are read with ``log/record/_scan.pxi``, the format
+layer's C reading of the v2 layout; the key table is the offset map's storage, kept here so the
+loops can inline the probe (``cleaner/offset_map.py`` wraps it as an :class:`OffsetMap`). The
+source is split into include files, one module: ``_fastpath_table.pxi`` (SipHash, the key
+table), ``_fastpath_records.pxi`` (map/retain per batch), ``_fastpath_rebuild.pxi`` (the
+one-scan decide and write), ``_fastpath_batches.pxi`` (chunks of batches).
 
-Contract shared with ``_fastpath_py.py`` (see ``log/record/fastpath.py``'s Protocol):
+Contract shared with ``_fastpath_py.py`` (see ``cleaner/kernels/fastpath.py``'s Protocol):
 
 * ``KeyTable(capacity)``: open addressing over 16-byte slots: a 12-byte key digest (96 bits
   compared) then the little-endian uint32 ``offset - base`` (base = the first offset put since
@@ -37,9 +36,6 @@ Contract shared with ``_fastpath_py.py`` (see ``log/record/fastpath.py``'s Proto
 * ``frame_batches`` / ``map_batches`` / ``clean_batches`` work on a buffer of whole batches and
   stop at anything they do not handle, leaving that batch to the caller's per-batch code (the
   pure-Python twins frame for real and leave every batch to the caller).
-* ``md5_keys`` walks one records section as ``iter_key_offsets`` does (CORRUPT where it would
-  raise) and returns the MD5 digests of the keys in an offset range; ``MD5_KEYS`` False (built
-  without libcrypto) makes it answer UNSUPPORTED, and callers use the pure-Python twin.
 """
 
 cimport cython
@@ -123,22 +119,21 @@ cdef enum:
 
 cdef int64_t MAX_DELTA = (<int64_t>1 << 32) - 1
 
-# status codes of the kernels (C constants inside, the same values as Python names)
+include "log/record/_scan.pxi"
+
+# the cleaner's status codes besides _scan.pxi's ST_OK and ST_CORRUPT (C constants inside, the
+# same values as Python names)
 cdef enum:
-    ST_OK = 0
     ST_FULL = 1            # size reached max_entries before a put (Kafka refuses even an overwrite)
     ST_DELTA_OVERFLOW = 2  # offset - base does not fit 32 bits: the caller ends the round there
-    ST_CORRUPT = -1
     ST_STOP = 3            # map_batches / clean_batches: the batch at pos is left to the caller
     ST_FLUSH = 4           # clean_batches: the pending output passed flush_at
     ST_FRAME_CHUNK = 0     # frame_batches: the chunk is complete (its batches reach chunk_bytes)
     ST_FRAME_MORE = 1      # frame_batches: the batch at pos is not all in the buffer
     ST_FRAME_BAD = 2       # frame_batches: the batch at pos fails a check (the reference raises)
 
-OK = ST_OK
 FULL = ST_FULL
 DELTA_OVERFLOW = ST_DELTA_OVERFLOW
-CORRUPT = ST_CORRUPT
 STOP = ST_STOP
 FLUSH = ST_FLUSH
 FRAME_CHUNK = ST_FRAME_CHUNK
@@ -149,5 +144,3 @@ include "_fastpath_table.pxi"
 include "_fastpath_records.pxi"
 include "_fastpath_rebuild.pxi"
 include "_fastpath_batches.pxi"
-include "_fastpath_codec.pxi"
-include "_fastpath_md5.pxi"
