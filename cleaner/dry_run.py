@@ -35,6 +35,7 @@ from cleaner.offset_map import max_map_entries
 from cleaner.round_metadata import TieredMetadata
 from cleaner.stats import CleanerStats, SegmentAccount
 from cleaner.tiered import TieredCleaner, plan_round
+from cleaner.tiered.view import PartitionView
 from cleaner.transactions import CleanedTransactionMetadata
 from log.errors import InvalidRequestError
 from log.local_log import LocalLog
@@ -186,7 +187,7 @@ class _DryRunTieredCleaner(TieredCleaner):
         return None
 
     @staticmethod
-    def drop_stale_local_copies(log: LocalLog, end: int) -> list[int]:
+    def drop_stale_local_copies(log: PartitionView | LocalLog, end: int) -> list[int]:
         return []
 
 

@@ -47,7 +47,7 @@ from log.segment import DELETED_SUFFIX
 from log.types import TopicPartition
 from metadata.erasures import COMPLETE, FAILED, PENDING, VALUES_REMOVED, ErasurePartition, ErasureRecord
 from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
-from metadata.manager import RemoteLogMetadataManager
+from metadata.store import MetadataStore
 from metadata.types import RemoteLogSegmentMetadata
 from remote.object_store import ObjectStore
 from remote.orphans import sweep_orphan_objects
@@ -97,7 +97,7 @@ class ErasureService:
     next pass at once (after a new erasure)."""
 
     def __init__(self, *, partitions: Partitions, producer: Produce, cleaning: Clean, errors: ErrorSink,
-                 remote: RemoteTier, metadata: RemoteLogMetadataManager, storage_manager: RemoteStorageManager,
+                 remote: RemoteTier, metadata: MetadataStore, storage_manager: RemoteStorageManager,
                  object_store: ObjectStore, clock: Clock, broker_id: int, temp_dir: Path,
                  wake: Callable[[], None] = lambda: None) -> None:
         self.partitions = partitions

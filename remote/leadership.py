@@ -12,7 +12,7 @@ from log.locks import RANK_RLM_PARTITION, ordered_rlock
 from log.log_manager import LogManager
 from log.types import TopicPartition
 from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
-from metadata.manager import RemoteLogMetadataManager
+from metadata.segment_indexes import IndexedSegmentStore
 from metadata.types import LeaderState, RemoteLogSegmentMetadata
 from remote.read_cache import RemoteReadCache
 from remote.segment_deletion import SegmentDeleter
@@ -31,7 +31,7 @@ class RemoteLogState:
     the cached leader epochs, the abandoned uploads and the delete sequence."""
 
     log_manager: LogManager
-    metadata: RemoteLogMetadataManager
+    metadata: IndexedSegmentStore
     rsm: RemoteStorageManager
     broker_id: int
     clock: Clock

@@ -41,10 +41,10 @@ from cleaner.errors import CleanerStateError
 from cleaner.manager import CleaningStateKind, LogCleanerManager
 from cleaner.ports import Leadership, Partitions
 from cleaner.report import RoundReporter
+from cleaner.round_metadata import TieredMetadata
 from log.clock import Clock
 from log.errors import InvalidRequestError, TiercompactError
 from log.types import TopicPartition
-from metadata.manager import RemoteLogMetadataManager
 from service.config import ServiceConfig, store_options
 from service.errors import ServiceUnavailableError
 from service.jobs import RUNNING, Job, JobRegistry
@@ -82,7 +82,7 @@ class SparkOffloader:
 
     def __init__(self, config: ServiceConfig, *, jobs: JobRegistry, partitions: Partitions,
                  manager: LogCleanerManager, reporter: RoundReporter | None, wakeup: Callable[[], None],
-                 leadership: Leadership, metadata: RemoteLogMetadataManager, clock: Clock) -> None:
+                 leadership: Leadership, metadata: TieredMetadata, clock: Clock) -> None:
         self.service_config = config
         self.config = clean_config(config)
         self.jobs = jobs

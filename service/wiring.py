@@ -27,7 +27,7 @@ from log.log_manager import LogManager
 from log.scheduler import Scheduler
 from log.types import TopicPartition
 from metadata import load_metadata_manager
-from metadata.manager import RemoteLogMetadataManager
+from metadata.store import MetadataStore
 from remote import load_object_store
 from remote.breaker import BreakerObjectStore, CircuitBreaker
 from remote.log_manager import RemoteLogManager
@@ -89,7 +89,7 @@ class NodeParts:
     store_breaker: CircuitBreaker
     object_store: CountingObjectStore
     storage_manager: RemoteStorageManager
-    metadata: RemoteLogMetadataManager
+    metadata: MetadataStore
     cleaner: LogCleaner
     remote: RemoteLogManager
     jobs: JobRegistry

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cleaner.cleaner import ProducerInfo
 from cleaner.config import CleanerConfig
 from cleaner.offset_map import CompactOffsetMap
+from cleaner.retention import ProducerInfo
 from cleaner.round_metadata import DeferredRoundMetadata, RoundWrites
 from cleaner.stats import CleanerStats
 from cleaner.tiered import TieredCleaner, TieredRoundPlan

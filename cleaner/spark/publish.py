@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cleaner.report import RoundReporter
+from cleaner.round_metadata import TieredMetadata
 from cleaner.spark.partition_round import (
     PartitionRoundResult,
 )
@@ -28,7 +29,6 @@ from log.errors import TiercompactError
 from log.index.bloom import KeyBloomFilter
 from log.types import TopicPartition
 from metadata.errors import FencedLeaderEpochError
-from metadata.manager import RemoteLogMetadataManager
 from metadata.reports import ACTION_SKIPPED_BY_KEY_INDEX
 from metadata.types import RemoteLogSegmentId, RemoteLogSegmentMetadata
 from remote.segment_deletion import SegmentDeleter
@@ -109,7 +109,7 @@ class JobPartition:
 class Publishing:
     """The driver's publish step, one partition at a time (mixed into :class:`~cleaner.spark.job.SparkCleanJob`)."""
 
-    rlmm: RemoteLogMetadataManager
+    rlmm: TieredMetadata
     store: StoreSpec
     clock: Clock
     broker_id: int

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from cleaner.cleaner import ProducerInfo
+from cleaner.retention import ProducerInfo
 from cleaner.tiered import TieredCleaner, TieredRoundPlan, plan_round
 from cleaner.tiered.view import LinkedCopy, LocalPartition, PartitionView
 from log.config import LogConfig

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from cleaner.cleaner import ProducerInfo
+from cleaner.retention import ProducerInfo
 from log.config import LogConfig
 from log.index.txn_index import AbortedTxn, TxnIndexLink
 from log.local_log import LocalLog
