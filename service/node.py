@@ -21,11 +21,12 @@ collaborators are thread-safe and the node's own counters take a lock.
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +170,8 @@ class Node:
                                        cache_bytes=config.remote_cache_bytes,
                                        cleaner_checkpoint=self.cleaner_checkpoint)
         self.jobs = JobRegistry()
+        #: called with the TopicPartition after every append (the Kafka listener's Fetch long polls)
+        self._append_listeners: list[Callable[[TopicPartition], None]] = []
         self._running_cleans: dict[TopicPartition, int] = {}
         self.erasures = ErasureService(self)  # on-demand key erasure with a receipt (#15)
         # topic configs live in the metadata store, shared by every node and Spark job (#16)
@@ -455,6 +458,18 @@ class Node:
         self.remote.delete_partition_data(tp)
 
     # ---- partitions ------------------------------------------------------------------
+    def add_append_listener(self, fn: Callable[[TopicPartition], None]) -> None:
+        self._append_listeners.append(fn)
+
+    def remove_append_listener(self, fn: Callable[[TopicPartition], None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._append_listeners.remove(fn)
+
+    def notify_append(self, tp: TopicPartition) -> None:
+        """Tell the append listeners ``tp`` grew (every append path calls it after appending)."""
+        for fn in self._append_listeners:
+            fn(tp)
+
     def log(self, topic: str, partition: int) -> LocalLog:
         return self.log_manager.get_log(TopicPartition(validate_topic_name(topic), partition))
 
@@ -462,9 +477,11 @@ class Node:
                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
                 transactional: bool = False) -> AppendResult:
         log = self._log_for_produce(topic, partition, len(records))
-        return log.append_records(records, compression=CompressionType.from_name(compression),
-                                  producer_id=producer_id, producer_epoch=producer_epoch,
-                                  base_sequence=base_sequence, transactional=transactional)
+        res = log.append_records(records, compression=CompressionType.from_name(compression),
+                                 producer_id=producer_id, producer_epoch=producer_epoch,
+                                 base_sequence=base_sequence, transactional=transactional)
+        self.notify_append(log.topic_partition)
+        return res
 
     def produce_columns(self, topic: str, partition: int, keys: list[bytes | None], values: list[bytes | None],
                         timestamps: list[int | None] | None = None, *, compression: str = "none",
@@ -473,9 +490,11 @@ class Node:
         """:meth:`produce` for records without headers given as columns (LocalLog.append_columns):
         the same checks and the same batch, without a RecordSpec per record."""
         log = self._log_for_produce(topic, partition, len(keys))
-        return log.append_columns(keys, values, timestamps, compression=CompressionType.from_name(compression),
-                                  producer_id=producer_id, producer_epoch=producer_epoch,
-                                  base_sequence=base_sequence, transactional=transactional)
+        res = log.append_columns(keys, values, timestamps, compression=CompressionType.from_name(compression),
+                                 producer_id=producer_id, producer_epoch=producer_epoch,
+                                 base_sequence=base_sequence, transactional=transactional)
+        self.notify_append(log.topic_partition)
+        return res
 
     def _log_for_produce(self, topic: str, partition: int, count: int) -> LocalLog:
         if count > self.config.max_records_per_request:
@@ -493,7 +512,9 @@ class Node:
             raise InvalidRequestError(f"marker type {kind!r} is invalid: use commit or abort")
         log = self.log(topic, partition)
         self.check_leader_for_produce(log)
-        return log.append_marker(producer_id, producer_epoch, types[kind])
+        offset = log.append_marker(producer_id, producer_epoch, types[kind])
+        self.notify_append(log.topic_partition)
+        return offset
 
     def read(self, topic: str, partition: int, offset: int, *, max_records: int = 500,
              isolation: str = "read_uncommitted") -> ReadResult:

@@ -1,3 +1,4 @@
 """The Kafka wire protocol front door: importing this package registers every API handler module."""
 
 from service.kafka import api_versions  # noqa: F401
+from service.kafka import metadata_api  # noqa: F401

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -117,29 +118,45 @@ class BrokerInfo:
 
 @dataclass
 class ClusterView:
-    """This node's identity on the Kafka listener and the nodes it knows (the cluster registry)."""
+    """This node's identity on the Kafka listener and the cluster it knows (service.kafka.cluster's membership).
+
+    Every method but ``me`` may read the metadata store: call them through ``ctx.run``.
+    """
 
     broker_id: int
     host: str
     port: int
     cluster_id: str = "tiercompact"
-    #: returns the live brokers (this one included); set by the cluster registry
-    brokers_fn: Callable[[], list[BrokerInfo]] | None = None
+    #: the cluster registry membership (None: a lone listener, e.g. in unit tests)
+    membership: Any = None
 
     @property
     def me(self) -> BrokerInfo:
         return BrokerInfo(self.broker_id, self.host, self.port)
 
     def brokers(self) -> list[BrokerInfo]:
-        """Live brokers, this one always among them (blocking: may read the metadata store)."""
-        found = list(self.brokers_fn()) if self.brokers_fn is not None else []
-        if not any(b.broker_id == self.broker_id for b in found):
-            found.append(self.me)
-        return sorted(found, key=lambda b: b.broker_id)
+        """Live brokers, this one always among them, by id."""
+        if self.membership is None:
+            return [self.me]
+        return list(self.membership.live_brokers())
 
-    @property
     def controller_id(self) -> int:
+        """The lowest live broker id (there is no controller election; Metadata needs a name)."""
         return min(b.broker_id for b in self.brokers())
+
+    def topic_id(self, topic: str) -> uuid.UUID:
+        """The topic's stable id, the same on every node sharing the metadata store."""
+        if self.membership is None:
+            return uuid.uuid5(uuid.NAMESPACE_URL, f"tiercompact-topic:{topic}")
+        return self.membership.topic_id(topic)
+
+    def topic_ids(self) -> dict[str, uuid.UUID]:
+        return {} if self.membership is None else dict(self.membership.topic_ids())
+
+    def forget_topic_id(self, topic: str) -> None:
+        """After a topic deletion: the name gets a new id when created again."""
+        if self.membership is not None:
+            self.membership.forget_topic_id(topic)
 
 
 @dataclass(frozen=True)
