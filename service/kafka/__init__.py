@@ -2,3 +2,7 @@
 
 from service.kafka import api_versions  # noqa: F401
 from service.kafka import metadata_api  # noqa: F401
+from service.kafka import admin  # noqa: F401
+from service.kafka import admin_configs  # noqa: F401
+from service.kafka import fetch  # noqa: F401
+from service.kafka import offsets  # noqa: F401
