@@ -6,3 +6,5 @@ from service.kafka import admin  # noqa: F401
 from service.kafka import admin_configs  # noqa: F401
 from service.kafka import fetch  # noqa: F401
 from service.kafka import offsets  # noqa: F401
+from service.kafka import produce  # noqa: F401
+from service.kafka import init_producer_id  # noqa: F401
