@@ -122,3 +122,15 @@ def _check_records(buf: bytearray, batch: RecordBatch, config: LogConfig, now_ms
         _INT64.pack_into(buf, MAX_TIMESTAMP_OFFSET, max_ts)
         with memoryview(buf) as mv:
             _UINT32.pack_into(buf, CRC_OFFSET, crc32c(mv[ATTRIBUTES_OFFSET:]))
+
+
+def check_keys_for_compaction(keys: list[bytes | None], config: LogConfig, partition: str = "") -> None:
+    """Refuse records without a key on a compacted topic (the HTTP produce path's form of the rule:
+    Kafka's LogValidator refuses them with INVALID_RECORD; the HTTP API answers 422)."""
+    if not config.compact or None not in keys:
+        return
+    errors = [(i, f"compacted topic {partition} cannot accept a record without a key")
+              for i, k in enumerate(keys) if k is None]
+    raise InvalidRecordError(f"{len(errors)} record(s) without a key (the first is records[{errors[0][0]}]): "
+                             f"compacted topic {partition or ''} needs a key on every record; use a topic with "
+                             f"cleanup.policy=delete for keyless records", errors)
