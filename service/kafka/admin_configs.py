@@ -102,7 +102,7 @@ def _apply(ctx: RequestContext, r: Any, changes: Mapping[str, Any], validate_onl
     if validate_only:
         topic.config.with_overrides(changes)  # raises InvalidConfigError
         return
-    ctx.node.alter_config(r.resource_name, changes)
+    ctx.node.alter_config(r.resource_name, dict(changes))
 
 
 def _check_resource(r: Any) -> None:
@@ -117,7 +117,7 @@ def _check_resource(r: Any) -> None:
 def _replacement(ctx: RequestContext, r: Any) -> dict[str, Any]:
     """AlterConfigs: the listed keys, and every other current override back to its default."""
     current = ctx.node.topic(r.resource_name).config.overrides
-    changes: dict[str, Any] = {k: None for k in current}
+    changes: dict[str, Any] = dict.fromkeys(current)
     changes.update({c.name: c.value for c in r.configs or ()})
     return changes
 

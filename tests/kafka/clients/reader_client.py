@@ -1,7 +1,7 @@
 """Reads and admin calls of one Kafka client library (``"library"``: confluent, kafka-python or aiokafka), JSON in and out.
 
 Actions: ``read_all`` (assign every partition from ``offset``, read until the end offset the
-client itself lists, at ``isolation``), ``offsets_for_times`` (``{"partition": ts}``), ``end_offsets``,
+client itself lists, at ``isolation``), ``offsets_for_times`` (``[[partition, ts], ...]``: the offsets),
 and ``admin`` (a list of ``ops`` with the library's admin client: create, describe, alter,
 incremental_alter, create_partitions, delete; each answers its error names).
 Only the chosen library is imported, so each run is that client alone.
@@ -58,10 +58,10 @@ def _confluent_times(spec: dict[str, Any]) -> dict[str, Any]:
     from confluent_kafka import TopicPartition
 
     c = _confluent_consumer(spec)
-    got = c.offsets_for_times([TopicPartition(spec["topic"], int(p), ts) for p, ts in spec["times"].items()],
-                              timeout=10)
+    out = [c.offsets_for_times([TopicPartition(spec["topic"], p, ts)], timeout=10)[0].offset
+           for p, ts in spec["times"]]
     c.close()
-    return {"offsets": {str(tp.partition): tp.offset for tp in got}}
+    return {"offsets": out}
 
 
 def _confluent_admin(spec: dict[str, Any]) -> dict[str, Any]:
@@ -158,9 +158,13 @@ def _kp_times(spec: dict[str, Any]) -> dict[str, Any]:
     from kafka import TopicPartition
 
     c = _kp_consumer(spec)
-    got = c.offsets_for_times({TopicPartition(spec["topic"], int(p)): ts for p, ts in spec["times"].items()})
+    out = []
+    for p, ts in spec["times"]:
+        tp = TopicPartition(spec["topic"], p)
+        found = c.offsets_for_times({tp: ts})[tp]
+        out.append(None if found is None else found.offset)
     c.close()
-    return {"offsets": {str(tp.partition): (None if v is None else v.offset) for tp, v in got.items()}}
+    return {"offsets": out}
 
 
 def _kp_admin(spec: dict[str, Any]) -> dict[str, Any]:
@@ -232,9 +236,12 @@ async def _aio_times(spec: dict[str, Any]) -> dict[str, Any]:
                          isolation_level=spec.get("isolation", "read_uncommitted"))
     await c.start()
     try:
-        got = await c.offsets_for_times({TopicPartition(spec["topic"], int(p)): ts
-                                         for p, ts in spec["times"].items()})
-        return {"offsets": {str(tp.partition): (None if v is None else v.offset) for tp, v in got.items()}}
+        out = []
+        for p, ts in spec["times"]:
+            tp = TopicPartition(spec["topic"], p)
+            found = (await c.offsets_for_times({tp: ts}))[tp]
+            out.append(None if found is None else found.offset)
+        return {"offsets": out}
     finally:
         await c.stop()
 
