@@ -33,10 +33,11 @@ _SLACK = 64 * 1024  # read past the budget so a small next batch need not wait f
 
 @dataclass(frozen=True, slots=True)
 class RawBatches:
-    """Whole stored batches: ``data`` (empty when nothing is readable) and ``next_offset``, the
-    offset after the last batch returned (the fetch offset itself when none was)."""
+    """Whole stored batches: ``data`` (empty when nothing is readable; a view of the bytes read
+    when one read holds them all, so they are copied once more only where they are sent) and
+    ``next_offset``, the offset after the last batch returned (the fetch offset itself when none was)."""
 
-    data: bytes
+    data: bytes | memoryview
     next_offset: int
 
 
@@ -78,7 +79,7 @@ def walk_batches(buf: bytes | memoryview, offset: int, budget: int, *, min_one: 
 
 
 def _read_segment(seg: LogSegment, size: int, offset: int, budget: int, min_one: bool,
-                  max_offset: int | None, parts: list[bytes]) -> tuple[int, int, bool]:
+                  max_offset: int | None, parts: list[bytes | memoryview]) -> tuple[int, int, bool]:
     """Append whole batches of one segment, from the one holding ``offset``, to ``parts``:
     ``(bytes added, next offset or -1, page done)``."""
     pos = seg.offset_index.lookup(offset)[1] if offset > seg.base_offset else 0
@@ -98,7 +99,7 @@ def _read_segment(seg: LogSegment, size: int, offset: int, budget: int, min_one:
                                                       min_one=min_one and not taken and not parts,
                                                       max_offset=max_offset)
             if stop > start:
-                parts.append(buf if (start == 0 and stop == len(buf)) else buf[start:stop])
+                parts.append(buf if (start == 0 and stop == len(buf)) else memoryview(buf)[start:stop])
                 taken += stop - start
                 nxt = n
                 offset = n
@@ -134,7 +135,7 @@ def _read_raw(log: LocalLog, offset: int, max_bytes: int, min_one: bool, max_off
                 f"offset {offset} is outside the local log [{start}, {end}] of {log.topic_partition}")
         segs = log.segments.range(offset, end + 1) or log.segments.all()
         sizes = [s.size for s in segs]
-    parts: list[bytes] = []
+    parts: list[bytes | memoryview] = []
     total = 0
     nxt = offset
     for seg, size in zip(segs, sizes, strict=True):
@@ -146,5 +147,5 @@ def _read_raw(log: LocalLog, offset: int, max_bytes: int, min_one: bool, max_off
             nxt = seg_next
         if done:
             break
-    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    data: bytes | memoryview = parts[0] if len(parts) == 1 else b"".join(parts)
     return RawBatches(data, nxt)

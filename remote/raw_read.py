@@ -37,7 +37,7 @@ _SCAN_BYTES = 1 << 20
 class PartitionFetch:
     """One partition's Fetch answer: the stored bytes and the offsets a FetchResponse carries."""
 
-    data: bytes
+    data: bytes | memoryview
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int

@@ -236,3 +236,23 @@ def test_fetch_and_timestamps_from_the_remote_tier(wire: Wire, node: Node) -> No
     assert _list(wire, "tiered", -2).offset == 0
     assert _list(wire, "tiered", 1_000_007).offset == 7
     assert _list(wire, "tiered", 1_500_000).offset == 12
+
+
+def test_spliced_records_encode_as_the_library_does() -> None:
+    from kafka.protocol.consumer import FetchResponse
+
+    from service.kafka.fetch import _response, _Want
+
+    P = FetchResponse.FetchableTopicResponse.PartitionData
+    payloads = [b"a" * 5000, b"", b"b" * 200, b"c" * 70000]
+    wants = [_Want("t", i, 0, 1 << 20) for i in range(3)] + [_Want("u", 0, 0, 1 << 20)]
+    for version in (4, 11, 12):
+        def parts() -> list:
+            return [P(partition_index=w.partition, error_code=0, high_watermark=9, last_stable_offset=9,
+                      log_start_offset=0, aborted_transactions=None, records=d) for w, d in zip(wants, payloads)]
+        spliced = _response(wants, parts())
+        assert type(spliced).__name__ == "SplicedFetchResponse"
+        plain = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=[
+            FetchResponse.FetchableTopicResponse(topic="t", partitions=parts()[:3]),
+            FetchResponse.FetchableTopicResponse(topic="u", partitions=parts()[3:])])
+        assert spliced.encode(version=version) == plain.encode(version=version), version
