@@ -249,7 +249,8 @@ def test_spliced_records_encode_as_the_library_does() -> None:
     for version in (4, 11, 12):
         def parts() -> list:
             return [P(partition_index=w.partition, error_code=0, high_watermark=9, last_stable_offset=9,
-                      log_start_offset=0, aborted_transactions=None, records=d) for w, d in zip(wants, payloads)]
+                      log_start_offset=0, aborted_transactions=None, records=d)
+                    for w, d in zip(wants, payloads, strict=True)]
         spliced = _response(wants, parts())
         assert type(spliced).__name__ == "SplicedFetchResponse"
         plain = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=[
