@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -193,8 +194,9 @@ def test_log_append_time_topics_answer_the_append_time(wire: Wire, node: Node) -
     assert stored.max_timestamp == p.log_append_time_ms and RecordBatch(bytes(stored.raw)).is_valid()
 
 
-def test_flush_messages_syncs_the_partition(wire: Wire, node: Node) -> None:
-    from service.kafka.durability import flush_tracker_for
+def test_flush_messages_and_flush_ms_sync_the_partition(wire: Wire, node: Node) -> None:
+    from log.local_log import RecordSpec
+    from service.flush_policy import flush_tracker_for, run_flush_once
 
     node.create_topic("t", 1, {"flush.messages": 3})
     tracker = flush_tracker_for(node)
@@ -203,3 +205,12 @@ def test_flush_messages_syncs_the_partition(wire: Wire, node: Node) -> None:
     assert tracker.synced_offset(log) in (-1, 0)
     answer(produce(wire, {"t": {0: batch([(b"a", b"2"), (b"b", b"3")])}}, acks=1), "t")
     assert tracker.synced_offset(log) == 3
+    node.produce("t", 0, [RecordSpec(b"h", b"1"), RecordSpec(b"h", b"2"), RecordSpec(b"h", b"3")])  # HTTP's path
+    assert tracker.synced_offset(log) == 6
+    # flush.ms: the periodic task syncs what is older than it
+    node.create_topic("m", 1, {"flush.ms": 200})
+    node.produce("m", 0, [RecordSpec(b"k", b"v")])
+    assert tracker.synced_offset(node.log("m", 0)) == 0  # not yet due
+    time.sleep(0.25)
+    assert run_flush_once(node) >= 1 and tracker.synced_offset(node.log("m", 0)) == 1
+    assert run_flush_once(node) == 0  # nothing new
