@@ -83,12 +83,12 @@ def _create(wire: Wire, name: str, configs: dict[str, str], partitions: int = 1,
 
 
 def _fetch(wire: Wire, topic: str, offset: int, *, version: int = 12, max_wait_ms: int = 0, min_bytes: int = 0,
-           partition_max_bytes: int = 1 << 20, isolation: int = 0) -> Any:
+           partition_max_bytes: int = 1 << 20, isolation: int = 0, leader_epoch: int = -1) -> Any:
     P = FetchRequest.FetchTopic.FetchPartition
     req = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=50 << 20,
                        isolation_level=isolation, session_id=0, session_epoch=-1,
                        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[P(
-                           partition=0, current_leader_epoch=-1, fetch_offset=offset, log_start_offset=-1,
+                           partition=0, current_leader_epoch=leader_epoch, fetch_offset=offset, log_start_offset=-1,
                            partition_max_bytes=partition_max_bytes)])], forgotten_topics_data=[], rack_id="")
     return wire.call(req, version).responses[0].partitions[0]
 
@@ -257,3 +257,30 @@ def test_spliced_records_encode_as_the_library_does() -> None:
             FetchResponse.FetchableTopicResponse(topic="t", partitions=parts()[:3]),
             FetchResponse.FetchableTopicResponse(topic="u", partitions=parts()[3:])])
         assert spliced.encode(version=version) == plain.encode(version=version), version
+
+
+def test_leadership_and_leader_epochs_as_kip_320(wire: Wire, node: Node) -> None:
+    from service.kafka import fetch
+
+    assert _create(wire, "moved", {"cleanup.policy": "compact", "remote.storage.enable": "true"}).error_code == 0
+    _produce(node, "moved", 3)
+    node.become_leader("moved", 0, 3, node.broker_id)
+    fetch._LEADERS.clear()  # the leader is cached for LEADER_TTL_S
+    assert _fetch(wire, "moved", 0, leader_epoch=3).error_code == 0
+    assert _fetch(wire, "moved", 0, leader_epoch=2).error_code == 74  # FENCED_LEADER_EPOCH
+    assert _fetch(wire, "moved", 0, leader_epoch=4).error_code == 75  # UNKNOWN_LEADER_EPOCH
+    _produce(node, "moved", 2)
+    P = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition
+
+    def epoch_end(epoch: int) -> tuple[int, int, int]:
+        req = OffsetForLeaderEpochRequest(replica_id=-1, topics=[OffsetForLeaderEpochRequest.OffsetForLeaderTopic(
+            topic="moved", partitions=[P(partition=0, current_leader_epoch=3, leader_epoch=epoch)])])
+        got = wire.call(req, 4).topics[0].partitions[0]
+        return got.error_code, got.leader_epoch, got.end_offset
+
+    assert epoch_end(3) == (0, 3, 5)
+    assert epoch_end(2)[2] == 3  # an older epoch ends where epoch 3 starts
+    node.become_leader("moved", 0, 4, node.broker_id + 7)  # another broker (not alive here) leads now
+    fetch._LEADERS.clear()
+    assert _fetch(wire, "moved", 0).error_code == 5  # LEADER_NOT_AVAILABLE: its leader is not registered
+    assert _list(wire, "moved", -1).error_code == 5
