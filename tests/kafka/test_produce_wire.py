@@ -214,3 +214,33 @@ def test_flush_messages_and_flush_ms_sync_the_partition(wire: Wire, node: Node) 
     time.sleep(0.25)
     assert run_flush_once(node) >= 1 and tracker.synced_offset(node.log("m", 0)) == 1
     assert run_flush_once(node) == 0  # nothing new
+
+
+def test_kafka_batches_are_read_tiered_and_cleaned_by_the_engine(wire: Wire, node: Node) -> None:
+    node.create_topic("t", 1, {"remote.storage.enable": True, "local.retention.ms": 0, "segment.bytes": 600,
+                               "min.cleanable.dirty.ratio": 0.01, "delete.retention.ms": 3_600_000})
+    pid = init_pid(wire)
+    latest: dict[bytes, tuple[int, bytes | None]] = {}
+    now = node.clock.milliseconds()
+    for s in range(12):
+        recs = [(b"k%d" % ((s * 3 + i) % 7), None if (s + i) % 5 == 0 else b"v%d-%d" % (s, i)) for i in range(3)]
+        p = answer(produce(wire, {"t": {0: batch(recs, codec=("lz4", "zstd", "none")[s % 3], pid=pid, epoch=0,
+                                                  seq=3 * s, ts=now + s)}}), "t")
+        assert p.error_code == 0
+        for i, (k, v) in enumerate(recs):
+            latest[k] = (p.base_offset + i, v)
+    node.roll("t", 0)
+    assert node.tier("t", 0)["copied"]
+    node.clean("t", 0)
+    read = []
+    offset = 0
+    while True:
+        page = node.read("t", 0, offset, max_records=100)
+        read.extend((r.key, (r.offset, r.value)) for r in page.records)
+        if not page.records:
+            break
+        offset = page.next_offset
+    assert dict(read) == latest and len(read) == len(latest), read  # only the newest per key is left
+    # the producer's state came through: its next batch continues the sequence, a retry is answered
+    nxt = answer(produce(wire, {"t": {0: batch([(b"k0", b"after")], pid=pid, epoch=0, seq=36, ts=now)}}), "t")
+    assert (nxt.error_code, nxt.base_offset) == (0, 36)
