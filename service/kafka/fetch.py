@@ -144,14 +144,27 @@ async def _fetch(ctx: RequestContext, request: Any) -> Any:
     max_bytes = request.max_bytes if request.max_bytes is not None and request.max_bytes >= 0 else 2**31 - 1
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms or 0, 0) / 1000
+    min_bytes = request.min_bytes or 0
     tps = [TopicPartition(w.topic, w.partition) for w in wants]
     while True:
-        parts, total = await ctx.run(_read, ctx, wants, max_bytes, committed)
         remaining = deadline - loop.time()
-        if (total >= (request.min_bytes or 0) or remaining <= 0 or not wants
-                or any(p.error_code != NONE for p in parts)):
+        waiter = None
+        if remaining > 0 and min_bytes > 0 and wants:
+            # wait for appends from before the read on: one landing between the read and the
+            # wait would otherwise go unnoticed until max_wait_ms
+            waiter = asyncio.ensure_future(ctx.wait_for_append(tps, remaining))
+            await asyncio.sleep(0)
+        try:
+            parts, total = await ctx.run(_read, ctx, wants, max_bytes, committed)
+        except BaseException:
+            if waiter is not None:
+                waiter.cancel()
+            raise
+        if waiter is None or total >= min_bytes or any(p.error_code != NONE for p in parts):
+            if waiter is not None:
+                waiter.cancel()
             break
-        if not await ctx.wait_for_append(tps, remaining):
+        if not await waiter:
             parts, total = await ctx.run(_read, ctx, wants, max_bytes, committed)
             break
     return _response(wants, parts)

@@ -188,6 +188,9 @@ def test_fetch_list_offsets_and_epochs(wire: Wire, node: Node) -> None:
     for v in (4, 7, 11):
         assert _offsets(_fetch(wire, "t", 0, version=v).records) == list(range(10))
 
+    started = time.monotonic()  # nothing to read: the poll ends at max_wait_ms, empty
+    assert _fetch(wire, "t", 10, max_wait_ms=300, min_bytes=1).records in (b"", None)
+    assert time.monotonic() - started >= 0.25
     # the long poll wakes on an append
     threading.Timer(0.3, _produce, args=(node, "t", 2)).start()
     started = time.monotonic()
