@@ -287,3 +287,35 @@ def test_leadership_and_leader_epochs_as_kip_320(wire: Wire, node: Node) -> None
     fetch._LEADERS.clear()
     assert _fetch(wire, "moved", 0).error_code == 5  # LEADER_NOT_AVAILABLE: its leader is not registered
     assert _list(wire, "moved", -1).error_code == 5
+
+
+def test_open_transaction_bounds_read_committed_and_response_limits(wire: Wire, node: Node) -> None:
+    assert _create(wire, "txn", {"cleanup.policy": "compact"}, partitions=2).error_code == 0
+    _produce(node, "txn", 3)
+    node.produce("txn", 0, [RecordSpec(b"t", b"open", None)], producer_id=77, producer_epoch=0, base_sequence=0,
+                 transactional=True)
+    _produce(node, "txn", 3)
+    committed = _fetch(wire, "txn", 0, isolation=1)
+    assert committed.last_stable_offset == 3 and committed.high_watermark == 7
+    assert _offsets(committed.records) == [0, 1, 2]
+    assert _offsets(_fetch(wire, "txn", 0).records) == list(range(7))
+    assert _list(wire, "txn", -1, isolation=1).offset == 3 and _list(wire, "txn", -1).offset == 7
+    node.append_marker("txn", 0, 77, 0, "abort")
+    committed = _fetch(wire, "txn", 0, isolation=1)
+    assert committed.last_stable_offset == 8
+    assert [(t.producer_id, t.first_offset) for t in committed.aborted_transactions] == [(77, 3)]
+
+    # the response limit: the first partition with data gets a whole batch, the next nothing
+    for p in (0, 1):
+        node.produce("txn", p, [RecordSpec(b"big", b"x" * 3000, None)])
+    P = FetchRequest.FetchTopic.FetchPartition
+    req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=100, isolation_level=0, session_id=0,
+                       session_epoch=-1, topics=[FetchRequest.FetchTopic(topic="txn", partitions=[
+                           P(partition=1, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
+                             partition_max_bytes=1 << 20),
+                           P(partition=0, current_leader_epoch=-1, fetch_offset=8, log_start_offset=-1,
+                             partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id="")
+    parts = wire.call(req, 12).responses[0].partitions
+    assert [p.partition_index for p in parts] == [1, 0]
+    assert _offsets(parts[0].records) == [0] and parts[1].records in (b"", None)
+    assert parts[1].high_watermark == 9 and parts[1].error_code == 0
