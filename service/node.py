@@ -172,6 +172,8 @@ class Node:
         self.jobs = JobRegistry()
         #: called with the TopicPartition after every append (the Kafka listener's Fetch long polls)
         self._append_listeners: list[Callable[[TopicPartition], None]] = []
+        #: more Prometheus collectors for /metrics (the Kafka listener's)
+        self.metric_collectors: list[Any] = []
         self._running_cleans: dict[TopicPartition, int] = {}
         self.erasures = ErasureService(self)  # on-demand key erasure with a receipt (#15)
         # topic configs live in the metadata store, shared by every node and Spark job (#16)

@@ -306,15 +306,17 @@ class KafkaListener:
         result = await spec.handler(ctx, request)
         resp_flexible = flexible and api_key != API_VERSIONS_KEY  # ApiVersions answers with header v0
         if inspect.isawaitable(result):
-            return asyncio.ensure_future(self._finish(result, ctx, resp_flexible, started))
-        return self._encode(result, ctx, resp_flexible, started)
+            return asyncio.ensure_future(self._finish(result, ctx, request, resp_flexible, started))
+        return self._encode(result, ctx, request, resp_flexible, started)
 
-    async def _finish(self, pending: Any, ctx: RequestContext, flexible: bool, started: float) -> bytes | None:
-        return self._encode(await pending, ctx, flexible, started)
+    async def _finish(self, pending: Any, ctx: RequestContext, request: Any, flexible: bool,
+                      started: float) -> bytes | None:
+        return self._encode(await pending, ctx, request, flexible, started)
 
-    def _encode(self, response: Any, ctx: RequestContext, flexible: bool, started: float) -> bytes | None:
+    def _encode(self, response: Any, ctx: RequestContext, request: Any, flexible: bool,
+                started: float) -> bytes | None:
         if self.metrics is not None:
-            self.metrics.observe_request(ctx, response, time.perf_counter() - started)
+            self.metrics.observe_request(ctx, response, time.perf_counter() - started, request)
         if response is None:
             return None
         return _frame(ctx.header.correlation_id, response.encode(version=ctx.api_version), flexible=flexible)
@@ -338,8 +340,6 @@ class KafkaListener:
                 if answer is None:
                     continue
             writer.write(answer)
-            if self.metrics is not None:
-                self.metrics.bytes_sent(len(answer))
             await writer.drain()
 
     def _count(self, what: str) -> None:
