@@ -151,8 +151,8 @@ class KafkaMetrics:
                                                  "milliseconds (TotalTimeMs).", labels=["request"])
         for api, b in sorted(latency.items()):
             cumulative, acc = [], 0.0
-            for bound, n in zip((*[str(x) for x in BUCKETS_MS], "+Inf"), b[:-1], strict=True):
-                acc += n
+            for bound, hits in zip((*[str(x) for x in BUCKETS_MS], "+Inf"), b[:-1], strict=True):
+                acc += hits
                 cumulative.append((bound, acc))
             h.add_metric([api], cumulative, b[-1])
         yield h

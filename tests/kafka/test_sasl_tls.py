@@ -8,7 +8,6 @@ import socket
 import struct
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
