@@ -172,44 +172,53 @@ async def _fetch(ctx: RequestContext, request: Any) -> Any:
 
 def _response(wants: list[_Want], parts: list[Any]) -> Any:
     topics: list[Any] = []
-    payloads: list[bytes | memoryview] = []
-    prefix = os.urandom(12)
+    spliced = False
     for w, part in zip(wants, parts, strict=True):
         if not topics or topics[-1].topic != w.topic:
             topics.append(FetchResponse.FetchableTopicResponse(topic=w.topic, partitions=[]))
-        if len(part.records or b"") >= SPLICE_MIN_BYTES:
-            payloads.append(part.records)
-            part.records = prefix + struct.pack(">I", len(payloads))
+        size = len(part.records or b"")
+        if size >= SPLICE_MIN_BYTES:
+            spliced = True
         elif isinstance(part.records, memoryview):
             part.records = bytes(part.records)
         topics[-1].partitions.append(part)
     response = FetchResponse(throttle_time_ms=0, error_code=NONE, session_id=0, responses=topics)
-    return SplicedFetchResponse(response, prefix, payloads) if payloads else response
+    return SplicedFetchResponse(response) if spliced else response
 
 
 class SplicedFetchResponse:
     """A FetchResponse whose large ``records`` are spliced into the encoded message: the generated
     encoder copies a field's bytes twice (into its buffer, then out of it), which for a fetch of
-    stored batches costs more CPU than reading them. Each partition's records are encoded as a
-    16-byte marker (a random prefix and the payload's number), found in order in the encoded
-    bytes and replaced, with its length prefix, by the payload. Anything else is the response's."""
+    stored batches costs more CPU than reading them. While encoding, each such partition's
+    records are a 16-byte marker (a random prefix and the payload's number), found in order in
+    the encoded bytes and replaced, with its length prefix, by the payload. Everything else
+    (the fields a metrics collector reads, records included) is the response's own."""
 
-    def __init__(self, response: Any, prefix: bytes, payloads: list[bytes | memoryview]) -> None:
+    def __init__(self, response: Any) -> None:
         self.response = response
-        self._prefix = prefix
-        self._payloads = payloads
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.response, name)
 
     def encode(self, version: int | None = None) -> bytes:
-        body = self.response.encode(version=version)
+        prefix = os.urandom(12)
+        swapped: list[tuple[Any, Any]] = []
+        try:
+            for topic in self.response.responses:
+                for part in topic.partitions:
+                    if len(part.records or b"") >= SPLICE_MIN_BYTES:
+                        swapped.append((part, part.records))
+                        part.records = prefix + struct.pack(">I", len(swapped))
+            body = self.response.encode(version=version)
+        finally:
+            for part, records in swapped:
+                part.records = records
         flexible = bool(FetchResponse.flexible_version_q(self.response.API_VERSION))
         pieces: list[bytes | memoryview] = []
         view = memoryview(body)
         pos = 0
-        for n, data in enumerate(self._payloads, 1):
-            at = body.index(self._prefix + struct.pack(">I", n), pos)
+        for n, (_part, data) in enumerate(swapped, 1):
+            at = body.index(prefix + struct.pack(">I", n), pos)
             if flexible:  # COMPACT_BYTES: uvarint(length + 1), 0x11 for the 16-byte marker
                 pieces += [view[pos:at - 1], _uvarint(len(data) + 1)]
             else:  # BYTES: int32 length

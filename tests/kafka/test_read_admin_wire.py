@@ -260,6 +260,8 @@ def test_spliced_records_encode_as_the_library_does() -> None:
             FetchResponse.FetchableTopicResponse(topic="t", partitions=parts()[:3]),
             FetchResponse.FetchableTopicResponse(topic="u", partitions=parts()[3:])])
         assert spliced.encode(version=version) == plain.encode(version=version), version
+        # what a metrics collector reads is the response's own records, before and after encoding
+        assert [len(p.records) for t in spliced.responses for p in t.partitions] == [len(d) for d in payloads]
 
 
 def test_leadership_and_leader_epochs_as_kip_320(wire: Wire, node: Node) -> None:
