@@ -38,6 +38,9 @@ _Partition = FetchResponse.FetchableTopicResponse.PartitionData
 _Aborted = _Partition.AbortedTransaction
 #: records at least this large are spliced into the encoded response (SplicedFetchResponse)
 SPLICE_MIN_BYTES = 4096
+#: Kafka's broker config fetch.max.bytes: no response holds more, whatever the client asks (but a
+#: first batch larger than that, up to max.message.bytes, still goes whole)
+FETCH_MAX_BYTES = 55 * 1024 * 1024
 #: how long a partition's leader, read from the metadata store, is trusted before it is read again
 LEADER_TTL_S = 1.0
 _MARKER_BYTES = 16
@@ -141,7 +144,8 @@ async def _fetch(ctx: RequestContext, request: Any) -> Any:
                    -1 if p.current_leader_epoch is None else p.current_leader_epoch)
              for t in request.topics or () for p in t.partitions or ()]
     committed = int(request.isolation_level or 0) == 1
-    max_bytes = request.max_bytes if request.max_bytes is not None and request.max_bytes >= 0 else 2**31 - 1
+    asked = request.max_bytes if request.max_bytes is not None and request.max_bytes >= 0 else FETCH_MAX_BYTES
+    max_bytes = min(asked, FETCH_MAX_BYTES)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms or 0, 0) / 1000
     min_bytes = request.min_bytes or 0
