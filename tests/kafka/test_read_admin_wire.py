@@ -9,7 +9,6 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -55,15 +54,16 @@ class Wire:
         return buf
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    n = Node(load_config({"data_dir": tmp_path / "data"}, env={}))
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    """One node for the module (each test uses its own topics)."""
+    n = Node(load_config({"data_dir": tmp_path_factory.mktemp("wire") / "data"}, env={}))
     n.start()
     yield n
     n.shutdown()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def wire(node: Node) -> Iterator[Wire]:
     listener = KafkaListener(node, KafkaListenerConfig(host="127.0.0.1", port=0)).start()
     w = Wire(listener.port)
