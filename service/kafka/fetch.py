@@ -13,6 +13,7 @@ session id 0, every request names all its partitions.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import struct
 import time
@@ -22,6 +23,7 @@ from typing import Any
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
+from log.errors import InvalidRequestError, UnknownTopicOrPartitionError
 from log.types import TopicPartition
 from remote.raw_read import RawTieredRead
 from service.kafka.errors import (
@@ -102,6 +104,24 @@ def partition_error(e: BaseException) -> int:
     return e.code if isinstance(e, NotLeaderError) else error_code(e)
 
 
+def partition_log(node: Any, topic: str, partition: int) -> Any:
+    """The partition's log; a name or number no partition can have is UNKNOWN_TOPIC_OR_PARTITION, as
+    Kafka answers for a topic that does not exist (not INVALID_REQUEST)."""
+    try:
+        tp = TopicPartition(topic, partition)
+    except InvalidRequestError:
+        raise UnknownTopicOrPartitionError(f"no partition {partition!r} of topic {topic!r}") from None
+    return node.log_manager.get_log(tp)
+
+
+def _topic_partitions(wants: list[_Want]) -> list[TopicPartition]:
+    out = []
+    for w in wants:
+        with contextlib.suppress(InvalidRequestError):
+            out.append(TopicPartition(w.topic, w.partition))
+    return out
+
+
 def _read(ctx: RequestContext, wants: list[_Want], max_bytes: int, committed: bool) -> tuple[list[Any], int]:
     """Every partition's PartitionData, and the bytes read in all (blocking: a worker thread)."""
     node = ctx.node
@@ -112,7 +132,7 @@ def _read(ctx: RequestContext, wants: list[_Want], max_bytes: int, committed: bo
     total = 0
     for w in wants:
         try:
-            log = node.log(w.topic, w.partition)
+            log = partition_log(node, w.topic, w.partition)
             check_leader(ctx, log.topic_partition, w.leader_epoch)
             limit = max(min(w.max_bytes, budget), 0)
             res = raw.fetch(log, w.offset, limit, committed=committed, min_one=first)
@@ -149,11 +169,11 @@ async def _fetch(ctx: RequestContext, request: Any) -> Any:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms or 0, 0) / 1000
     min_bytes = request.min_bytes or 0
-    tps = [TopicPartition(w.topic, w.partition) for w in wants]
+    tps = _topic_partitions(wants)
     while True:
         remaining = deadline - loop.time()
         waiter = None
-        if remaining > 0 and min_bytes > 0 and wants:
+        if remaining > 0 and min_bytes > 0 and tps:
             # wait for appends from before the read on: one landing between the read and the
             # wait would otherwise go unnoticed until max_wait_ms
             waiter = asyncio.ensure_future(ctx.wait_for_append(tps, remaining))
