@@ -35,8 +35,9 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaS
     try:
         yield a.wait_ready(), b.wait_ready()
     finally:
-        a.stop()
+        a.terminate()  # both stop at once
         b.stop()
+        a.stop()
 
 
 def _produce_raw(port: int, topic: str, partition: int) -> int:
