@@ -180,7 +180,12 @@ class KafkaListener:
         return self
 
     def _run(self) -> None:
-        loop = asyncio.new_event_loop()
+        try:  # libuv's loop when installed (uvicorn's choice too): less CPU per request
+            import uvloop
+
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        except ImportError:
+            loop = asyncio.new_event_loop()
         self._loop = loop
         self.notifier.bind(loop)
         try:
