@@ -92,6 +92,7 @@ def test_a_client_bootstrapped_at_a_reaches_the_partition_b_leads(two_nodes: tup
     a.api("POST", f"/v1/topics/{topic}/partitions/1/leadership", {"leader_epoch": 2, "broker_id": 1})
     md = run_client("confluent", {"action": "metadata", "bootstrap": b.bootstrap})
     assert md["topics"][topic] == {"0": 1, "1": 1}
+    assert _produce_raw(b.kafka_port, topic, 1) == 6  # B, the old leader, takes no more writes
     more = [{"key": f"m{i}", "value": f"moved{i}", "partition": 1} for i in range(4)]
     spec = {"bootstrap": b.bootstrap, "common": {"bootstrap": b.bootstrap, "topic": topic},
             "steps": [{"action": "produce", "idempotent": True, "records": more},
