@@ -142,6 +142,11 @@ define("remote.compaction.spark.min.dirty.bytes", int, 1024 * 1024 * 1024, at_le
        "below it the per-task and start-up overhead of a job outweighs its parallelism).")
 define("message.timestamp.difference.max.ms", int, LONG_MAX, at_least(0),
        "Reject records whose CreateTime differs from the broker clock by more than this.")
+define("flush.messages", int, LONG_MAX, at_least(1),
+       "fsync the partition once this many records were appended since the last fsync (Kafka's default: never; "
+       "acks=all produce requests fsync before they are answered in any case).")
+define("flush.ms", int, LONG_MAX, at_least(0),
+       "fsync the partition when records appended this long ago are not on disk yet (Kafka's default: never).")
 
 
 #: keys Kafka declares as INT (int32); every other int key is a LONG (int64). A value past

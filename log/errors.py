@@ -12,7 +12,11 @@ cross it.
     │   └── CorruptIndexError         an index file is inconsistent with its segment
     ├── OffsetOutOfRangeError         read below log start or above log end
     ├── LogSegmentOffsetOverflowError an offset does not fit a segment's 32-bit relative range
+    ├── InvalidRecordError            a produced batch breaks a record rule (Kafka's INVALID_RECORD)
+    │   ├── InvalidTimestampError     a record timestamp outside message.timestamp.difference.max.ms
+    │   └── RecordTooLargeError       a batch above max.message.bytes
     ├── InvalidProducerEpochError / OutOfOrderSequenceError / InvalidTxnStateError  producer state
+    │   (UnknownProducerIdError is an OutOfOrderSequenceError, as in Kafka)
     ├── UnknownTopicOrPartitionError  no such topic / partition
     ├── TopicExistsError
     ├── DataDirInUseError             another process holds the data dir's lock
@@ -69,12 +73,37 @@ class LogSegmentOffsetOverflowError(TiercompactError):
     """An offset cannot be stored relative to its segment's base offset (> 2^31-1 apart)."""
 
 
+class InvalidRecordError(InvalidRequestError):
+    """A produced batch breaks a rule on its records (Kafka's InvalidRecordException).
+
+    ``record_errors`` lists ``(batch_index, message)`` of the records at fault, what Kafka's
+    ProduceResponse v8+ returns per record; empty when the whole batch is at fault.
+    """
+
+    def __init__(self, message: str, record_errors: list[tuple[int, str]] | None = None) -> None:
+        super().__init__(message)
+        self.record_errors = list(record_errors or [])
+
+
+class InvalidTimestampError(InvalidRecordError):
+    """A record's timestamp is too far from the broker clock (Kafka's InvalidTimestampException)."""
+
+
+class RecordTooLargeError(InvalidRecordError):
+    """A batch is larger than the topic's max.message.bytes (Kafka's RecordBatchTooLargeException)."""
+
+
 class InvalidProducerEpochError(TiercompactError):
     """A producer wrote with an epoch older than the one the log knows (a fenced producer)."""
 
 
 class OutOfOrderSequenceError(TiercompactError):
     """A producer batch's sequence number does not follow the last one written."""
+
+
+class UnknownProducerIdError(OutOfOrderSequenceError):
+    """A producer the log does not know sent a sequence other than 0: its state was lost
+    (expired or removed with its batches), Kafka's UnknownProducerIdException."""
 
 
 class InvalidTxnStateError(TiercompactError):

@@ -238,11 +238,14 @@ class LocalLog:
             return self.append_batches(data, from_client=False).base_offset
 
     def append_batches(self, data: bytes | bytearray | memoryview, *, from_client: bool = True,
-                       assign_offsets: bool = True) -> AppendResult:
+                       assign_offsets: bool = True, strict_producers: bool = False) -> AppendResult:
         """Validate and append whole record batches; offsets are assigned from the log end.
 
-        ``from_client``: reject control batches and check producer epochs and sequences.
+        ``from_client``: reject control batches and check producer epochs and sequences
+        (``strict_producers``: as the Kafka listener does, see ProducerStateManager.validate).
         ``assign_offsets=False`` appends batches with the offsets they carry (replication, tests).
+        A ``bytearray`` holding one batch is stamped in place (base offset, leader epoch) and
+        written as it is: no copy, no re-encoding unless ``compression.type`` asks for another codec.
         """
         source = "append request"
         parsed = list(iter_batches(data, source=source))
@@ -263,7 +266,7 @@ class LocalLog:
             now = self.clock.milliseconds()
             first = last = -1
             for _pos, batch in parsed:
-                info = self.producer_state.validate(batch) if from_client else None
+                info = self.producer_state.validate(batch, strict=strict_producers) if from_client else None
                 if info is not None and info.duplicate_of is not None:
                     if first < 0:
                         first = info.duplicate_of[0]
@@ -271,7 +274,9 @@ class LocalLog:
                     if len(parsed) == 1:
                         return AppendResult(first, last, duplicate=True)
                     continue
-                buf = bytearray(self._maybe_recompress(batch))
+                raw = self._maybe_recompress(batch)
+                owner = raw.obj if isinstance(raw, memoryview) else None
+                buf = owner if type(owner) is bytearray and len(owner) == len(raw) else bytearray(raw)
                 append_time = now if self.config.timestamp_type is TimestampType.LOG_APPEND_TIME else None
                 base = self.log_end_offset if assign_offsets else batch.base_offset
                 if not assign_offsets and base < self.log_end_offset:
@@ -279,7 +284,7 @@ class LocalLog:
                 stamp_batch(buf, 0, base_offset=base, partition_leader_epoch=max(self.leader_epoch, -1)
                             if batch.partition_leader_epoch < 0 or assign_offsets else batch.partition_leader_epoch,
                             log_append_time_ms=append_time)
-                stamped = RecordBatch(bytes(buf))
+                stamped = RecordBatch(buf)
                 self._maybe_roll(stamped, now)
                 seg = self.active_segment
                 seg.append(stamped.raw, largest_offset=stamped.last_offset, largest_timestamp=stamped.max_timestamp,

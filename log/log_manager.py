@@ -190,6 +190,21 @@ class LogManager:
             self._persist()
             return topic
 
+    def add_partitions(self, name: str, count: int) -> Topic:
+        """Grow ``name`` to ``count`` partitions (Kafka's CreatePartitions: never fewer)."""
+        with self._lock:
+            old = self.topic(name)
+            if not isinstance(count, int) or not old.partitions < count <= MAX_PARTITIONS:
+                raise InvalidRequestError(f"partitions={count!r} is invalid for topic {name!r}: it has "
+                                          f"{old.partitions}; the new count must be more, up to {MAX_PARTITIONS}")
+            for p in range(old.partitions, count):
+                tp = TopicPartition(name, p)
+                self._logs[tp] = LocalLog(self.data_dir / tp.dir_name, old.config, clock=self.clock,
+                                          scheduler=self.scheduler)
+            topic = self._topics[name] = Topic(name, count, old.config)
+            self._persist()
+            return topic
+
     def topic(self, name: str) -> Topic:
         with self._lock:
             t = self._topics.get(name)

@@ -2,9 +2,11 @@
 
 Kafka's ProducerStateManager, reduced to what a single-replica log needs:
 
-* per producer id: epoch, last sequence and last data batch (for duplicate detection
-  and for the cleaner's "keep each producer's last batch" rule, A.7), and the first
-  offset of its open transaction, if any;
+* per producer id: epoch, last sequence and last data batch (for the cleaner's "keep each
+  producer's last batch" rule, A.7), the metadata of its last
+  :data:`NUM_BATCHES_TO_RETAIN` batches (Kafka's ProducerStateEntry.batchMetadata: a retry of
+  any of them is answered with its original offsets), and the first offset of its open
+  transaction, if any;
 * the open transactions, whose earliest first offset bounds the last stable offset;
 * on an ABORT marker, the :class:`AbortedTxn` entry for the transaction index.
 
@@ -19,13 +21,21 @@ Not thread-safe: the LocalLog serialises access.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from log.errors import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError
+from log.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    UnknownProducerIdError,
+)
 from log.index.txn_index import AbortedTxn
 from log.record import ControlRecordType, RecordBatch
 
 INT32_MAX = 2**31 - 1
+#: batches remembered per producer for duplicate detection (Kafka's NUM_BATCHES_TO_RETAIN,
+#: the limit of max.in.flight.requests.per.connection for idempotent producers)
+NUM_BATCHES_TO_RETAIN = 5
 
 
 @dataclass(slots=True)
@@ -39,6 +49,20 @@ class ProducerStateEntry:
     last_timestamp: int = -1
     coordinator_epoch: int = -1
     current_txn_first_offset: int | None = None
+    #: (first_sequence, last_sequence, first_offset, last_offset) of the newest batches of the
+    #: current epoch, oldest first; a snapshot keeps only the last one (as Kafka's does)
+    recent: list[tuple[int, int, int, int]] = field(default_factory=list)
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> tuple[int, int] | None:
+        """The offsets of the remembered batch with this epoch and sequence range, if any."""
+        if epoch != self.producer_epoch or first_seq < 0:
+            return None
+        for f, last, first_off, last_off in self.recent:
+            if f == first_seq and last == last_seq:
+                return first_off, last_off
+        if first_seq == self.first_sequence and last_seq == self.last_sequence and self.last_data_offset >= 0:
+            return self.first_data_offset, self.last_data_offset
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +82,17 @@ class ProducerStateManager:
         self._ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
 
     # ---- validation (client appends only) ---------------------------------------------
-    def validate(self, batch: RecordBatch) -> AppendInfo:
-        """Check a producer batch before offsets are assigned; detect a retried duplicate."""
+    def validate(self, batch: RecordBatch, *, strict: bool = False) -> AppendInfo:
+        """Check a producer batch before offsets are assigned; detect a retried duplicate.
+
+        Kafka's order (UnifiedLog.analyzeAndValidateProducerState, ProducerAppendInfo): a
+        retry of one of the producer's last :data:`NUM_BATCHES_TO_RETAIN` batches is answered
+        with its offsets; otherwise an older epoch is fenced (InvalidProducerEpochError), a new
+        epoch must start at sequence 0 and a known epoch must continue its last sequence
+        (OutOfOrderSequenceError). ``strict`` (the Kafka listener) also refuses a sequence
+        other than 0 from a producer the log does not know (UnknownProducerIdError); the HTTP
+        API accepts it, as it always has.
+        """
         pid = batch.producer_id
         if pid < 0:
             if batch.is_transactional:
@@ -67,18 +100,32 @@ class ProducerStateManager:
             return AppendInfo()
         e = self.producers.get(pid)
         if e is None:
+            if strict and batch.base_sequence > 0:
+                raise UnknownProducerIdError(
+                    f"found no record of producer {pid} (its state expired or its batches were removed) but "
+                    f"it sent sequence {batch.base_sequence}: the producer must start again")
             return AppendInfo()
+        dup = e.find_duplicate(batch.producer_epoch, batch.base_sequence, batch.last_sequence)
+        if dup is not None:
+            return AppendInfo(duplicate_of=dup)
         if batch.producer_epoch < e.producer_epoch:
             raise InvalidProducerEpochError(
                 f"producer {pid} wrote with epoch {batch.producer_epoch} but epoch {e.producer_epoch} "
                 f"is current: this producer has been fenced; restart it with a new epoch")
-        if batch.base_sequence >= 0 and batch.producer_epoch == e.producer_epoch and e.last_sequence >= 0:
-            if batch.base_sequence == e.first_sequence and batch.last_sequence == e.last_sequence:
-                return AppendInfo(duplicate_of=(e.first_data_offset, e.last_data_offset))
-            if batch.base_sequence != _next_seq(e.last_sequence):
+        if batch.base_sequence >= 0:
+            if batch.producer_epoch > e.producer_epoch:
+                if strict and batch.base_sequence != 0:
+                    raise OutOfOrderSequenceError(
+                        f"producer {pid} started epoch {batch.producer_epoch} at sequence {batch.base_sequence}, "
+                        f"expected 0")
+            elif e.last_sequence >= 0 and batch.base_sequence != _next_seq(e.last_sequence):
                 raise OutOfOrderSequenceError(
                     f"producer {pid} sent base sequence {batch.base_sequence}, expected "
                     f"{_next_seq(e.last_sequence)}: a batch was lost or reordered")
+            elif strict and e.last_sequence < 0 and batch.base_sequence != 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {pid} sent base sequence {batch.base_sequence} as its first batch of epoch "
+                    f"{e.producer_epoch}, expected 0")
         if batch.is_transactional and e.current_txn_first_offset is None and batch.producer_epoch < e.producer_epoch:
             raise InvalidTxnStateError(f"producer {pid} has no open transaction at epoch {batch.producer_epoch}")
         return AppendInfo()
@@ -97,6 +144,10 @@ class ProducerStateManager:
         e.last_sequence = batch.last_sequence
         e.first_data_offset = batch.base_offset
         e.last_data_offset = batch.last_offset
+        if batch.base_sequence >= 0:
+            e.recent.append((batch.base_sequence, e.last_sequence, batch.base_offset, batch.last_offset))
+            if len(e.recent) > NUM_BATCHES_TO_RETAIN:
+                del e.recent[0]
         e.last_timestamp = batch.max_timestamp
         if batch.is_transactional and e.current_txn_first_offset is None:
             e.current_txn_first_offset = batch.base_offset
@@ -125,6 +176,7 @@ class ProducerStateManager:
             e.producer_epoch = batch.producer_epoch
             e.first_sequence = e.last_sequence = -1
             e.first_data_offset = e.last_data_offset = -1
+            e.recent.clear()
         e.last_timestamp = batch.max_timestamp
         first = e.current_txn_first_offset
         e.current_txn_first_offset = None

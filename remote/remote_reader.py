@@ -33,6 +33,7 @@ MIN_WINDOW = 64 * 1024
 _INDEX_READ_ATTEMPTS = 3
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TXN_ENTRY = struct.Struct(">hqqqq")
+_TIME_ENTRY = struct.Struct(">qi")
 
 
 class RemoteSegmentReader:
@@ -83,6 +84,14 @@ class RemoteSegmentReader:
             return 0
         pos = entries[i][1]
         return pos if 0 <= pos < md.segment_size_in_bytes else 0
+
+    def time_index(self, md: RemoteLogSegmentMetadata) -> list[tuple[int, int]]:
+        """The remote time index as ``[(timestamp, absolute offset)]`` (Kafka's 12-byte entries)."""
+        data = self._index_bytes(md, IndexType.TIMESTAMP)
+        if len(data) % _TIME_ENTRY.size:
+            raise CorruptRecordError(f"time index of {len(data)} bytes is not a multiple of 12",
+                                     source=self.rsm.object_key(md, IndexType.TIMESTAMP))
+        return [(ts, md.start_offset + rel) for ts, rel in _TIME_ENTRY.iter_unpack(data)]
 
     def aborted_transactions(self, md: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
         data = self._index_bytes(md, IndexType.TRANSACTION)

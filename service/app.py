@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -187,16 +187,31 @@ class TiercompactAPI(FastAPI):
 DOCS_URL, REDOC_URL, OPENAPI_URL = "/docs", "/redoc", "/openapi.json"
 
 
-def create_app(node: Node, *, manage_lifecycle: bool = False) -> TiercompactAPI:
+def create_app(node: Node, *, manage_lifecycle: bool = False, companions: Sequence[Any] = ()) -> TiercompactAPI:
+    """``companions`` (objects with ``start()``/``stop()``, e.g. the Kafka listener) start after the node
+    and stop before it, with ``manage_lifecycle``."""
     request_threads = RequestThreads()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        started: list[Any] = []
         if manage_lifecycle:
             node.start()
+            try:
+                for c in companions:
+                    c.start()
+                    started.append(c)
+            except BaseException:
+                for c in reversed(started):
+                    c.stop()
+                node.shutdown()
+                request_threads.stop()
+                raise
         try:
             yield
         finally:
+            for c in reversed(started):
+                c.stop()
             if manage_lifecycle:
                 node.shutdown()
             request_threads.stop()

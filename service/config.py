@@ -125,6 +125,31 @@ class ServiceConfig(BaseModel):
     spark_max_concurrent_jobs: int = Field(1, ge=1, le=64,
                                            description="Spark offload jobs the node runs at once (each one "
                                                        "cleans one partition; the rest wait, the node serves).")
+    kafka_port: int = Field(9092, ge=0, le=65535, description="Port of the Kafka listener (0 = no Kafka listener).")
+    kafka_host: str | None = Field(None, description="Address the Kafka listener binds (default: host).")
+    advertised_listener: str | None = Field(None, description="HOST:PORT Kafka clients are told to connect to "
+                                                              "(advertised.listeners; default: the bound address).")
+    socket_request_max_bytes: int = Field(104857600, ge=1024, le=2**31 - 1,
+                                          description="Largest Kafka request (socket.request.max.bytes); a larger "
+                                                      "size closes the connection before its body is read.")
+    max_connections: int = Field(2**31 - 1, ge=1, le=2**31 - 1,
+                                 description="Most open Kafka connections (max.connections); more are refused.")
+    connections_max_idle_ms: int = Field(600_000, ge=100, le=2**31 - 1,
+                                         description="A Kafka connection idle this long, or this slow to send one "
+                                                     "request, is closed (connections.max.idle.ms).")
+    num_io_threads: int = Field(8, ge=1, le=256, description="Worker threads of the Kafka listener (num.io.threads).")
+    sasl_users: Path | None = Field(None, description="SCRAM/PLAIN users file for the Kafka listener (lines "
+                                                      "'user:password'); with it, or with a token, Kafka clients "
+                                                      "must authenticate with SASL.")
+    kafka_tls_cert: Path | None = Field(None, description="PEM certificate chain of the Kafka listener (TLS).")
+    kafka_tls_key: Path | None = Field(None, description="PEM private key of the Kafka listener (TLS).")
+    broker_heartbeat_interval_ms: int = Field(2_000, ge=10, le=3_600_000,
+                                              description="How often the node renews its entry in the cluster "
+                                                          "registry (broker.heartbeat.interval.ms).")
+    broker_session_timeout_ms: int = Field(9_000, ge=20, le=3_600_000,
+                                           description="A node whose heartbeat is older than this is dead: its "
+                                                       "partitions show LEADER_NOT_AVAILABLE "
+                                                       "(broker.session.timeout.ms).")
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
 
     @field_validator("log_level")
@@ -169,6 +194,22 @@ class ServiceConfig(BaseModel):
         if self.auth_reads and self.token is None:
             raise ValueError("auth_reads is set but no token is: every endpoint would be open. Set token "
                              "(--token or TIERCOMPACT_TOKEN), or drop auth_reads")
+        return self
+
+    @field_validator("advertised_listener")
+    @classmethod
+    def _advertised(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        host, sep, port = v.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("must be HOST:PORT (the address Kafka clients connect to), e.g. broker1.example:9092")
+        return v
+
+    @model_validator(mode="after")
+    def _kafka_tls_pair(self) -> ServiceConfig:
+        if (self.kafka_tls_cert is None) != (self.kafka_tls_key is None):
+            raise ValueError("kafka_tls_cert and kafka_tls_key go together: give both (TLS) or neither")
         return self
 
     @model_validator(mode="after")

@@ -46,12 +46,14 @@ from log.errors import (
     DataDirInUseError,
     InvalidConfigError,
     InvalidProducerEpochError,
+    InvalidRecordError,
     InvalidRequestError,
     InvalidTxnStateError,
     LogSegmentOffsetOverflowError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     PartitionOfflineError,
+    RecordTooLargeError,
     TiercompactError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
@@ -112,6 +114,8 @@ STATUS: dict[type[TiercompactError], int] = {
     # log
     InvalidConfigError: 400,
     InvalidRequestError: 400,
+    InvalidRecordError: 422,  # e.g. a record without a key on a compacted topic (Kafka's INVALID_RECORD)
+    RecordTooLargeError: 413,
     CorruptRecordError: 500,  # bytes on our disk / in our store are damaged: not the caller's fault
     OffsetOutOfRangeError: 416,
     LogSegmentOffsetOverflowError: 500,

@@ -19,10 +19,11 @@ collaborators are thread-safe and the node's own counters take a lock.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ from log.types import TopicPartition, validate_topic_name
 from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
 from remote.log_manager import COUNTED_BY_RLM
 from remote.tiered_read import ReadResult, read_local_page
-from service import topic_sync
+from service import flush_policy, topic_sync
 from service.config import ServiceConfig, store_options
 from service.fields import decode_field, encode_field
 from service.jobs import Job
@@ -87,6 +88,10 @@ class Node:
         self.cleaner = parts.cleaner
         self.remote = parts.remote
         self.jobs = parts.jobs
+        #: called with the TopicPartition after every append (the Kafka listener's Fetch long polls)
+        self._append_listeners: list[Callable[[TopicPartition], None]] = []
+        #: more Prometheus collectors for /metrics (the Kafka listener's)
+        self.metric_collectors: list[Any] = []
         #: the Spark offload, with a spark_master: tiered-pool rounds and API requests as jobs
         self.spark = parts.spark
         self.partitions = LogPartitions(self.log_manager)
@@ -97,6 +102,7 @@ class Node:
             PeriodicTask("tiercompact-retention", self.run_retention_once, config.tiering_interval_ms),
             PeriodicTask("tiercompact-force-roll", self.run_force_roll_once, config.roll_check_interval_ms),
             self._erasure_thread,
+            flush_policy.install(self),  # flush.messages after appends, flush.ms periodically
         ]
         #: on-demand key erasure with a receipt, over the node's ports
         self.erasures = ErasureService(
@@ -336,6 +342,18 @@ class Node:
         return {"topic": name, "partitions": len(tps), "local_deleted": True, "remote_deleted": not local_only}
 
     # ---- partitions ------------------------------------------------------------------
+    def add_append_listener(self, fn: Callable[[TopicPartition], None]) -> None:
+        self._append_listeners.append(fn)
+
+    def remove_append_listener(self, fn: Callable[[TopicPartition], None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._append_listeners.remove(fn)
+
+    def notify_append(self, tp: TopicPartition) -> None:
+        """Tell the append listeners ``tp`` grew (every append path calls it after appending)."""
+        for fn in self._append_listeners:
+            fn(tp)
+
     def log(self, topic: str, partition: int) -> LocalLog:
         return self.partitions.log(topic, partition)
 
@@ -343,9 +361,11 @@ class Node:
                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
                 transactional: bool = False) -> AppendResult:
         log = self._log_for_produce(topic, partition, len(records))
-        return log.append_records(records, compression=CompressionType.from_name(compression),
-                                  producer_id=producer_id, producer_epoch=producer_epoch,
-                                  base_sequence=base_sequence, transactional=transactional)
+        res = log.append_records(records, compression=CompressionType.from_name(compression),
+                                 producer_id=producer_id, producer_epoch=producer_epoch,
+                                 base_sequence=base_sequence, transactional=transactional)
+        self.notify_append(log.topic_partition)
+        return res
 
     def produce_columns(self, topic: str, partition: int, keys: list[bytes | None], values: list[bytes | None],
                         timestamps: list[int | None] | None = None, *, compression: str = "none",
@@ -354,9 +374,11 @@ class Node:
         """:meth:`produce` for records without headers given as columns (LocalLog.append_columns):
         the same checks and the same batch, without a RecordSpec per record."""
         log = self._log_for_produce(topic, partition, len(keys))
-        return log.append_columns(keys, values, timestamps, compression=CompressionType.from_name(compression),
-                                  producer_id=producer_id, producer_epoch=producer_epoch,
-                                  base_sequence=base_sequence, transactional=transactional)
+        res = log.append_columns(keys, values, timestamps, compression=CompressionType.from_name(compression),
+                                 producer_id=producer_id, producer_epoch=producer_epoch,
+                                 base_sequence=base_sequence, transactional=transactional)
+        self.notify_append(log.topic_partition)
+        return res
 
     def _log_for_produce(self, topic: str, partition: int, count: int) -> LocalLog:
         if count > self.config.max_records_per_request:
@@ -374,7 +396,9 @@ class Node:
             raise InvalidRequestError(f"marker type {kind!r} is invalid: use commit or abort")
         log = self.log(topic, partition)
         self.check_leader_for_produce(log)
-        return log.append_marker(producer_id, producer_epoch, types[kind])
+        offset = log.append_marker(producer_id, producer_epoch, types[kind])
+        self.notify_append(log.topic_partition)
+        return offset
 
     def read(self, topic: str, partition: int, offset: int, *, max_records: int = 500,
              isolation: str = "read_uncommitted") -> ReadResult:

@@ -23,6 +23,9 @@ def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
             continue
         if (k.startswith("TIERCOMPACT_") and not k.startswith("TIERCOMPACT_TEST_")) or k.startswith("AWS_"):
             monkeypatch.delenv(k, raising=False)
+    # `tiercompact serve` subprocesses of the suite open no Kafka listener unless they ask for one
+    # (--kafka-port beats this): many run at once, and the default 9092 is one port
+    monkeypatch.setenv("TIERCOMPACT_KAFKA_PORT", "0")
 
 
 @pytest.fixture

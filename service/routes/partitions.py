@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from log.batch_validation import check_keys_for_compaction
 from log.errors import TiercompactError
 from log.local_log import RecordSpec
 from service.auth import check_token
@@ -91,6 +92,7 @@ def _append(node: Node, topic: str, partition: int, body: ProduceRequest) -> Res
         keys = [None if (k := r.get("key")) is None else k.encode() for r in records]
         values = [None if (v := r.get("value")) is None else v.encode() for r in records]
         timestamps = [r.get("timestamp") for r in records]
+        _check_keys(node, topic, partition, keys)
         res = node.produce_columns(topic, partition, keys, values,
                                    None if timestamps.count(None) == len(timestamps) else timestamps,
                                    compression=body.compression, **producer)
@@ -99,8 +101,16 @@ def _append(node: Node, topic: str, partition: int, body: ProduceRequest) -> Res
                             decode_field(r.get("value"), enc, f"records[{i}].value"),
                             r.get("timestamp"), _headers(r["headers"], enc, i) if r.get("headers") else ())
                  for i, r in enumerate(records)]
+        _check_keys(node, topic, partition, [r.key for r in specs])
         res = node.produce(topic, partition, specs, compression=body.compression, **producer)
     return _produced(res)
+
+
+def _check_keys(node: Node, topic: str, partition: int, keys: list[bytes | None]) -> None:
+    """A record without a key on a compacted topic is refused with 422, as Kafka refuses it
+    (INVALID_RECORD): compaction has nothing to keep it by."""
+    log = node.log(topic, partition)
+    check_keys_for_compaction(keys, log.config, str(log.topic_partition))
 
 
 def _produced(res: Any) -> Response:
@@ -112,6 +122,7 @@ def _append_columns(node: Node, topic: str, partition: int, keys: list[bytes | N
                     compression: str) -> Response:
     """:func:`_append` for a body :func:`plain_columns` decoded (utf-8 keys and values only)."""
     check_writable(node, topic, partition)
+    _check_keys(node, topic, partition, keys)
     res = node.produce_columns(topic, partition, keys, values, None, compression=compression)
     return _produced(res)
 

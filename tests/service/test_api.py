@@ -43,7 +43,8 @@ def test_topic_lifecycle(client: TestClient, tmp_path: Path) -> None:
 
 
 def test_produce_and_read_back_with_headers_tombstones_and_base64(client: TestClient) -> None:
-    client.post("/v1/topics", json={"name": "t"})
+    # a delete topic: a compacted one refuses keyless records (see the test below)
+    client.post("/v1/topics", json={"name": "t", "config": {"cleanup.policy": "delete"}})
     r = _produce(client, [{"key": "a", "value": "1", "timestamp": 1000, "headers": [{"key": "h", "value": "v"}]},
                           {"key": "a", "value": None, "timestamp": 1001},
                           {"key": None, "value": "keyless", "timestamp": 1002}], compression="zstd")
@@ -61,6 +62,16 @@ def test_produce_and_read_back_with_headers_tombstones_and_base64(client: TestCl
     last = client.get(f"{P0}/records", params={"offset": 3, "encoding": "base64"}).json()["records"][0]
     assert base64.b64decode(last["value"]) == raw and base64.b64decode(last["key"]) == b"\x00\xff"
     assert client.get(f"{P0}/records", params={"offset": 4}).json()["records"] == []
+
+
+def test_a_compacted_topic_refuses_keyless_records_with_422(client: TestClient) -> None:
+    client.post("/v1/topics", json={"name": "t"})
+    for body in ({"records": [{"key": "a", "value": "1"}, {"value": "keyless"}]},
+                 {"records": [{"key": None, "value": "x", "headers": [{"key": "h", "value": "v"}]}]},
+                 {"encoding": "base64", "records": [{"key": None, "value": "eA=="}]}):
+        r = client.post(f"{P0}/records", json=body)
+        assert r.status_code == 422 and "without a key" in r.json()["error"], r.text
+    assert client.get(f"{P0}/records").json()["records"] == []  # nothing was appended
 
 
 def test_transactions_and_read_committed(client: TestClient) -> None:

@@ -57,7 +57,7 @@ def _norm(r) -> tuple[int, Any]:
 REQUESTS: list[tuple[str, str, dict[str, Any]]] = [
     ("POST", f"{P0}/records", {"json": {"records": [{"key": "a", "value": "1", "timestamp": 5},
                                                      {"key": "b", "value": None, "timestamp": 6},
-                                                     {"key": None, "value": "x", "timestamp": 7}]}}),
+                                                     {"key": "c", "value": "x", "timestamp": 7}]}}),
     ("POST", f"{P0}/records", {"json": {"encoding": "base64", "compression": "lz4", "records": [
         {"key": B64(b"\xff").decode(), "value": B64(b"\x00v").decode(), "timestamp": 8,
          "headers": [{"key": "h", "value": "AA=="}, {"key": "n"}]}]}}),

@@ -1,0 +1,74 @@
+"""The cluster registry contract: nodes sharing a metadata store register (broker id, listener, heartbeat) and topic ids."""
+
+from __future__ import annotations
+
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from log.errors import TiercompactError
+
+
+class DuplicateBrokerError(TiercompactError):
+    """Another live node already registered this broker id (Kafka's DUPLICATE_BROKER_REGISTRATION)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """One node as the registry holds it: its Kafka identity and its last heartbeat."""
+
+    broker_id: int
+    host: str
+    port: int
+    #: a random id per process start: a restart of the same broker id replaces its own entry
+    incarnation: str
+    heartbeat_ms: int
+    rack: str | None = None
+
+    def alive(self, now_ms: int, session_timeout_ms: int) -> bool:
+        return now_ms - self.heartbeat_ms <= session_timeout_ms
+
+
+def new_incarnation() -> str:
+    return uuid.uuid4().hex
+
+
+class ClusterRegistry(ABC):
+    """Brokers and topic ids shared by every node on the same metadata store."""
+
+    @abstractmethod
+    def register(self, reg: BrokerRegistration, *, session_timeout_ms: int) -> None:
+        """Add or replace this broker's entry.
+
+        Raises:
+            DuplicateBrokerError: another incarnation holds the broker id and its heartbeat is
+                younger than ``session_timeout_ms``.
+        """
+
+    @abstractmethod
+    def heartbeat(self, broker_id: int, incarnation: str, now_ms: int) -> bool:
+        """Renew the entry; False if it is no longer this incarnation's (another node took the id)."""
+
+    @abstractmethod
+    def deregister(self, broker_id: int, incarnation: str) -> None:
+        """Remove the entry (a clean stop), if it is still this incarnation's."""
+
+    @abstractmethod
+    def brokers(self) -> list[BrokerRegistration]:
+        """Every registered broker, live or not, by id."""
+
+    @abstractmethod
+    def topic_id(self, topic: str) -> uuid.UUID:
+        """The topic's stable id (Kafka's topic UUID), created on first use and the same on every node."""
+
+    @abstractmethod
+    def topic_ids(self) -> dict[str, uuid.UUID]:
+        """Every topic id known, by topic name."""
+
+    @abstractmethod
+    def forget_topic_id(self, topic: str) -> None:
+        """Drop a deleted topic's id: a topic created again under the name gets a new one."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the store's connections."""

@@ -1,0 +1,13 @@
+"""The Kafka wire protocol front door: importing this package registers every API handler module."""
+
+from service.kafka import (
+    admin,  # noqa: F401
+    admin_configs,  # noqa: F401
+    api_versions,  # noqa: F401
+    fetch,  # noqa: F401
+    init_producer_id,  # noqa: F401
+    metadata_api,  # noqa: F401
+    offsets,  # noqa: F401
+    produce,  # noqa: F401
+    sasl_api,  # noqa: F401
+)

@@ -1,0 +1,180 @@
+"""CreateTopics v2-v7, DeleteTopics v1-v6 and CreatePartitions v0-v3 over the node's topic operations.
+
+The same validation, shared metadata store and fencing as the HTTP API's /v1/topics (Node.create_topic,
+Node.delete_topic, topic_sync), answered with Kafka's error codes: INVALID_CONFIG for a bad or
+unknown config, TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION for a bad name, INVALID_PARTITIONS,
+INVALID_REPLICATION_FACTOR (there is one copy of each partition: a replication factor above 1 is
+refused, as Kafka refuses one above the broker count), INVALID_REPLICA_ASSIGNMENT for manual
+assignments, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER when a deletion is fenced.
+``validate_only`` checks without creating.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kafka.protocol.admin import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
+
+from log.config import LogConfig
+from log.errors import InvalidRequestError, TopicExistsError
+from log.log_manager import MAX_PARTITIONS
+from log.types import validate_topic_name
+from service import topic_sync
+from service.kafka.admin_configs import topic_config_entries
+from service.kafka.errors import (
+    INVALID_PARTITIONS,
+    INVALID_REPLICATION_FACTOR,
+    INVALID_TOPIC_EXCEPTION,
+    NONE,
+    error_code,
+    error_message,
+)
+from service.kafka.registry import RequestContext, kafka_api
+
+INVALID_REPLICA_ASSIGNMENT = 39
+DEFAULT_PARTITIONS = 1
+_NO_ID = uuid.UUID(int=0)
+
+_CResult = CreateTopicsResponse.CreatableTopicResult
+_CConfig = _CResult.CreatableTopicConfigs
+_DResult = DeleteTopicsResponse.DeletableTopicResult
+_PResult = CreatePartitionsResponse.CreatePartitionsTopicResult
+
+
+class _Refused(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _topic_id(ctx: RequestContext, name: str) -> uuid.UUID:
+    fn = getattr(ctx.cluster, "topic_id", None)
+    return fn(name) if fn is not None else _NO_ID
+
+
+def _check_name(name: str) -> None:
+    try:
+        validate_topic_name(name)
+    except InvalidRequestError as e:
+        raise _Refused(INVALID_TOPIC_EXCEPTION, str(e)) from None
+
+
+def _create_one(ctx: RequestContext, t: Any, validate_only: bool) -> Any:
+    node = ctx.node
+    name = t.name
+    _check_name(name)
+    partitions = DEFAULT_PARTITIONS if t.num_partitions in (None, -1) else t.num_partitions
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise _Refused(INVALID_PARTITIONS, f"Number of partitions must be 1..{MAX_PARTITIONS}, got {partitions}.")
+    if t.replication_factor not in (None, -1, 1):
+        raise _Refused(INVALID_REPLICATION_FACTOR,
+                       f"Replication factor: {t.replication_factor} larger than the copies a partition has: 1.")
+    if t.assignments:
+        raise _Refused(INVALID_REPLICA_ASSIGNMENT, "manual replica assignments are not supported: each "
+                                                   "partition has one copy, on its leader")
+    configs = {c.name: c.value for c in t.configs or () if c.value is not None}
+    if validate_only:
+        cfg = LogConfig.from_dict(configs)  # raises InvalidConfigError
+        if any(x.name == name for x in node.topics()) or node.metadata.get_topic_config(name) is not None:
+            raise TopicExistsError(f"Topic '{name}' already exists.")
+        return name, partitions, cfg
+    topic = node.create_topic(name, partitions, configs)
+    return name, topic.partitions, topic.config
+
+
+def _create(ctx: RequestContext, request: Any) -> Any:
+    out = []
+    for t in request.topics or ():
+        try:
+            name, partitions, cfg = _create_one(ctx, t, bool(request.validate_only))
+        except Exception as e:  # noqa: BLE001 - every failure is the topic's error code
+            code = e.code if isinstance(e, _Refused) else error_code(e)
+            out.append(_CResult(name=t.name, topic_id=_NO_ID, error_code=code, error_message=error_message(e),
+                                topic_config_error_code=NONE, num_partitions=-1, replication_factor=-1,
+                                configs=None))
+            continue
+        configs = [_CConfig(name=n, value=v, read_only=False, config_source=src, is_sensitive=False)
+                   for n, v, src, _doc, _type in topic_config_entries(cfg)]
+        out.append(_CResult(name=name, topic_id=_topic_id(ctx, name) if not request.validate_only else _NO_ID,
+                            error_code=NONE, error_message=None, topic_config_error_code=NONE,
+                            num_partitions=partitions, replication_factor=1, configs=configs))
+    return CreateTopicsResponse(throttle_time_ms=0, topics=out)
+
+
+@kafka_api(CreateTopicsRequest, min_version=2, max_version=7)
+async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
+    return await ctx.run(_create, ctx, request)
+
+
+def _delete(ctx: RequestContext, request: Any) -> Any:
+    names = [(t.name, t.topic_id) for t in request.topics or ()] if ctx.api_version >= 6 else \
+        [(n, None) for n in request.topic_names or ()]
+    ids = None
+    out = []
+    for name, topic_id in names:
+        try:
+            if not name and topic_id is not None and topic_id != _NO_ID:
+                if ids is None:
+                    ids = {v: k for k, v in getattr(ctx.cluster, "topic_ids", dict)().items()}
+                name = ids.get(topic_id)
+                if name is None:
+                    raise _Refused(100, f"unknown topic id {topic_id}")  # UNKNOWN_TOPIC_ID
+            tid = _topic_id(ctx, name) if ctx.api_version >= 6 else _NO_ID
+            ctx.node.delete_topic(name)
+            forget = getattr(ctx.cluster, "forget_topic_id", None)
+            if forget is not None:
+                forget(name)
+        except Exception as e:  # noqa: BLE001 - every failure is the topic's error code
+            code = e.code if isinstance(e, _Refused) else error_code(e)
+            out.append(_DResult(name=name, topic_id=topic_id or _NO_ID, error_code=code,
+                                error_message=error_message(e)))
+            continue
+        out.append(_DResult(name=name, topic_id=tid, error_code=NONE, error_message=None))
+    return DeleteTopicsResponse(throttle_time_ms=0, responses=out)
+
+
+@kafka_api(DeleteTopicsRequest, min_version=1, max_version=6)
+async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
+    return await ctx.run(_delete, ctx, request)
+
+
+def _grow(ctx: RequestContext, t: Any, validate_only: bool) -> None:
+    node = ctx.node
+    topic = node.topic(t.name)  # UnknownTopicOrPartitionError
+    if t.assignments:
+        raise _Refused(INVALID_REPLICA_ASSIGNMENT, "manual replica assignments are not supported")
+    if t.count == topic.partitions:
+        raise _Refused(INVALID_PARTITIONS, f"Topic already has {topic.partitions} partitions.")
+    if t.count < topic.partitions:
+        raise _Refused(INVALID_PARTITIONS, f"Topic currently has {topic.partitions} partitions, which is higher "
+                                           f"than the requested {t.count}.")
+    if t.count > MAX_PARTITIONS:
+        raise _Refused(INVALID_PARTITIONS, f"at most {MAX_PARTITIONS} partitions")
+    if not validate_only:
+        topic_sync.add_partitions(node.log_manager, node.metadata, t.name, t.count)
+
+
+def _create_partitions(ctx: RequestContext, request: Any) -> Any:
+    out = []
+    for t in request.topics or ():
+        try:
+            _grow(ctx, t, bool(request.validate_only))
+        except Exception as e:  # noqa: BLE001 - every failure is the topic's error code
+            code = e.code if isinstance(e, _Refused) else error_code(e)
+            out.append(_PResult(name=t.name, error_code=code, error_message=error_message(e)))
+            continue
+        out.append(_PResult(name=t.name, error_code=NONE, error_message=None))
+    return CreatePartitionsResponse(throttle_time_ms=0, results=out)
+
+
+@kafka_api(CreatePartitionsRequest, min_version=0, max_version=3)
+async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
+    return await ctx.run(_create_partitions, ctx, request)

@@ -1,0 +1,180 @@
+"""DescribeConfigs v1-v4, AlterConfigs v0-v2 and IncrementalAlterConfigs v0-v1 for topics, over the node's topic configs.
+
+The same keys, validation and shared store as PATCH /v1/topics/{topic}/config (Node.alter_config):
+an unknown key or bad value is INVALID_CONFIG, an unknown topic UNKNOWN_TOPIC_OR_PARTITION.
+AlterConfigs replaces a topic's whole set of overrides (keys it leaves out go back to their
+defaults), IncrementalAlterConfigs (KIP-339) sets, deletes, or appends to / subtracts from a
+list-valued key (``cleanup.policy``). Broker resources describe as an empty list and are not
+alterable here (the node's settings are ``tiercompact serve`` flags).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+
+from log.config import CONFIG_DEF, LogConfig
+from log.errors import InvalidConfigError, InvalidRequestError
+from service.kafka.errors import NONE, error_code, error_message
+from service.kafka.registry import RequestContext, kafka_api
+
+TOPIC = 2
+BROKER = 4
+# DescribeConfigsResponse.ConfigSource
+DYNAMIC_TOPIC_CONFIG = 1
+DEFAULT_CONFIG = 5
+# DescribeConfigsResponse.ConfigType
+_BOOLEAN, _STRING, _LONG, _DOUBLE, _LIST = 1, 2, 5, 6, 7
+_LIST_KEYS = frozenset({"cleanup.policy"})
+# IncrementalAlterConfigs operations
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+_DResult = DescribeConfigsResponse.DescribeConfigsResult
+_DEntry = _DResult.DescribeConfigsResourceResult
+_DSynonym = _DEntry.DescribeConfigsSynonym
+
+
+def _show(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def _type_code(name: str) -> int:
+    if name in _LIST_KEYS:
+        return _LIST
+    t = CONFIG_DEF[name].type
+    return {bool: _BOOLEAN, int: _LONG, float: _DOUBLE}.get(t, _STRING)
+
+
+def topic_config_entries(cfg: LogConfig) -> list[tuple[str, str, int, str, int]]:
+    """``(name, value, config source, documentation, config type)`` for every topic config key."""
+    return [(k, _show(cfg.get(k)), DYNAMIC_TOPIC_CONFIG if k in cfg.overrides else DEFAULT_CONFIG,
+             CONFIG_DEF[k].doc, _type_code(k)) for k in sorted(CONFIG_DEF)]
+
+
+def _describe_one(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> list[Any]:
+    if r.resource_type == BROKER:
+        return []
+    if r.resource_type != TOPIC:
+        raise InvalidRequestError(f"resource type {r.resource_type} is not supported: topics (2) and brokers (4)")
+    cfg = ctx.node.topic(r.resource_name).config
+    wanted = None if r.configuration_keys is None else set(r.configuration_keys)
+    out = []
+    for name, value, source, doc, type_ in topic_config_entries(cfg):
+        if wanted is not None and name not in wanted:
+            continue
+        out.append(_DEntry(name=name, value=value, read_only=False, config_source=source,
+                           is_default=source == DEFAULT_CONFIG, is_sensitive=False,
+                           synonyms=[_DSynonym(name=name, value=value, source=source)] if synonyms else [],
+                           config_type=type_, documentation=doc if docs else None))
+    return out
+
+
+def _describe(ctx: RequestContext, request: Any) -> Any:
+    results = []
+    for r in request.resources or ():
+        try:
+            configs = _describe_one(ctx, r, bool(request.include_synonyms), bool(request.include_documentation))
+        except Exception as e:  # noqa: BLE001 - every failure is the resource's error code
+            results.append(_DResult(error_code=error_code(e), error_message=error_message(e),
+                                    resource_type=r.resource_type, resource_name=r.resource_name, configs=[]))
+            continue
+        results.append(_DResult(error_code=NONE, error_message=None, resource_type=r.resource_type,
+                                resource_name=r.resource_name, configs=configs))
+    return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+
+@kafka_api(DescribeConfigsRequest, min_version=1, max_version=4)
+async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
+    return await ctx.run(_describe, ctx, request)
+
+
+def _apply(ctx: RequestContext, r: Any, changes: Mapping[str, Any], validate_only: bool) -> None:
+    topic = ctx.node.topic(r.resource_name)  # UnknownTopicOrPartitionError
+    if validate_only:
+        topic.config.with_overrides(changes)  # raises InvalidConfigError
+        return
+    ctx.node.alter_config(r.resource_name, dict(changes))
+
+
+def _check_resource(r: Any) -> None:
+    if r.resource_type != TOPIC:
+        raise InvalidRequestError(f"only topic configs (resource type 2) can be altered over Kafka, not type "
+                                  f"{r.resource_type}: the node's own settings are `tiercompact serve` flags")
+    names = [c.name for c in r.configs or ()]
+    if len(names) != len(set(names)):
+        raise InvalidRequestError("Error due to duplicate config keys")
+
+
+def _replacement(ctx: RequestContext, r: Any) -> dict[str, Any]:
+    """AlterConfigs: the listed keys, and every other current override back to its default."""
+    current = ctx.node.topic(r.resource_name).config.overrides
+    changes: dict[str, Any] = dict.fromkeys(current)
+    changes.update({c.name: c.value for c in r.configs or ()})
+    return changes
+
+
+def _incremental(ctx: RequestContext, r: Any) -> dict[str, Any]:
+    cfg = ctx.node.topic(r.resource_name).config
+    changes: dict[str, Any] = {}
+    for c in r.configs or ():
+        if c.name not in CONFIG_DEF:
+            raise InvalidConfigError(f"Unknown topic config name: {c.name}")
+        if c.config_operation == SET:
+            changes[c.name] = c.value
+        elif c.config_operation == DELETE:
+            changes[c.name] = None
+        elif c.config_operation in (APPEND, SUBTRACT):
+            if c.name not in _LIST_KEYS:
+                verb = "append" if c.config_operation == APPEND else "subtract"
+                raise InvalidRequestError(f"Config value {verb} is not allowed for config key: {c.name}")
+            items = [x.strip() for x in str(cfg.get(c.name)).split(",") if x.strip()]
+            given = [x.strip() for x in (c.value or "").split(",") if x.strip()]
+            if c.config_operation == APPEND:
+                items += [x for x in given if x not in items]
+            else:
+                items = [x for x in items if x not in given]
+            changes[c.name] = ",".join(items)
+        else:
+            raise InvalidRequestError(f"unknown config operation {c.config_operation} for {c.name}")
+    return changes
+
+
+def _alter(ctx: RequestContext, request: Any, incremental: bool) -> list[tuple[int, str | None, Any]]:
+    out = []
+    for r in request.resources or ():
+        try:
+            _check_resource(r)
+            changes = _incremental(ctx, r) if incremental else _replacement(ctx, r)
+            _apply(ctx, r, changes, bool(request.validate_only))
+        except Exception as e:  # noqa: BLE001 - every failure is the resource's error code
+            out.append((error_code(e), error_message(e), r))
+            continue
+        out.append((NONE, None, r))
+    return out
+
+
+@kafka_api(AlterConfigsRequest, min_version=0, max_version=2)
+async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
+    done = await ctx.run(_alter, ctx, request, False)
+    item = AlterConfigsResponse.AlterConfigsResourceResponse
+    return AlterConfigsResponse(throttle_time_ms=0, responses=[
+        item(error_code=code, error_message=msg, resource_type=r.resource_type, resource_name=r.resource_name)
+        for code, msg, r in done])
+
+
+@kafka_api(IncrementalAlterConfigsRequest, min_version=0, max_version=1)
+async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
+    done = await ctx.run(_alter, ctx, request, True)
+    item = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+    return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=[
+        item(error_code=code, error_message=msg, resource_type=r.resource_type, resource_name=r.resource_name)
+        for code, msg, r in done])

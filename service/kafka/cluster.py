@@ -1,0 +1,98 @@
+"""This node's membership of the cluster registry: registration at start, a heartbeat thread, the live brokers, topic ids."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+
+from log.clock import SYSTEM_CLOCK, Clock
+from metadata.cluster import BrokerRegistration, ClusterRegistry, new_incarnation
+from service.kafka.registry import BrokerInfo
+from service.threads import PeriodicTask
+
+logger = logging.getLogger(__name__)
+
+
+class ClusterMembership:
+    """Registers ``me`` in ``registry``, renews its heartbeat, and answers which brokers are alive."""
+
+    def __init__(self, registry: ClusterRegistry, me: BrokerInfo, *, heartbeat_ms: int = 2_000,
+                 session_timeout_ms: int = 9_000, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.registry = registry
+        self.me = me
+        self.heartbeat_ms = heartbeat_ms
+        self.session_timeout_ms = session_timeout_ms
+        self.clock = clock
+        self.incarnation = new_incarnation()
+        self._thread: PeriodicTask | None = None
+        self._lock = threading.Lock()
+        self._cache: tuple[float, list[BrokerRegistration]] | None = None
+        self._topic_ids: dict[str, uuid.UUID] = {}
+        #: how long a read of the registry serves Metadata requests (it changes at heartbeat pace)
+        self.cache_s = min(heartbeat_ms, 1_000) / 1000
+
+    def start(self) -> ClusterMembership:
+        self.registry.register(self._registration(), session_timeout_ms=self.session_timeout_ms)
+        self._thread = PeriodicTask("tiercompact-kafka-heartbeat", self._beat, self.heartbeat_ms)
+        self._thread.start()
+        return self
+
+    def _registration(self) -> BrokerRegistration:
+        return BrokerRegistration(self.me.broker_id, self.me.host, self.me.port, self.incarnation,
+                                  self.clock.milliseconds(), self.me.rack)
+
+    def _beat(self) -> None:
+        try:
+            if not self.registry.heartbeat(self.me.broker_id, self.incarnation, self.clock.milliseconds()):
+                logger.error("broker id %d is registered by another node now; this node re-registers (give "
+                             "each node its own --broker-id)", self.me.broker_id)
+                self.registry.register(self._registration(), session_timeout_ms=self.session_timeout_ms)
+        except Exception as e:  # noqa: BLE001 - a store outage: the next beat retries
+            logger.warning("cluster heartbeat of broker %d failed: %s", self.me.broker_id, e)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._thread.shutdown(timeout=5.0)
+            self._thread = None
+        try:
+            self.registry.deregister(self.me.broker_id, self.incarnation)
+        except Exception as e:  # noqa: BLE001 - the entry then expires after the session timeout
+            logger.warning("could not deregister broker %d: %s", self.me.broker_id, e)
+        self.registry.close()
+
+    def registrations(self) -> list[BrokerRegistration]:
+        """Every registered broker (cached for a moment)."""
+        now = time.monotonic()
+        with self._lock:
+            if self._cache is not None and now - self._cache[0] < self.cache_s:
+                return self._cache[1]
+        regs = self.registry.brokers()
+        with self._lock:
+            self._cache = (now, regs)
+        return regs
+
+    def live_brokers(self) -> list[BrokerInfo]:
+        """The brokers whose heartbeat is within the session timeout, this one always among them."""
+        now = self.clock.milliseconds()
+        live = [BrokerInfo(r.broker_id, r.host, r.port, r.rack) for r in self.registrations()
+                if r.alive(now, self.session_timeout_ms) or r.broker_id == self.me.broker_id]
+        if not any(b.broker_id == self.me.broker_id for b in live):
+            live.append(self.me)
+        return sorted(live, key=lambda b: b.broker_id)
+
+    def topic_id(self, topic: str) -> uuid.UUID:
+        found = self._topic_ids.get(topic)
+        if found is None:
+            found = self._topic_ids[topic] = self.registry.topic_id(topic)
+        return found
+
+    def topic_ids(self) -> dict[str, uuid.UUID]:
+        ids = self.registry.topic_ids()
+        self._topic_ids.update(ids)
+        return ids
+
+    def forget_topic_id(self, topic: str) -> None:
+        self._topic_ids.pop(topic, None)
+        self.registry.forget_topic_id(topic)

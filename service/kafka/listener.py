@@ -1,0 +1,397 @@
+"""The Kafka listener: an asyncio TCP server (own thread and event loop) that frames, dispatches and answers requests.
+
+Each connection reads size-prefixed frames (``socket.request.max.bytes`` caps the size before a
+byte of the body is read), decodes Kafka's request header, finds the API in the registry
+(:mod:`service.kafka.registry`) and calls its handler, one request at a time per connection, as
+Kafka's broker does. Answers are written in request order (clients pipeline); a handler may
+return an awaitable answer so the next request is dispatched while it completes (the fsync of
+an acks=-1 produce). An unknown API key, a version outside the registered range (ApiVersions
+aside: KIP-511's v0 answer with UNSUPPORTED_VERSION and the supported ranges), a malformed
+frame or an unauthenticated request when credentials are required closes the connection.
+``max.connections`` refuses connections beyond the cap, ``connections.max.idle.ms`` closes idle
+ones (and ones that take longer than that to send one request).
+
+Blocking work runs on the listener's worker threads (``RequestContext.run``); appends anywhere in
+the node wake Fetch long polls through :meth:`KafkaListener.notify_append`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import io
+import logging
+import ssl
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.api_header import RequestHeader, ResponseHeader
+
+from log.types import TopicPartition
+from service.kafka import registry
+from service.kafka.registry import ClusterView, ConnectionState, RequestContext, RequestHeaderInfo
+from service.kafka.sasl_api import RAW_TOKENS, sasl_step
+
+if TYPE_CHECKING:
+    from service.node import Node
+
+logger = logging.getLogger(__name__)
+
+API_VERSIONS_KEY = 18
+UNSUPPORTED_VERSION = 35
+#: answers queued per connection before the listener stops reading more of its requests
+PIPELINE_DEPTH = 32
+#: encoded answers a connection may have unsent (a client that does not read) before its next request waits
+MAX_UNSENT_BYTES = 4 * 1024 * 1024
+
+
+class _Outbox:
+    """A connection's answers in request order, with the bytes not yet written (so memory stays bounded)."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Any] = asyncio.Queue(PIPELINE_DEPTH)
+        self.unsent = 0
+        self.sent = asyncio.Event()
+
+    async def put(self, answer: Any) -> None:
+        if isinstance(answer, bytes | bytearray):
+            self.unsent += len(answer)
+        await self.queue.put(answer)
+
+    async def room(self) -> None:
+        """Wait while more than MAX_UNSENT_BYTES of answers wait to be written."""
+        while self.unsent > MAX_UNSENT_BYTES:
+            self.sent.clear()
+            await self.sent.wait()
+
+    def written(self, n: int) -> None:
+        self.unsent = max(self.unsent - n, 0)
+        self.sent.set()
+
+
+@dataclass
+class KafkaListenerConfig:
+    """The listener's settings (Kafka's broker config names in the comments)."""
+
+    host: str = "0.0.0.0"
+    port: int = 9092
+    #: advertised.listeners: what Metadata tells clients (None: the bound host/port)
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    max_request_bytes: int = 104857600        # socket.request.max.bytes
+    max_connections: int = 2147483647         # max.connections
+    idle_ms: int = 600000                     # connections.max.idle.ms
+    worker_threads: int = 8                   # num.io.threads
+    ssl_context: ssl.SSLContext | None = None
+    #: when set, every API but the before_auth ones needs a SASL-authenticated connection
+    authenticator: Any = None
+    cluster_id: str = "tiercompact"
+
+
+class AppendNotifier:
+    """Fetch long polls waiting for appends: woken from any thread, waited on in the listener's loop."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def notify(self, tp: TopicPartition) -> None:
+        loop = self._loop
+        if loop is None or not self._waiters or tp not in self._waiters:
+            return
+        with contextlib.suppress(RuntimeError):  # loop closed while stopping
+            loop.call_soon_threadsafe(self._wake, tp)
+
+    def _wake(self, tp: TopicPartition) -> None:
+        for fut in self._waiters.pop(tp, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait(self, tps: Iterable[TopicPartition], timeout_s: float) -> bool:
+        tps = list(tps)
+        if timeout_s <= 0 or not tps:
+            return False
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for tp in tps:
+            self._waiters.setdefault(tp, set()).add(fut)
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            for tp in tps:
+                waiting = self._waiters.get(tp)
+                if waiting is not None:
+                    waiting.discard(fut)
+                    if not waiting:
+                        del self._waiters[tp]
+
+
+class _Closed(Exception):
+    """The connection must close (protocol violation, limit, or the peer went away)."""
+
+
+class KafkaListener:
+    """The listener in its own thread; ``start()`` binds (port 0 = a free one), ``stop()`` closes everything."""
+
+    def __init__(self, node: Node, config: KafkaListenerConfig | None = None, *,
+                 metrics: Any = None) -> None:
+        self.node = node
+        self.config = config or KafkaListenerConfig()
+        self.metrics = metrics
+        self.notifier = AppendNotifier()
+        self._pool = ThreadPoolExecutor(max_workers=self.config.worker_threads, thread_name_prefix="tiercompact-kafka")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+        self._stopping: asyncio.Event | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.connections = 0
+        self.cluster = ClusterView(broker_id=node.broker_id, host=self.config.advertised_host or "127.0.0.1",
+                                   port=self.config.advertised_port or self.config.port,
+                                   cluster_id=self.config.cluster_id)
+
+    # ---- lifecycle -------------------------------------------------------------------
+    def start(self, timeout: float = 30.0) -> KafkaListener:
+        import service.kafka  # noqa: F401  (every handler module registers itself on import)
+
+        self._thread = threading.Thread(target=self._run, name="tiercompact-kafka-listener", daemon=True)
+        self._thread.start()
+        if not self._started.wait(timeout):
+            raise RuntimeError("the Kafka listener did not start in time")
+        if self._start_error is not None:
+            raise self._start_error
+        hook = getattr(self.node, "add_append_listener", None)
+        if hook is not None:
+            hook(self.notify_append)
+        return self
+
+    def _run(self) -> None:
+        try:  # libuv's loop when installed (uvicorn's choice too): less CPU per request
+            import uvloop
+
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        except ImportError:
+            loop = asyncio.new_event_loop()
+        self._loop = loop
+        self.notifier.bind(loop)
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as e:  # noqa: BLE001 - reported to start()
+            self._start_error = e
+            self._started.set()
+        finally:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _serve(self) -> None:
+        self._stopping = asyncio.Event()
+        self._server = await asyncio.start_server(self._on_connection, self.config.host, self.config.port,
+                                                  ssl=self.config.ssl_context, limit=1 << 16, backlog=1024)
+        if not self.config.advertised_port:
+            self.cluster.port = self.port
+        logger.info("Kafka listener on %s:%d (advertised %s:%d)", self.config.host, self.port,
+                    self.cluster.host, self.cluster.port)
+        self._started.set()
+        await self._stopping.wait()
+        self._server.close()
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=2.0)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), 2.0)
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    def stop(self, timeout: float = 10.0) -> None:
+        hook = getattr(self.node, "remove_append_listener", None)
+        if hook is not None:
+            hook(self.notify_append)
+        if self._loop is not None and self._stopping is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stopping.set)
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> KafkaListener:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def notify_append(self, tp: TopicPartition) -> None:
+        """Called (from any thread) after every append to ``tp``: wakes the Fetch long polls waiting on it."""
+        self.notifier.notify(tp)
+
+    async def run_blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+
+    # ---- connections -----------------------------------------------------------------
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if self.connections >= self.config.max_connections:
+            self._count("connections_refused")
+            writer.close()
+            return
+        self._tasks.add(task)
+        self.connections += 1
+        peer = writer.get_extra_info("peername")
+        conn = ConnectionState(peer=f"{peer[0]}:{peer[1]}" if peer else "?",
+                               tls=writer.get_extra_info("ssl_object") is not None, listener_metrics=self.metrics)
+        answers = _Outbox()
+        writer_task = asyncio.create_task(self._write_answers(answers, writer))
+        try:
+            await self._read_requests(reader, answers, conn, writer_task)
+        except (_Closed, ConnectionError, asyncio.IncompleteReadError, TimeoutError, ssl.SSLError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # noqa: BLE001 - one connection's bug never takes the listener down
+            logger.exception("Kafka connection %s failed", conn.peer)
+        finally:
+            with contextlib.suppress(asyncio.QueueFull):
+                answers.queue.put_nowait(None)  # the writer stops after what is queued
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(writer_task, 5.0)
+            writer_task.cancel()
+            writer.close()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+            self.connections -= 1
+            self._tasks.discard(task)
+
+    async def _read_requests(self, reader: asyncio.StreamReader, answers: _Outbox,
+                             conn: ConnectionState, writer_task: asyncio.Task[None]) -> None:
+        idle_s = self.config.idle_ms / 1000
+        while not writer_task.done():
+            await answers.room()
+            size_bytes = await asyncio.wait_for(reader.readexactly(4), idle_s)
+            (size,) = struct.unpack(">i", size_bytes)
+            raw = conn.extra.get(RAW_TOKENS, False)  # a bare SASL token after a v0 handshake
+            if size < (0 if raw else 8) or size > self.config.max_request_bytes:
+                self._count("bad_frames")
+                logger.debug("closing %s: request size %d outside 8..%d", conn.peer, size,
+                             self.config.max_request_bytes)
+                raise _Closed
+            frame = await asyncio.wait_for(reader.readexactly(size), idle_s)
+            if raw:
+                token, error = sasl_step(conn, frame)
+                if error is not None:
+                    raise _Closed
+                await answers.put(struct.pack(">i", len(token)) + token)
+                continue
+            answer = await self._dispatch(frame, conn)
+            if answer is not None:
+                await answers.put(answer)
+            if conn.close_after_response:
+                return
+
+    async def _dispatch(self, frame: bytes, conn: ConnectionState) -> Any:
+        """The answer to one request: a framed bytes, an awaitable of one, or None (no answer)."""
+        api_key, api_version, correlation_id = struct.unpack_from(">hhi", frame, 0)
+        spec = registry.lookup(api_key)
+        if spec is None:
+            self._count("bad_frames")
+            raise _Closed
+        if not spec.supports(api_version):
+            if api_key == API_VERSIONS_KEY:
+                return _frame(correlation_id, _unsupported_api_versions(), flexible=False)
+            self._count("bad_frames")
+            raise _Closed
+        if self.config.authenticator is not None and conn.principal is None and not spec.before_auth:
+            self._count("unauthenticated")
+            raise _Closed
+        flexible = bool(spec.request_cls.flexible_version_q(api_version))
+        try:
+            data = io.BytesIO(frame)
+            header = RequestHeader.decode(data, flexible=flexible)
+            request = spec.request_cls.decode(memoryview(frame)[data.tell():], version=api_version)
+        except Exception as e:  # noqa: BLE001 - any malformed body closes the connection, as Kafka's does
+            self._count("bad_frames")
+            logger.debug("closing %s: malformed %s v%d: %s", conn.peer, spec.name, api_version, e)
+            raise _Closed from None
+        info = RequestHeaderInfo(api_key, api_version, correlation_id, header.client_id)
+        ctx = RequestContext(node=self.node, header=info, spec=spec, connection=conn, cluster=self.cluster,
+                             runner=self.run_blocking, waiter=self.notifier.wait, listener=self)
+        started = time.perf_counter()
+        result = await spec.handler(ctx, request)
+        resp_flexible = flexible and api_key != API_VERSIONS_KEY  # ApiVersions answers with header v0
+        if inspect.isawaitable(result):
+            return asyncio.ensure_future(self._finish(result, ctx, request, resp_flexible, started))
+        return self._encode(result, ctx, request, resp_flexible, started)
+
+    async def _finish(self, pending: Any, ctx: RequestContext, request: Any, flexible: bool,
+                      started: float) -> bytes | None:
+        return self._encode(await pending, ctx, request, flexible, started)
+
+    def _encode(self, response: Any, ctx: RequestContext, request: Any, flexible: bool,
+                started: float) -> bytes | None:
+        if self.metrics is not None:
+            self.metrics.observe_request(ctx, response, time.perf_counter() - started, request)
+        if response is None:
+            return None
+        return _frame(ctx.header.correlation_id, response.encode(version=ctx.api_version), flexible=flexible)
+
+    async def _write_answers(self, answers: _Outbox, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._write_loop(answers, writer)
+        except (ConnectionError, asyncio.CancelledError):
+            writer.transport.abort()
+        except Exception:  # noqa: BLE001 - a failed handler closes its connection only
+            logger.exception("Kafka request failed; closing the connection")
+            writer.transport.abort()
+        finally:
+            answers.written(answers.unsent)  # a reader waiting for room sees the closed connection
+
+    async def _write_loop(self, answers: _Outbox, writer: asyncio.StreamWriter) -> None:
+        while True:
+            answer = await answers.queue.get()
+            if answer is None:
+                return
+            counted = isinstance(answer, bytes | bytearray)
+            if not counted:
+                answer = await answer
+                if answer is None:
+                    continue
+            writer.write(answer)
+            await writer.drain()
+            answers.written(len(answer) if counted else 0)
+
+    def _count(self, what: str) -> None:
+        if self.metrics is not None:
+            self.metrics.count(what)
+
+
+def _frame(correlation_id: int, body: bytes | bytearray, *, flexible: bool) -> bytes:
+    header = ResponseHeader(correlation_id=correlation_id).encode(flexible=flexible)
+    return b"".join((struct.pack(">i", len(header) + len(body)), header, body))
+
+
+def _unsupported_api_versions() -> bytes:
+    """KIP-511: an ApiVersions request at a version we do not know gets v0 with UNSUPPORTED_VERSION and our ranges."""
+    from kafka.protocol.metadata import ApiVersionsResponse
+
+    keys = [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+            for k, lo, hi in registry.supported_versions()]
+    return bytes(ApiVersionsResponse(error_code=UNSUPPORTED_VERSION, api_keys=keys).encode(version=0))

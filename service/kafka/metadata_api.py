@@ -1,0 +1,151 @@
+"""Metadata v0-v12 and DescribeCluster v0-v1: the whole cluster's brokers, topics, topic ids and partition leaders.
+
+Any node answers for every topic of the shared metadata store. A partition's leader is its
+leadership record (``POST .../leadership``, or the first node that acted as its leader); a
+partition nobody registered yet is led by the node answering (whose produce path accepts it). A
+registered leader whose heartbeat expired shows LEADER_NOT_AVAILABLE with leader -1 (no election
+here). Replicas and ISR are the leader alone: there is one copy of local data. Topics are never
+auto-created (``allow_auto_topic_creation`` is ignored: UNKNOWN_TOPIC_OR_PARTITION).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.errors import (
+    InvalidTopicError,
+    LeaderNotAvailableError,
+    NotLeaderForPartitionError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+    UnsupportedEndpointTypeError,
+)
+from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from log.errors import TiercompactError
+from log.types import TopicPartition, validate_topic_name
+from service.kafka.registry import ClusterView, RequestContext, kafka_api
+
+ZERO_UUID = uuid.UUID(int=0)
+
+
+@dataclass(frozen=True)
+class PartitionLeader:
+    """Who leads a partition, at which epoch, and the error Metadata shows for it (0: none)."""
+
+    leader_id: int
+    leader_epoch: int
+    error_code: int = 0
+    registered_id: int = -1
+
+
+def partition_leader(node: Any, cluster: ClusterView, tp: TopicPartition, live: set[int] | None = None) -> PartitionLeader:
+    """The leader of ``tp`` as every node sees it (blocking: reads the metadata store)."""
+    state = node.metadata.leader_state(tp)
+    if state is None:
+        log = node.log_manager.all_logs().get(tp)
+        return PartitionLeader(cluster.broker_id, max(log.leader_epoch, 0) if log is not None else 0)
+    if live is None:
+        live = {b.broker_id for b in cluster.brokers()}
+    if state.broker_id not in live:
+        return PartitionLeader(-1, state.leader_epoch, LeaderNotAvailableError.errno, state.broker_id)
+    return PartitionLeader(state.broker_id, state.leader_epoch, 0, state.broker_id)
+
+
+def not_leader_error(node: Any, cluster: ClusterView, tp: TopicPartition) -> int:
+    """0 when this node leads ``tp``, else NOT_LEADER_OR_FOLLOWER (or LEADER_NOT_AVAILABLE for a dead leader)."""
+    lead = partition_leader(node, cluster, tp)
+    if lead.error_code:
+        return lead.error_code
+    return 0 if lead.leader_id == cluster.broker_id else NotLeaderForPartitionError.errno
+
+
+def _stored_topics(node: Any) -> dict[str, int]:
+    """Topic name -> partition count: the shared store's topics, and this node's own."""
+    out = {t.name: t.partitions for t in node.topics()}
+    try:
+        for t in node.metadata.list_topic_configs():
+            out[t.name] = t.partitions
+    except TiercompactError:
+        pass  # the store is down: this node's topics still answer
+    return out
+
+
+def _partitions(node: Any, cluster: ClusterView, name: str, count: int, live: set[int]) -> list[Any]:
+    out = []
+    for p in range(count):
+        lead = partition_leader(node, cluster, TopicPartition(name, p), live)
+        replicas = [lead.leader_id] if lead.leader_id >= 0 else [lead.registered_id]
+        out.append(MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
+            error_code=lead.error_code, partition_index=p, leader_id=lead.leader_id,
+            leader_epoch=lead.leader_epoch, replica_nodes=replicas,
+            isr_nodes=replicas if lead.error_code == 0 else [],
+            offline_replicas=[] if lead.error_code == 0 else replicas))
+    return out
+
+
+def _metadata(node: Any, cluster: ClusterView, request: Any, version: int) -> Any:
+    brokers = cluster.brokers()
+    live = {b.broker_id for b in brokers}
+    stored = _stored_topics(node)
+    topic_cls = MetadataResponse.MetadataResponseTopic
+    wanted: list[tuple[str | None, uuid.UUID]]
+    if request.topics is None or (version == 0 and not request.topics):
+        wanted = [(name, ZERO_UUID) for name in sorted(stored)]
+    else:
+        wanted = [(t.name, getattr(t, "topic_id", None) or ZERO_UUID) for t in request.topics]
+    by_id: dict[uuid.UUID, str] | None = None
+    topics = []
+    for name, tid in wanted:
+        if name is None:  # v10+: by topic id
+            if by_id is None:
+                by_id = {v: k for k, v in cluster.topic_ids().items() if k in stored}
+            name = by_id.get(tid)
+            if name is None:
+                topics.append(topic_cls(error_code=UnknownTopicIdError.errno, name=None, topic_id=tid,
+                                        is_internal=False, partitions=[]))
+                continue
+        try:
+            validate_topic_name(name)
+        except TiercompactError:
+            topics.append(topic_cls(error_code=InvalidTopicError.errno, name=name, topic_id=ZERO_UUID,
+                                    is_internal=False, partitions=[]))
+            continue
+        if name not in stored:
+            topics.append(topic_cls(error_code=UnknownTopicOrPartitionError.errno, name=name, topic_id=ZERO_UUID,
+                                    is_internal=False, partitions=[]))
+            continue
+        topics.append(topic_cls(error_code=0, name=name, topic_id=cluster.topic_id(name), is_internal=False,
+                                partitions=_partitions(node, cluster, name, stored[name], live)))
+    return MetadataResponse(
+        throttle_time_ms=0,
+        brokers=[MetadataResponse.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+                 for b in brokers],
+        cluster_id=cluster.cluster_id, controller_id=min(live), topics=topics)
+
+
+@kafka_api(MetadataRequest, min_version=0, max_version=12)
+async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
+    return await ctx.run(_metadata, ctx.node, ctx.cluster, request, ctx.api_version)
+
+
+def _describe_cluster(cluster: ClusterView) -> Any:
+    brokers = cluster.brokers()
+    return DescribeClusterResponse(
+        throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=cluster.cluster_id,
+        controller_id=min(b.broker_id for b in brokers),
+        brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=b.broker_id, host=b.host, port=b.port,
+                                                               rack=b.rack, is_fenced=False) for b in brokers])
+
+
+@kafka_api(DescribeClusterRequest, min_version=0, max_version=1)
+async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
+    if ctx.api_version >= 1 and request.endpoint_type != 1:  # 2 = controllers: there are none to name
+        return DescribeClusterResponse(throttle_time_ms=0, error_code=UnsupportedEndpointTypeError.errno,
+                                       error_message="only brokers are described",
+                                       endpoint_type=request.endpoint_type, cluster_id=ctx.cluster.cluster_id,
+                                       controller_id=-1, brokers=[])
+    return await ctx.run(_describe_cluster, ctx.cluster)

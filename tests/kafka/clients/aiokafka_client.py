@@ -1,0 +1,93 @@
+"""aiokafka as a Kafka client of the tests: produce / consume actions, JSON in and out."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from common import dec, enc, main
+
+
+def _conf(spec: dict[str, Any]) -> dict[str, Any]:
+    conf: dict[str, Any] = {"bootstrap_servers": spec["bootstrap"], "request_timeout_ms": 30000}
+    sasl = spec.get("sasl")
+    if sasl:
+        conf.update({"security_protocol": "SASL_SSL" if spec.get("tls") else "SASL_PLAINTEXT",
+                     "sasl_mechanism": sasl["mechanism"], "sasl_plain_username": sasl["username"],
+                     "sasl_plain_password": sasl["password"]})
+    elif spec.get("tls"):
+        conf["security_protocol"] = "SSL"
+    if spec.get("tls"):
+        ctx = ssl.create_default_context(cafile=spec["tls"]["ca"])
+        ctx.check_hostname = False
+        conf["ssl_context"] = ctx
+    conf.update(spec.get("conf", {}))
+    return conf
+
+
+async def _produce(spec: dict[str, Any]) -> dict[str, Any]:
+    codec = spec.get("codec", "none")
+    acks = spec.get("acks", "all")
+    producer = AIOKafkaProducer(**_conf(spec), compression_type=None if codec == "none" else codec,
+                                acks=acks if acks == "all" else int(acks),
+                                enable_idempotence=bool(spec.get("idempotent", False)),
+                                linger_ms=spec.get("linger_ms", 5))
+    await producer.start()
+    try:
+        futures = [await producer.send(spec["topic"], key=enc(r.get("key")), value=enc(r.get("value")),
+                                       partition=r.get("partition"),
+                                       headers=[(k, enc(v)) for k, v in r.get("headers", [])])
+                   for r in spec["records"]]
+        results: list[Any] = []
+        for f in futures:
+            try:
+                md = await asyncio.wait_for(f, spec.get("timeout_s", 30))
+                results.append([md.partition, md.offset])
+            except Exception as e:  # noqa: BLE001 - reported per record
+                results.append({"error": f"{type(e).__name__}: {e}"})
+    finally:
+        await producer.stop()
+    return {"offsets": results}
+
+
+async def _consume(spec: dict[str, Any]) -> dict[str, Any]:
+    consumer = AIOKafkaConsumer(**_conf(spec), group_id=None, enable_auto_commit=False,
+                                isolation_level=spec.get("isolation", "read_uncommitted"),
+                                auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        topic = spec["topic"]
+        parts = spec.get("partitions")
+        if parts is None:
+            cluster = await consumer._client.fetch_all_metadata()  # the public topics() keeps no partitions
+            parts = sorted(cluster.partitions_for_topic(topic) or [])
+        tps = [TopicPartition(topic, p) for p in parts]
+        consumer.assign(tps)
+        start = spec.get("offset", 0)
+        for tp in tps:
+            consumer.seek(tp, start)
+        ends = {tp.partition: e for tp, e in (await consumer.end_offsets(tps)).items()}
+        out: list[dict[str, Any]] = []
+        deadline = time.monotonic() + spec.get("timeout_s", 30)
+        pending = {tp for tp in tps if ends[tp.partition] > start}
+        while pending and time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=500)
+            for _tp, msgs in batches.items():
+                for m in msgs:
+                    out.append({"partition": m.partition, "offset": m.offset, "key": dec(m.key),
+                                "value": dec(m.value), "timestamp": m.timestamp,
+                                "headers": [[k, dec(v)] for k, v in (m.headers or [])]})
+            for tp in list(pending):
+                if await consumer.position(tp) >= ends[tp.partition]:
+                    pending.discard(tp)
+    finally:
+        await consumer.stop()
+    return {"records": out, "end": {str(p): e for p, e in ends.items()},
+            "timed_out": sorted(tp.partition for tp in pending)}
+
+
+if __name__ == "__main__":
+    main({"produce": lambda s: asyncio.run(_produce(s)), "consume": lambda s: asyncio.run(_consume(s))})

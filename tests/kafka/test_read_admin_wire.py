@@ -1,0 +1,352 @@
+"""Fetch, ListOffsets, OffsetForLeaderEpoch and the topic admin APIs on the wire, against an in-process
+listener over a real Node: requests and responses encoded by kafka-python's generated classes,
+answers as Kafka gives them (error codes, offsets, stored batch bytes from both tiers)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DescribeConfigsRequest,
+    IncrementalAlterConfigsRequest,
+)
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest
+
+from log.local_log import RecordSpec
+from log.record import iter_batches
+from service.config import load_config
+from service.kafka.listener import KafkaListener, KafkaListenerConfig
+from service.kafka.registry import response_class_for
+from service.node import Node
+
+
+class Wire:
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.cid = 0
+
+    def call(self, req: Any, version: int) -> Any:
+        self.cid += 1
+        req.with_header(correlation_id=self.cid, client_id="k3-test")
+        self.sock.sendall(req.encode(version=version, header=True, framed=True))
+        size = struct.unpack(">i", self._read(4))[0]
+        body = self._read(size)
+        cls = response_class_for(type(req))
+        assert struct.unpack_from(">i", body, 0)[0] == self.cid
+        return cls.decode(body, version=version, header=True)
+
+    def _read(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            assert chunk, "connection closed"
+            buf += chunk
+        return buf
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    """One node for the module (each test uses its own topics); no background cleaner, so what was
+    produced stays to be read (a clean would remove superseded records)."""
+    n = Node(load_config({"data_dir": tmp_path_factory.mktemp("wire") / "data", "cleaner_threads": 0}, env={}))
+    n.start()
+    yield n
+    n.shutdown()
+
+
+@pytest.fixture(scope="module")
+def wire(node: Node) -> Iterator[Wire]:
+    listener = KafkaListener(node, KafkaListenerConfig(host="127.0.0.1", port=0)).start()
+    w = Wire(listener.port)
+    yield w
+    w.sock.close()
+    listener.stop()
+
+
+def _create(wire: Wire, name: str, configs: dict[str, str], partitions: int = 1, rf: int = -1,
+            version: int = 7, validate_only: bool = False) -> Any:
+    t = CreateTopicsRequest.CreatableTopic(name=name, num_partitions=partitions, replication_factor=rf,
+                                           assignments=[], configs=[
+                                               CreateTopicsRequest.CreatableTopic.CreatableTopicConfig(
+                                                   name=k, value=v) for k, v in configs.items()])
+    resp = wire.call(CreateTopicsRequest(topics=[t], timeout_ms=5000, validate_only=validate_only), version)
+    return resp.topics[0]
+
+
+def _fetch(wire: Wire, topic: str, offset: int, *, version: int = 12, max_wait_ms: int = 0, min_bytes: int = 0,
+           partition_max_bytes: int = 1 << 20, isolation: int = 0, leader_epoch: int = -1) -> Any:
+    P = FetchRequest.FetchTopic.FetchPartition
+    req = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=50 << 20,
+                       isolation_level=isolation, session_id=0, session_epoch=-1,
+                       topics=[FetchRequest.FetchTopic(topic=topic, partitions=[P(
+                           partition=0, current_leader_epoch=leader_epoch, fetch_offset=offset, log_start_offset=-1,
+                           partition_max_bytes=partition_max_bytes)])], forgotten_topics_data=[], rack_id="")
+    return wire.call(req, version).responses[0].partitions[0]
+
+
+def _list(wire: Wire, topic: str, ts: int, version: int = 7, isolation: int = 0) -> Any:
+    P = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
+    req = ListOffsetsRequest(replica_id=-1, isolation_level=isolation, topics=[ListOffsetsRequest.ListOffsetsTopic(
+        name=topic, partitions=[P(partition_index=0, current_leader_epoch=-1, timestamp=ts)])])
+    return wire.call(req, version).topics[0].partitions[0]
+
+
+def _produce(node: Node, topic: str, n: int, *, ts0: int = 1_000_000, per_batch: int = 3) -> None:
+    for i in range(0, n, per_batch):
+        node.produce(topic, 0, [RecordSpec(b"k%d" % (j % 4), b"v%d" % j, ts0 + j)
+                                for j in range(i, min(n, i + per_batch))])
+
+
+def _offsets(data: bytes) -> list[int]:
+    return [f[0] for _p, b in iter_batches(data) for f in b.reader_fields()]
+
+
+def test_topic_admin_answers_as_kafka(wire: Wire, node: Node) -> None:
+    ok = _create(wire, "cdc", {"cleanup.policy": "compact", "remote.storage.enable": "true"}, partitions=2)
+    assert (ok.error_code, ok.num_partitions, ok.replication_factor) == (0, 2, 1)
+    assert {c.name: c.value for c in ok.configs}["remote.storage.enable"] == "true"
+    assert _create(wire, "cdc", {}).error_code == 36  # TOPIC_ALREADY_EXISTS
+    assert _create(wire, "bad", {"segment.bytes": "tiny"}).error_code == 40  # INVALID_CONFIG
+    assert _create(wire, "bad", {"no.such.config": "1"}).error_code == 40
+    assert _create(wire, "bad", {}, rf=3).error_code == 38  # INVALID_REPLICATION_FACTOR
+    assert _create(wire, "bad/name", {}).error_code == 17  # INVALID_TOPIC_EXCEPTION
+    assert _create(wire, "checked", {}, validate_only=True).error_code == 0
+    assert "checked" not in [t.name for t in node.topics()]
+
+    R = DescribeConfigsRequest.DescribeConfigsResource
+    desc = wire.call(DescribeConfigsRequest(resources=[R(resource_type=2, resource_name="cdc",
+                                                         configuration_keys=None)],
+                                            include_synonyms=True, include_documentation=True), 4).results[0]
+    entries = {c.name: c for c in desc.configs}
+    assert desc.error_code == 0 and entries["cleanup.policy"].value == "compact"
+    assert entries["cleanup.policy"].config_source == 1 and entries["segment.bytes"].config_source == 5
+    missing = wire.call(DescribeConfigsRequest(resources=[R(resource_type=2, resource_name="nope",
+                                                            configuration_keys=None)]), 4).results[0]
+    assert missing.error_code == 3
+
+    IR = IncrementalAlterConfigsRequest.AlterConfigsResource
+    IC = IR.AlterableConfig
+
+    def incr(*ops: tuple[str, int, str | None]) -> int:
+        r = IR(resource_type=2, resource_name="cdc", configs=[IC(name=n, config_operation=o, value=v)
+                                                              for n, o, v in ops])
+        return wire.call(IncrementalAlterConfigsRequest(resources=[r], validate_only=False), 1).responses[0].error_code
+
+    assert incr(("min.cleanable.dirty.ratio", 0, "0.2")) == 0
+    assert node.topic("cdc").config.get("min.cleanable.dirty.ratio") == 0.2
+    assert incr(("min.cleanable.dirty.ratio", 0, "7")) == 40
+    assert incr(("cleanup.policy", 2, "delete")) == 0
+    assert node.topic("cdc").config.get("cleanup.policy") == "compact,delete"
+    assert incr(("segment.bytes", 2, "5")) == 42  # append only to list keys: INVALID_REQUEST
+    assert incr(("remote.storage.enable", 0, "false")) == 40  # Kafka refuses turning tiering off
+
+    AR = AlterConfigsRequest.AlterConfigsResource
+    alter = AlterConfigsRequest(resources=[AR(resource_type=2, resource_name="cdc", configs=[
+        AR.AlterableConfig(name="remote.storage.enable", value="true")])], validate_only=False)
+    assert wire.call(alter, 2).responses[0].error_code == 0
+    assert dict(node.topic("cdc").config.overrides) == {"remote.storage.enable": True}  # a replacement
+
+    CP = CreatePartitionsRequest.CreatePartitionsTopic
+
+    def grow(count: int) -> int:
+        req = CreatePartitionsRequest(topics=[CP(name="cdc", count=count, assignments=None)], timeout_ms=5000,
+                                      validate_only=False)
+        return wire.call(req, 3).results[0].error_code
+
+    assert grow(3) == 0 and node.topic("cdc").partitions == 3
+    assert grow(2) == 37 and grow(3) == 37  # INVALID_PARTITIONS
+
+    resp = wire.call(DeleteTopicsRequest(topic_names=["cdc", "nope"], timeout_ms=5000), 5)
+    assert [(r.name, r.error_code) for r in resp.responses] == [("cdc", 0), ("nope", 3)]
+    assert "cdc" not in [t.name for t in node.topics()]
+
+
+def test_fetch_list_offsets_and_epochs(wire: Wire, node: Node) -> None:
+    assert _create(wire, "t", {"cleanup.policy": "compact"}).error_code == 0
+    _produce(node, "t", 10)
+    log = node.log("t", 0)
+    part = _fetch(wire, "t", 4)  # offset 4 is inside the batch [3, 5]: the whole batch comes
+    assert part.error_code == 0 and part.high_watermark == 10 and part.log_start_offset == 0
+    assert _offsets(part.records) == list(range(3, 10))
+    assert part.aborted_transactions is None
+    committed = _fetch(wire, "t", 0, isolation=1)
+    assert committed.aborted_transactions == [] and committed.last_stable_offset == 10
+    small = _fetch(wire, "t", 0, partition_max_bytes=1)  # at least one whole batch
+    assert _offsets(small.records) == [0, 1, 2]
+    assert _fetch(wire, "t", 11).error_code == 1  # OFFSET_OUT_OF_RANGE
+    assert _fetch(wire, "nope", 0).error_code == 3
+    assert _fetch(wire, "t", 10).records in (b"", None)
+    for v in (4, 7, 11):
+        assert _offsets(_fetch(wire, "t", 0, version=v).records) == list(range(10))
+
+    started = time.monotonic()  # nothing to read: the poll ends at max_wait_ms, empty
+    assert _fetch(wire, "t", 10, max_wait_ms=300, min_bytes=1).records in (b"", None)
+    assert time.monotonic() - started >= 0.25
+    # the long poll wakes on an append
+    threading.Timer(0.3, _produce, args=(node, "t", 2)).start()
+    started = time.monotonic()
+    polled = _fetch(wire, "t", 10, max_wait_ms=5000, min_bytes=1)
+    assert _offsets(polled.records) == [10, 11] and time.monotonic() - started < 4
+
+    assert (_list(wire, "t", -2).offset, _list(wire, "t", -1).offset) == (0, 12)
+    by_ts = _list(wire, "t", 1_000_004)
+    assert (by_ts.offset, by_ts.timestamp) == (4, 1_000_004)
+    assert _list(wire, "t", 9_999_999).offset == -1
+    top = _list(wire, "t", -3)
+    assert (top.offset, top.timestamp) == (9, 1_000_009)
+    for v in (1, 4):
+        assert _list(wire, "t", -1, version=v).offset == 12
+
+    epoch = log.leader_epoch
+    P = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition
+    req = OffsetForLeaderEpochRequest(replica_id=-1, topics=[OffsetForLeaderEpochRequest.OffsetForLeaderTopic(
+        topic="t", partitions=[P(partition=0, current_leader_epoch=-1, leader_epoch=max(epoch, 0))])])
+    got = wire.call(req, 4).topics[0].partitions[0]
+    if epoch >= 0:
+        assert (got.error_code, got.leader_epoch, got.end_offset) == (0, epoch, 12)
+    else:
+        assert (got.error_code, got.end_offset) == (0, -1)
+
+
+def test_fetch_and_timestamps_from_the_remote_tier(wire: Wire, node: Node) -> None:
+    assert _create(wire, "tiered", {"cleanup.policy": "compact,delete", "remote.storage.enable": "true",
+                                    "local.retention.ms": "0", "retention.ms": "-1"}).error_code == 0
+    _produce(node, "tiered", 12)
+    node.roll("tiered", 0)
+    _produce(node, "tiered", 3, ts0=2_000_000)
+    node.tier("tiered", 0)
+    log = node.log("tiered", 0)
+    assert log.log_start_offset == 12  # the local copies of [0, 11] are gone
+    part = _fetch(wire, "tiered", 4)
+    assert part.error_code == 0 and part.log_start_offset == 0 and part.high_watermark == 15
+    assert _offsets(part.records)[0] == 3
+    seen, off = [], 0
+    while off < 15:
+        data = _fetch(wire, "tiered", off).records
+        batches = [b for _p, b in iter_batches(data)]
+        seen += [f[0] for b in batches for f in b.reader_fields() if f[0] >= off]
+        off = batches[-1].next_offset
+    assert seen == list(range(15))
+    assert _list(wire, "tiered", -2).offset == 0
+    assert _list(wire, "tiered", 1_000_007).offset == 7
+    assert _list(wire, "tiered", 1_500_000).offset == 12
+
+
+def test_spliced_records_encode_as_the_library_does() -> None:
+    from kafka.protocol.consumer import FetchResponse
+
+    from service.kafka.fetch import _response, _Want
+
+    P = FetchResponse.FetchableTopicResponse.PartitionData
+    payloads = [b"a" * 5000, b"", b"b" * 200, b"c" * 70000]
+    wants = [_Want("t", i, 0, 1 << 20) for i in range(3)] + [_Want("u", 0, 0, 1 << 20)]
+    for version in (4, 11, 12):
+        def parts() -> list:
+            return [P(partition_index=w.partition, error_code=0, high_watermark=9, last_stable_offset=9,
+                      log_start_offset=0, aborted_transactions=None, records=d)
+                    for w, d in zip(wants, payloads, strict=True)]
+        spliced = _response(wants, parts())
+        assert type(spliced).__name__ == "SplicedFetchResponse"
+        plain = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=[
+            FetchResponse.FetchableTopicResponse(topic="t", partitions=parts()[:3]),
+            FetchResponse.FetchableTopicResponse(topic="u", partitions=parts()[3:])])
+        assert spliced.encode(version=version) == plain.encode(version=version), version
+        # what a metrics collector reads is the response's own records, before and after encoding
+        assert [len(p.records) for t in spliced.responses for p in t.partitions] == [len(d) for d in payloads]
+
+
+def test_leadership_and_leader_epochs_as_kip_320(wire: Wire, node: Node) -> None:
+    from service.kafka import fetch
+
+    assert _create(wire, "moved", {"cleanup.policy": "compact", "remote.storage.enable": "true"}).error_code == 0
+    _produce(node, "moved", 3)
+    node.become_leader("moved", 0, 3, node.broker_id)
+    fetch._LEADERS.clear()  # the leader is cached for LEADER_TTL_S
+    assert _fetch(wire, "moved", 0, leader_epoch=3).error_code == 0
+    assert _fetch(wire, "moved", 0, leader_epoch=2).error_code == 74  # FENCED_LEADER_EPOCH
+    assert _fetch(wire, "moved", 0, leader_epoch=4).error_code == 75  # UNKNOWN_LEADER_EPOCH
+    _produce(node, "moved", 2)
+    P = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition
+
+    def epoch_end(epoch: int) -> tuple[int, int, int]:
+        req = OffsetForLeaderEpochRequest(replica_id=-1, topics=[OffsetForLeaderEpochRequest.OffsetForLeaderTopic(
+            topic="moved", partitions=[P(partition=0, current_leader_epoch=3, leader_epoch=epoch)])])
+        got = wire.call(req, 4).topics[0].partitions[0]
+        return got.error_code, got.leader_epoch, got.end_offset
+
+    assert epoch_end(3) == (0, 3, 5)
+    assert epoch_end(2)[2] == 3  # an older epoch ends where epoch 3 starts
+    node.become_leader("moved", 0, 4, node.broker_id + 7)  # another broker (not alive here) leads now
+    fetch._LEADERS.clear()
+    assert _fetch(wire, "moved", 0).error_code == 5  # LEADER_NOT_AVAILABLE: its leader is not registered
+    assert _list(wire, "moved", -1).error_code == 5
+
+
+def test_open_transaction_bounds_read_committed_and_response_limits(wire: Wire, node: Node) -> None:
+    assert _create(wire, "txn", {"cleanup.policy": "compact"}, partitions=2).error_code == 0
+    _produce(node, "txn", 3)
+    node.produce("txn", 0, [RecordSpec(b"t", b"open", None)], producer_id=77, producer_epoch=0, base_sequence=0,
+                 transactional=True)
+    _produce(node, "txn", 3)
+    committed = _fetch(wire, "txn", 0, isolation=1)
+    assert committed.last_stable_offset == 3 and committed.high_watermark == 7
+    assert _offsets(committed.records) == [0, 1, 2]
+    assert _offsets(_fetch(wire, "txn", 0).records) == list(range(7))
+    assert _list(wire, "txn", -1, isolation=1).offset == 3 and _list(wire, "txn", -1).offset == 7
+    node.append_marker("txn", 0, 77, 0, "abort")
+    committed = _fetch(wire, "txn", 0, isolation=1)
+    assert committed.last_stable_offset == 8
+    assert [(t.producer_id, t.first_offset) for t in committed.aborted_transactions] == [(77, 3)]
+
+    # the response limit: the first partition with data gets a whole batch, the next nothing
+    for p in (0, 1):
+        node.produce("txn", p, [RecordSpec(b"big", b"x" * 3000, None)])
+    P = FetchRequest.FetchTopic.FetchPartition
+    req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=100, isolation_level=0, session_id=0,
+                       session_epoch=-1, topics=[FetchRequest.FetchTopic(topic="txn", partitions=[
+                           P(partition=1, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
+                             partition_max_bytes=1 << 20),
+                           P(partition=0, current_leader_epoch=-1, fetch_offset=8, log_start_offset=-1,
+                             partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id="")
+    parts = wire.call(req, 12).responses[0].partitions
+    assert [p.partition_index for p in parts] == [1, 0]
+    assert _offsets(parts[0].records) == [0] and parts[1].records in (b"", None)
+    assert parts[1].high_watermark == 9 and parts[1].error_code == 0
+
+
+def test_hostile_values_get_error_codes_and_the_connection_stays(wire: Wire, node: Node) -> None:
+    import random
+
+    rng = random.Random(7)
+    assert _create(wire, "hostile", {"cleanup.policy": "compact"}).error_code == 0
+    _produce(node, "hostile", 5)
+    weird = [-(2**63), -(2**31), -3, -1, 0, 1, 4, 5, 6, 2**31 - 1, 2**62]
+    P = FetchRequest.FetchTopic.FetchPartition
+    for _ in range(60):
+        topic = rng.choice(["hostile", "nope", "", "a" * 249, "bad name!"])
+        req = FetchRequest(replica_id=rng.choice([-1, 0, 5]), max_wait_ms=rng.choice([0, -5, 1]),
+                           min_bytes=rng.choice([0, -1, 1 << 30]), max_bytes=rng.choice([0, -1, 1, 2**31 - 1]),
+                           isolation_level=rng.choice([0, 1, 7]), session_id=rng.choice([0, 9]),
+                           session_epoch=rng.choice([-1, 0, 3]), topics=[FetchRequest.FetchTopic(
+                               topic=topic, partitions=[P(partition=rng.choice([0, 1, -1, 2**31 - 1]),
+                                                          current_leader_epoch=rng.choice([-1, 0, 2**31 - 1]),
+                                                          fetch_offset=rng.choice(weird), log_start_offset=-1,
+                                                          partition_max_bytes=rng.choice([0, -1, 1, 2**31 - 1]))
+                                                        for _ in range(rng.randint(0, 3))])],
+                           forgotten_topics_data=[], rack_id="")
+        resp = wire.call(req, rng.choice([4, 7, 11, 12]))
+        for t in resp.responses:
+            for p in t.partitions:
+                assert p.error_code in (0, 1, 3, 74, 75), p
+        assert _list(wire, topic or "x", rng.choice(weird)).error_code in (0, 3, 35, 42)
+    assert _offsets(_fetch(wire, "hostile", 0).records) == [0, 1, 2, 3, 4]  # still served
