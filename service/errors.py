@@ -58,6 +58,7 @@ from log.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
+from metadata.cluster import DuplicateBrokerError
 from metadata.errors import (
     FencedLeaderEpochError,
     InvalidStateTransitionError,
@@ -134,6 +135,7 @@ STATUS: dict[type[TiercompactError], int] = {
     MetadataStoreError: 503,
     MetadataStoreTimeoutError: 503,  # a bounded metadata transaction timed out: retry (Retry-After)
     NotLeaderForPartitionError: 409,  # another broker holds the partition's epoch: the message names it
+    DuplicateBrokerError: 409,  # another live node registered this broker id (DUPLICATE_BROKER_REGISTRATION)
     # remote
     RemoteStorageError: 502,
     RemoteStorageTransientError: 503,

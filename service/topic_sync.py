@@ -87,8 +87,8 @@ def alter_config(log_manager: LogManager, topics: TopicConfigStore, name: str,
     return topic
 
 
-def add_partitions(log_manager: LogManager, rlmm: RemoteLogMetadataManager, name: str, count: int) -> Topic:
+def add_partitions(log_manager: LogManager, topics: TopicConfigStore, name: str, count: int) -> Topic:
     """Grow a topic locally, then store the new count (Kafka's CreatePartitions)."""
     topic = log_manager.add_partitions(name, count)
-    rlmm.put_topic_config(stored(topic))
+    topics.put_topic_config(stored(topic))
     return topic

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, cast
 
 import kafka.errors as kerr
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
@@ -234,7 +234,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
 async def _durable_then_answer(ctx: RequestContext, done: list[tuple[str, list[_Outcome]]],
                                waiting: list[_Outcome]) -> Any:
     gs = group_sync_for(ctx.node)
-    results = await asyncio.gather(*(gs.wait_durable(ctx.run, o.log, o.end) for o in waiting),
+    results = await asyncio.gather(*(gs.wait_durable(ctx.run, cast(LocalLog, o.log), o.end) for o in waiting),
                                    return_exceptions=True)
     for o, r in zip(waiting, results, strict=True):
         if isinstance(r, BaseException):
