@@ -8,3 +8,4 @@ from service.kafka import fetch  # noqa: F401
 from service.kafka import offsets  # noqa: F401
 from service.kafka import produce  # noqa: F401
 from service.kafka import init_producer_id  # noqa: F401
+from service.kafka import find_coordinator  # noqa: F401
