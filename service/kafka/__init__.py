@@ -9,3 +9,6 @@ from service.kafka import offsets  # noqa: F401
 from service.kafka import produce  # noqa: F401
 from service.kafka import init_producer_id  # noqa: F401
 from service.kafka import find_coordinator  # noqa: F401
+from service.kafka import groups  # noqa: F401
+from service.kafka import group_offsets  # noqa: F401
+from service.kafka import group_admin  # noqa: F401

@@ -56,6 +56,8 @@ class Coordinators:
         live = live_brokers(membership)
         common: dict[str, Any] = {"broker_id": node.broker_id, "incarnation": membership.incarnation,
                                   "live": live, "now_ms": node.clock.milliseconds, "interval_ms": interval_ms}
+        group_slots = getattr(config, "offsets_topic_num_partitions", group_slots)
+        txn_slots = getattr(config, "transaction_state_log_num_partitions", txn_slots)
         self.groups_ownership = CoordinatorOwnership(self.store, GROUP, num_slots=group_slots, **common)
         self.txn_ownership = CoordinatorOwnership(self.store, TRANSACTION, num_slots=txn_slots, **common)
         #: the group coordinator (coordinator.group), set by start()
@@ -75,11 +77,17 @@ class Coordinators:
         return self
 
     def _start_groups(self) -> None:
-        try:
-            from service.kafka.group_wiring import make_group_coordinator
-        except ImportError:  # the group coordinator is not in this build
-            return
-        self.groups = make_group_coordinator(self)
+        from coordinator.group.coordinator import GroupConfig, GroupCoordinator
+        from metadata.sql_group_offsets import SqlGroupStore
+
+        config = self.node.config
+        gconf = GroupConfig(
+            min_session_timeout_ms=getattr(config, "group_min_session_timeout_ms", 6_000),
+            max_session_timeout_ms=getattr(config, "group_max_session_timeout_ms", 1_800_000),
+            initial_rebalance_delay_ms=getattr(config, "group_initial_rebalance_delay_ms", 3_000))
+        self.group_store = SqlGroupStore(engine=self.store.engine)
+        self.groups = GroupCoordinator(self.group_store, self.groups_ownership, config=gconf,
+                                       now_ms=self.node.clock.milliseconds).start()
 
     def stop(self) -> None:
         _BY_NODE.pop(self.node, None)
