@@ -26,13 +26,14 @@ RUN python -m venv /opt/venv \
 ENV PATH=/opt/venv/bin:$PATH \
     TIERCOMPACT_DATA_DIR=/var/lib/tiercompact \
     TIERCOMPACT_HOST=0.0.0.0 \
-    TIERCOMPACT_PORT=8080
+    TIERCOMPACT_PORT=8080 \
+    TIERCOMPACT_KAFKA_PORT=9092
 
 RUN useradd --system --home /var/lib/tiercompact tiercompact \
  && mkdir -p /var/lib/tiercompact && chown tiercompact /var/lib/tiercompact
 USER tiercompact
 VOLUME /var/lib/tiercompact
-EXPOSE 8080
+EXPOSE 8080 9092
 HEALTHCHECK --interval=10s --timeout=3s CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8080/healthz').status == 200 else 1)"
 ENTRYPOINT ["tini", "--", "tiercompact"]
 CMD ["serve"]

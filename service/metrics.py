@@ -112,6 +112,8 @@ class NodeCollector(Collector):
                 c.add_metric([], float(values[name]))
                 yield c
         yield from self._report_counters()
+        for extra in list(getattr(self.node, "metric_collectors", ())):  # the Kafka listener's (service/kafka/metrics.py)
+            yield from extra.collect()
 
     def _report_counters(self) -> Iterator[Metric]:
         reporter = self.node.cleaner.reporter

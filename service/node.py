@@ -54,7 +54,7 @@ from remote.log_manager import COUNTED_BY_RLM, RemoteLogManager
 from remote.object_store import ForwardingObjectStore, ObjectStore, PutData
 from remote.storage_manager import RemoteStorageManager
 from remote.tiered_read import ReadResult
-from service import topic_sync
+from service import flush_policy, topic_sync
 from service.config import ServiceConfig
 from service.erasures import ErasureService
 from service.jobs import Job, JobRegistry
@@ -172,6 +172,8 @@ class Node:
         self.jobs = JobRegistry()
         #: called with the TopicPartition after every append (the Kafka listener's Fetch long polls)
         self._append_listeners: list[Callable[[TopicPartition], None]] = []
+        #: more Prometheus collectors for /metrics (the Kafka listener's)
+        self.metric_collectors: list[Any] = []
         self._running_cleans: dict[TopicPartition, int] = {}
         self.erasures = ErasureService(self)  # on-demand key erasure with a receipt (#15)
         # topic configs live in the metadata store, shared by every node and Spark job (#16)
@@ -221,6 +223,7 @@ class Node:
             PeriodicTask("tiercompact-retention", self.run_retention_once, self.config.tiering_interval_ms),
             PeriodicTask("tiercompact-force-roll", self.run_force_roll_once, self.config.roll_check_interval_ms),
             PeriodicTask("tiercompact-erasures", self.run_erasures_once, self.config.erasure_check_interval_ms),
+            flush_policy.install(self),  # flush.messages after appends, flush.ms periodically
         ]
         self.erasures.wake = next(t.wake for t in self.threads if t.name == "tiercompact-erasures")  # start at once
         for t in self.threads:

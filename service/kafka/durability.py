@@ -17,6 +17,7 @@ from typing import Any
 
 from log.flush import FlushTracker
 from log.local_log import LocalLog
+from service.flush_policy import flush_tracker_for
 
 Runner = Callable[..., Awaitable[Any]]
 
@@ -85,13 +86,3 @@ def group_sync_for(node: Any) -> GroupSync:
     if gs is None:
         gs = _BY_NODE[node] = GroupSync(flush_tracker_for(node))
     return gs
-
-
-_TRACKERS: weakref.WeakKeyDictionary[Any, FlushTracker] = weakref.WeakKeyDictionary()
-
-
-def flush_tracker_for(node: Any) -> FlushTracker:
-    tr = _TRACKERS.get(node)
-    if tr is None:
-        tr = _TRACKERS[node] = FlushTracker()
-    return tr

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -23,13 +24,22 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from log.types import TopicPartition
 from remote.raw_read import RawTieredRead
-from service.kafka.errors import NONE, error_code
+from service.kafka.errors import (
+    FENCED_LEADER_EPOCH,
+    NONE,
+    NOT_LEADER_OR_FOLLOWER,
+    UNKNOWN_LEADER_EPOCH,
+    error_code,
+)
+from service.kafka.metadata_api import partition_leader
 from service.kafka.registry import RequestContext, kafka_api
 
 _Partition = FetchResponse.FetchableTopicResponse.PartitionData
 _Aborted = _Partition.AbortedTransaction
 #: records at least this large are spliced into the encoded response (SplicedFetchResponse)
 SPLICE_MIN_BYTES = 4096
+#: how long a partition's leader, read from the metadata store, is trusted before it is read again
+LEADER_TTL_S = 1.0
 _MARKER_BYTES = 16
 
 
@@ -39,6 +49,7 @@ class _Want:
     partition: int
     offset: int
     max_bytes: int
+    leader_epoch: int = -1
 
 
 _READERS: weakref.WeakKeyDictionary[Any, RawTieredRead] = weakref.WeakKeyDictionary()
@@ -52,13 +63,45 @@ def raw_reader(node: Any) -> RawTieredRead:
     return raw
 
 
-def check_leader(node: Any, log: Any) -> None:
-    """NOT_LEADER_OR_FOLLOWER (NotLeaderForPartitionError) when another node leads the partition."""
-    node.check_leader_for_produce(log)
+class NotLeaderError(Exception):
+    """This node cannot serve the partition: ``code`` is NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE,
+    FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
 
 
-def _read(node: Any, wants: list[_Want], max_bytes: int, committed: bool) -> tuple[list[Any], int]:
+_LEADERS: weakref.WeakKeyDictionary[Any, dict[TopicPartition, tuple[float, Any]]] = weakref.WeakKeyDictionary()
+
+
+def check_leader(ctx: RequestContext, tp: TopicPartition, current_leader_epoch: int = -1) -> None:
+    """Raise NotLeaderError unless this node leads ``tp`` as Metadata tells clients (KIP-320: a
+    client's ``current_leader_epoch`` below the leader's is FENCED_LEADER_EPOCH, above it
+    UNKNOWN_LEADER_EPOCH). The leader is read from the metadata store at most once a
+    ``LEADER_TTL_S`` per partition (blocking: call from a worker thread)."""
+    cache = _LEADERS.setdefault(ctx.node, {})
+    now = time.monotonic()
+    hit = cache.get(tp)
+    if hit is None or now - hit[0] > LEADER_TTL_S:
+        hit = cache[tp] = (now, partition_leader(ctx.node, ctx.cluster, tp))
+    lead = hit[1]
+    if lead.error_code:
+        raise NotLeaderError(lead.error_code)
+    if lead.leader_id != ctx.cluster.broker_id:
+        raise NotLeaderError(NOT_LEADER_OR_FOLLOWER)
+    if current_leader_epoch >= 0 and current_leader_epoch != lead.leader_epoch:
+        raise NotLeaderError(FENCED_LEADER_EPOCH if current_leader_epoch < lead.leader_epoch
+                             else UNKNOWN_LEADER_EPOCH)
+
+
+def partition_error(e: BaseException) -> int:
+    return e.code if isinstance(e, NotLeaderError) else error_code(e)
+
+
+def _read(ctx: RequestContext, wants: list[_Want], max_bytes: int, committed: bool) -> tuple[list[Any], int]:
     """Every partition's PartitionData, and the bytes read in all (blocking: a worker thread)."""
+    node = ctx.node
     raw = raw_reader(node)
     out = []
     budget = max_bytes
@@ -67,11 +110,11 @@ def _read(node: Any, wants: list[_Want], max_bytes: int, committed: bool) -> tup
     for w in wants:
         try:
             log = node.log(w.topic, w.partition)
-            check_leader(node, log)
+            check_leader(ctx, log.topic_partition, w.leader_epoch)
             limit = max(min(w.max_bytes, budget), 0)
             res = raw.fetch(log, w.offset, limit, committed=committed, min_one=first)
         except Exception as e:  # noqa: BLE001 - every failure is the partition's error code
-            out.append(_Partition(partition_index=w.partition, error_code=error_code(e), high_watermark=-1,
+            out.append(_Partition(partition_index=w.partition, error_code=partition_error(e), high_watermark=-1,
                                   last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
                                   records=b""))
             continue
@@ -94,21 +137,35 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
 
 
 async def _fetch(ctx: RequestContext, request: Any) -> Any:
-    wants = [_Want(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+    wants = [_Want(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
+                   -1 if p.current_leader_epoch is None else p.current_leader_epoch)
              for t in request.topics or () for p in t.partitions or ()]
     committed = int(request.isolation_level or 0) == 1
     max_bytes = request.max_bytes if request.max_bytes is not None and request.max_bytes >= 0 else 2**31 - 1
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms or 0, 0) / 1000
+    min_bytes = request.min_bytes or 0
     tps = [TopicPartition(w.topic, w.partition) for w in wants]
     while True:
-        parts, total = await ctx.run(_read, ctx.node, wants, max_bytes, committed)
         remaining = deadline - loop.time()
-        if (total >= (request.min_bytes or 0) or remaining <= 0 or not wants
-                or any(p.error_code != NONE for p in parts)):
+        waiter = None
+        if remaining > 0 and min_bytes > 0 and wants:
+            # wait for appends from before the read on: one landing between the read and the
+            # wait would otherwise go unnoticed until max_wait_ms
+            waiter = asyncio.ensure_future(ctx.wait_for_append(tps, remaining))
+            await asyncio.sleep(0)
+        try:
+            parts, total = await ctx.run(_read, ctx, wants, max_bytes, committed)
+        except BaseException:
+            if waiter is not None:
+                waiter.cancel()
+            raise
+        if waiter is None or total >= min_bytes or any(p.error_code != NONE for p in parts):
+            if waiter is not None:
+                waiter.cancel()
             break
-        if not await ctx.wait_for_append(tps, remaining):
-            parts, total = await ctx.run(_read, ctx.node, wants, max_bytes, committed)
+        if not await waiter:
+            parts, total = await ctx.run(_read, ctx, wants, max_bytes, committed)
             break
     return _response(wants, parts)
 

@@ -37,6 +37,7 @@ from kafka.protocol.api_header import RequestHeader, ResponseHeader
 from log.types import TopicPartition
 from service.kafka import registry
 from service.kafka.registry import ClusterView, ConnectionState, RequestContext, RequestHeaderInfo
+from service.kafka.sasl_api import RAW_TOKENS, sasl_step
 
 if TYPE_CHECKING:
     from service.node import Node
@@ -226,7 +227,7 @@ class KafkaListener:
         self.connections += 1
         peer = writer.get_extra_info("peername")
         conn = ConnectionState(peer=f"{peer[0]}:{peer[1]}" if peer else "?",
-                               tls=writer.get_extra_info("ssl_object") is not None)
+                               tls=writer.get_extra_info("ssl_object") is not None, listener_metrics=self.metrics)
         answers: asyncio.Queue[Any] = asyncio.Queue(PIPELINE_DEPTH)
         writer_task = asyncio.create_task(self._write_answers(answers, writer))
         try:
@@ -255,15 +256,24 @@ class KafkaListener:
         while not writer_task.done():
             size_bytes = await asyncio.wait_for(reader.readexactly(4), idle_s)
             (size,) = struct.unpack(">i", size_bytes)
-            if size < 8 or size > self.config.max_request_bytes:
+            raw = conn.extra.get(RAW_TOKENS, False)  # a bare SASL token after a v0 handshake
+            if size < (0 if raw else 8) or size > self.config.max_request_bytes:
                 self._count("bad_frames")
                 logger.debug("closing %s: request size %d outside 8..%d", conn.peer, size,
                              self.config.max_request_bytes)
                 raise _Closed
             frame = await asyncio.wait_for(reader.readexactly(size), idle_s)
+            if raw:
+                token, error = sasl_step(conn, frame)
+                if error is not None:
+                    raise _Closed
+                await answers.put(struct.pack(">i", len(token)) + token)
+                continue
             answer = await self._dispatch(frame, conn)
             if answer is not None:
                 await answers.put(answer)
+            if conn.close_after_response:
+                return
 
     async def _dispatch(self, frame: bytes, conn: ConnectionState) -> Any:
         """The answer to one request: a framed bytes, an awaitable of one, or None (no answer)."""
@@ -296,15 +306,17 @@ class KafkaListener:
         result = await spec.handler(ctx, request)
         resp_flexible = flexible and api_key != API_VERSIONS_KEY  # ApiVersions answers with header v0
         if inspect.isawaitable(result):
-            return asyncio.ensure_future(self._finish(result, ctx, resp_flexible, started))
-        return self._encode(result, ctx, resp_flexible, started)
+            return asyncio.ensure_future(self._finish(result, ctx, request, resp_flexible, started))
+        return self._encode(result, ctx, request, resp_flexible, started)
 
-    async def _finish(self, pending: Any, ctx: RequestContext, flexible: bool, started: float) -> bytes | None:
-        return self._encode(await pending, ctx, flexible, started)
+    async def _finish(self, pending: Any, ctx: RequestContext, request: Any, flexible: bool,
+                      started: float) -> bytes | None:
+        return self._encode(await pending, ctx, request, flexible, started)
 
-    def _encode(self, response: Any, ctx: RequestContext, flexible: bool, started: float) -> bytes | None:
+    def _encode(self, response: Any, ctx: RequestContext, request: Any, flexible: bool,
+                started: float) -> bytes | None:
         if self.metrics is not None:
-            self.metrics.observe_request(ctx, response, time.perf_counter() - started)
+            self.metrics.observe_request(ctx, response, time.perf_counter() - started, request)
         if response is None:
             return None
         return _frame(ctx.header.correlation_id, response.encode(version=ctx.api_version), flexible=flexible)
@@ -328,8 +340,6 @@ class KafkaListener:
                 if answer is None:
                     continue
             writer.write(answer)
-            if self.metrics is not None:
-                self.metrics.bytes_sent(len(answer))
             await writer.drain()
 
     def _count(self, what: str) -> None:

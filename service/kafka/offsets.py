@@ -21,8 +21,8 @@ from kafka.protocol.consumer import (
 )
 
 from log.offset_lookup import end_offset_for_epoch, epoch_for_offset
-from service.kafka.errors import NONE, error_code
-from service.kafka.fetch import check_leader, raw_reader
+from service.kafka.errors import NONE
+from service.kafka.fetch import check_leader, partition_error, raw_reader
 from service.kafka.registry import RequestContext, kafka_api
 
 LATEST = -1
@@ -36,10 +36,12 @@ _ETopic = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
 _EPartition = _ETopic.EpochEndOffset
 
 
-def _list_offset(node: Any, topic: str, partition: int, timestamp: int, committed: bool) -> Any:
+def _list_offset(ctx: RequestContext, p: Any, topic: str, committed: bool) -> Any:
+    partition, timestamp = p.partition_index, p.timestamp
+    node = ctx.node
     raw = raw_reader(node)
     log = node.log(topic, partition)
-    check_leader(node, log)
+    check_leader(ctx, log.topic_partition, -1 if p.current_leader_epoch is None else p.current_leader_epoch)
     bound = log.last_stable_offset if committed else log.high_watermark
     if timestamp == LATEST:
         return _LPartition(partition_index=partition, error_code=NONE, timestamp=-1, offset=bound,
@@ -64,19 +66,19 @@ class _Unsupported(Exception):
     """A negative timestamp spec this listener does not implement (EARLIEST_LOCAL, LATEST_TIERED)."""
 
 
-def _list_offsets(node: Any, request: Any) -> Any:
+def _list_offsets(ctx: RequestContext, request: Any) -> Any:
     committed = int(request.isolation_level or 0) == 1
     topics = []
     for t in request.topics or ():
         parts = []
         for p in t.partitions or ():
             try:
-                parts.append(_list_offset(node, t.name, p.partition_index, p.timestamp, committed))
+                parts.append(_list_offset(ctx, p, t.name, committed))
             except _Unsupported:
                 parts.append(_LPartition(partition_index=p.partition_index, error_code=UNSUPPORTED_VERSION,
                                          timestamp=-1, offset=-1, leader_epoch=-1))
             except Exception as e:  # noqa: BLE001 - every failure is the partition's error code
-                parts.append(_LPartition(partition_index=p.partition_index, error_code=error_code(e),
+                parts.append(_LPartition(partition_index=p.partition_index, error_code=partition_error(e),
                                          timestamp=-1, offset=-1, leader_epoch=-1))
         topics.append(_LTopic(name=t.name, partitions=parts))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
@@ -84,12 +86,13 @@ def _list_offsets(node: Any, request: Any) -> Any:
 
 @kafka_api(ListOffsetsRequest, min_version=1, max_version=7)
 async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
-    return await ctx.run(_list_offsets, ctx.node, request)
+    return await ctx.run(_list_offsets, ctx, request)
 
 
-def _epoch_end(node: Any, topic: str, partition: int, epoch: int) -> Any:
-    log = node.log(topic, partition)
-    check_leader(node, log)
+def _epoch_end(ctx: RequestContext, p: Any, topic: str) -> Any:
+    log = ctx.node.log(topic, p.partition)
+    check_leader(ctx, log.topic_partition, -1 if p.current_leader_epoch is None else p.current_leader_epoch)
+    epoch, partition = p.leader_epoch, p.partition
     with log.lock:
         entries = list(log.epoch_entries)
         leo = log.log_end_offset
@@ -97,15 +100,15 @@ def _epoch_end(node: Any, topic: str, partition: int, epoch: int) -> Any:
     return _EPartition(error_code=NONE, partition=partition, leader_epoch=found_epoch, end_offset=end)
 
 
-def _epoch_ends(node: Any, request: Any) -> Any:
+def _epoch_ends(ctx: RequestContext, request: Any) -> Any:
     topics = []
     for t in request.topics or ():
         parts = []
         for p in t.partitions or ():
             try:
-                parts.append(_epoch_end(node, t.topic, p.partition, p.leader_epoch))
+                parts.append(_epoch_end(ctx, p, t.topic))
             except Exception as e:  # noqa: BLE001 - every failure is the partition's error code
-                parts.append(_EPartition(error_code=error_code(e), partition=p.partition, leader_epoch=-1,
+                parts.append(_EPartition(error_code=partition_error(e), partition=p.partition, leader_epoch=-1,
                                          end_offset=-1))
         topics.append(_ETopic(topic=t.topic, partitions=parts))
     return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)
@@ -113,4 +116,4 @@ def _epoch_ends(node: Any, request: Any) -> Any:
 
 @kafka_api(OffsetForLeaderEpochRequest, min_version=2, max_version=4)
 async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
-    return await ctx.run(_epoch_ends, ctx.node, request)
+    return await ctx.run(_epoch_ends, ctx, request)

@@ -41,7 +41,7 @@ from log.local_log import LocalLog
 from log.record import COMPRESSION_CODEC_MASK
 from log.types import TimestampType
 from service.kafka import errors as kafka_errors
-from service.kafka.durability import flush_tracker_for, group_sync_for
+from service.kafka.durability import group_sync_for
 from service.kafka.registry import RequestContext, kafka_api
 
 logger = logging.getLogger(__name__)
@@ -134,8 +134,7 @@ def _append_one(node: Any, topic: str, index: int, records: bytes | None, versio
     if not res.duplicate:
         notify = getattr(node, "notify_append", None)
         if notify is not None:
-            notify(tp)
-        flush_tracker_for(node).maybe_flush(log)
+            notify(tp)  # also fsyncs per flush.messages (service/flush_policy.py)
 
 
 def _append_time(log: LocalLog, base_offset: int) -> int:

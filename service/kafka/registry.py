@@ -179,6 +179,10 @@ class ConnectionState:
     sasl_mechanism: str | None = None
     #: the SASL exchange in progress (service.kafka.sasl keeps its state here)
     sasl_state: Any = None
+    #: set by a handler whose answer must be the connection's last (a refused authentication)
+    close_after_response: bool = False
+    #: the listener's metrics (None in unit tests)
+    listener_metrics: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

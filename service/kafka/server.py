@@ -58,7 +58,13 @@ class KafkaService:
             idle_ms=config.connections_max_idle_ms, worker_threads=config.num_io_threads,
             ssl_context=tls_context(config.kafka_tls_cert, config.kafka_tls_key) if config.kafka_tls_cert else None,
             authenticator=make_authenticator(config))
+        if metrics is None:
+            from service.kafka.metrics import KafkaMetrics
+
+            metrics = KafkaMetrics()
+        self.metrics = metrics
         self.listener = KafkaListener(node, self.listener_config, metrics=metrics)
+        metrics.connections_fn = lambda: self.listener.connections
         self.membership: Any = None
 
     def start(self) -> KafkaService:
@@ -66,6 +72,7 @@ class KafkaService:
         from service.kafka.cluster import ClusterMembership
 
         self.listener.start()
+        self.node.metric_collectors.append(self.metrics)
         try:
             cluster = self.listener.cluster
             registry = SqlClusterRegistry(self.config.metadata_url,
@@ -100,6 +107,8 @@ class KafkaService:
             coordinators.stop()
             self.listener.coordinators = None
         self.listener.stop()
+        if self.metrics in self.node.metric_collectors:
+            self.node.metric_collectors.remove(self.metrics)
         if self.membership is not None:
             self.membership.stop()
             self.membership = None

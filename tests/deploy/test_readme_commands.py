@@ -92,12 +92,14 @@ def _make(clone: Path, env: dict[str, str], target: str, args: str, log: Path,
 
 @pytest.fixture(scope="module")
 def served(clone: Path, env: dict[str, str]) -> Iterator[dict[str, object]]:
-    """`make serve ARGS="--port N --data-dir DIR"` until /healthz answers, then SIGTERM to its group."""
-    port, data = _free_port(), clone.parent / "serve-data"
+    """`make serve ARGS="--port N --kafka-port K --data-dir DIR"` until /healthz answers (and the Kafka listener
+    accepts), then SIGTERM to its group."""
+    port, kafka_port, data = _free_port(), _free_port(), clone.parent / "serve-data"
     log = clone.parent / "make-serve.log"
     t0 = time.monotonic()
     with log.open("wb") as out:
-        proc = subprocess.Popen(["make", "serve", f"ARGS=--port {port} --data-dir {data}"], cwd=clone, env=env,
+        proc = subprocess.Popen(["make", "serve", f"ARGS=--port {port} --kafka-port {kafka_port} --data-dir {data}"],
+                                cwd=clone, env=env,
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -115,6 +117,7 @@ def served(clone: Path, env: dict[str, str]) -> Iterator[dict[str, object]]:
         print(f"\nfresh clone: `make serve` answered /healthz after {result['startup_s']} s (venv created)")
         result["health"] = health
         assert health is not None, f"no /healthz answer within {SETUP_BUDGET_S} s:\n{_tail(log)}"
+        socket.create_connection(("127.0.0.1", kafka_port), timeout=10).close()  # the Kafka listener is open too
         # a partition, so a graceful stop leaves its clean-shutdown marker behind
         req = urllib.request.Request(f"{url}/v1/topics", data=json.dumps({"name": "newcomer"}).encode(),
                                      headers={"Content-Type": "application/json"}, method="POST")

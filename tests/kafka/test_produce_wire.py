@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -193,8 +194,9 @@ def test_log_append_time_topics_answer_the_append_time(wire: Wire, node: Node) -
     assert stored.max_timestamp == p.log_append_time_ms and RecordBatch(bytes(stored.raw)).is_valid()
 
 
-def test_flush_messages_syncs_the_partition(wire: Wire, node: Node) -> None:
-    from service.kafka.durability import flush_tracker_for
+def test_flush_messages_and_flush_ms_sync_the_partition(wire: Wire, node: Node) -> None:
+    from log.local_log import RecordSpec
+    from service.flush_policy import flush_tracker_for, run_flush_once
 
     node.create_topic("t", 1, {"flush.messages": 3})
     tracker = flush_tracker_for(node)
@@ -203,3 +205,42 @@ def test_flush_messages_syncs_the_partition(wire: Wire, node: Node) -> None:
     assert tracker.synced_offset(log) in (-1, 0)
     answer(produce(wire, {"t": {0: batch([(b"a", b"2"), (b"b", b"3")])}}, acks=1), "t")
     assert tracker.synced_offset(log) == 3
+    node.produce("t", 0, [RecordSpec(b"h", b"1"), RecordSpec(b"h", b"2"), RecordSpec(b"h", b"3")])  # HTTP's path
+    assert tracker.synced_offset(log) == 6
+    # flush.ms: the periodic task syncs what is older than it
+    node.create_topic("m", 1, {"flush.ms": 200})
+    node.produce("m", 0, [RecordSpec(b"k", b"v")])
+    assert tracker.synced_offset(node.log("m", 0)) == 0  # not yet due
+    time.sleep(0.25)
+    assert run_flush_once(node) >= 1 and tracker.synced_offset(node.log("m", 0)) == 1
+    assert run_flush_once(node) == 0  # nothing new
+
+
+def test_kafka_batches_are_read_tiered_and_cleaned_by_the_engine(wire: Wire, node: Node) -> None:
+    node.create_topic("t", 1, {"remote.storage.enable": True, "local.retention.ms": 0, "segment.bytes": 600,
+                               "min.cleanable.dirty.ratio": 0.01, "delete.retention.ms": 3_600_000})
+    pid = init_pid(wire)
+    latest: dict[bytes, tuple[int, bytes | None]] = {}
+    now = node.clock.milliseconds()
+    for s in range(12):
+        recs = [(b"k%d" % ((s * 3 + i) % 7), None if (s + i) % 5 == 0 else b"v%d-%d" % (s, i)) for i in range(3)]
+        p = answer(produce(wire, {"t": {0: batch(recs, codec=("lz4", "zstd", "none")[s % 3], pid=pid, epoch=0,
+                                                  seq=3 * s, ts=now + s)}}), "t")
+        assert p.error_code == 0
+        for i, (k, v) in enumerate(recs):
+            latest[k] = (p.base_offset + i, v)
+    node.roll("t", 0)
+    assert node.tier("t", 0)["copied"]
+    node.clean("t", 0)
+    read = []
+    offset = 0
+    while True:
+        page = node.read("t", 0, offset, max_records=100)
+        read.extend((r.key, (r.offset, r.value)) for r in page.records)
+        if not page.records:
+            break
+        offset = page.next_offset
+    assert dict(read) == latest and len(read) == len(latest), read  # only the newest per key is left
+    # the producer's state came through: its next batch continues the sequence, a retry is answered
+    nxt = answer(produce(wire, {"t": {0: batch([(b"k0", b"after")], pid=pid, epoch=0, seq=36, ts=now)}}), "t")
+    assert (nxt.error_code, nxt.base_offset) == (0, 36)

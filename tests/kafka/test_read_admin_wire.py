@@ -83,12 +83,12 @@ def _create(wire: Wire, name: str, configs: dict[str, str], partitions: int = 1,
 
 
 def _fetch(wire: Wire, topic: str, offset: int, *, version: int = 12, max_wait_ms: int = 0, min_bytes: int = 0,
-           partition_max_bytes: int = 1 << 20, isolation: int = 0) -> Any:
+           partition_max_bytes: int = 1 << 20, isolation: int = 0, leader_epoch: int = -1) -> Any:
     P = FetchRequest.FetchTopic.FetchPartition
     req = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=50 << 20,
                        isolation_level=isolation, session_id=0, session_epoch=-1,
                        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[P(
-                           partition=0, current_leader_epoch=-1, fetch_offset=offset, log_start_offset=-1,
+                           partition=0, current_leader_epoch=leader_epoch, fetch_offset=offset, log_start_offset=-1,
                            partition_max_bytes=partition_max_bytes)])], forgotten_topics_data=[], rack_id="")
     return wire.call(req, version).responses[0].partitions[0]
 
@@ -188,6 +188,9 @@ def test_fetch_list_offsets_and_epochs(wire: Wire, node: Node) -> None:
     for v in (4, 7, 11):
         assert _offsets(_fetch(wire, "t", 0, version=v).records) == list(range(10))
 
+    started = time.monotonic()  # nothing to read: the poll ends at max_wait_ms, empty
+    assert _fetch(wire, "t", 10, max_wait_ms=300, min_bytes=1).records in (b"", None)
+    assert time.monotonic() - started >= 0.25
     # the long poll wakes on an append
     threading.Timer(0.3, _produce, args=(node, "t", 2)).start()
     started = time.monotonic()
@@ -257,3 +260,62 @@ def test_spliced_records_encode_as_the_library_does() -> None:
             FetchResponse.FetchableTopicResponse(topic="t", partitions=parts()[:3]),
             FetchResponse.FetchableTopicResponse(topic="u", partitions=parts()[3:])])
         assert spliced.encode(version=version) == plain.encode(version=version), version
+
+
+def test_leadership_and_leader_epochs_as_kip_320(wire: Wire, node: Node) -> None:
+    from service.kafka import fetch
+
+    assert _create(wire, "moved", {"cleanup.policy": "compact", "remote.storage.enable": "true"}).error_code == 0
+    _produce(node, "moved", 3)
+    node.become_leader("moved", 0, 3, node.broker_id)
+    fetch._LEADERS.clear()  # the leader is cached for LEADER_TTL_S
+    assert _fetch(wire, "moved", 0, leader_epoch=3).error_code == 0
+    assert _fetch(wire, "moved", 0, leader_epoch=2).error_code == 74  # FENCED_LEADER_EPOCH
+    assert _fetch(wire, "moved", 0, leader_epoch=4).error_code == 75  # UNKNOWN_LEADER_EPOCH
+    _produce(node, "moved", 2)
+    P = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition
+
+    def epoch_end(epoch: int) -> tuple[int, int, int]:
+        req = OffsetForLeaderEpochRequest(replica_id=-1, topics=[OffsetForLeaderEpochRequest.OffsetForLeaderTopic(
+            topic="moved", partitions=[P(partition=0, current_leader_epoch=3, leader_epoch=epoch)])])
+        got = wire.call(req, 4).topics[0].partitions[0]
+        return got.error_code, got.leader_epoch, got.end_offset
+
+    assert epoch_end(3) == (0, 3, 5)
+    assert epoch_end(2)[2] == 3  # an older epoch ends where epoch 3 starts
+    node.become_leader("moved", 0, 4, node.broker_id + 7)  # another broker (not alive here) leads now
+    fetch._LEADERS.clear()
+    assert _fetch(wire, "moved", 0).error_code == 5  # LEADER_NOT_AVAILABLE: its leader is not registered
+    assert _list(wire, "moved", -1).error_code == 5
+
+
+def test_open_transaction_bounds_read_committed_and_response_limits(wire: Wire, node: Node) -> None:
+    assert _create(wire, "txn", {"cleanup.policy": "compact"}, partitions=2).error_code == 0
+    _produce(node, "txn", 3)
+    node.produce("txn", 0, [RecordSpec(b"t", b"open", None)], producer_id=77, producer_epoch=0, base_sequence=0,
+                 transactional=True)
+    _produce(node, "txn", 3)
+    committed = _fetch(wire, "txn", 0, isolation=1)
+    assert committed.last_stable_offset == 3 and committed.high_watermark == 7
+    assert _offsets(committed.records) == [0, 1, 2]
+    assert _offsets(_fetch(wire, "txn", 0).records) == list(range(7))
+    assert _list(wire, "txn", -1, isolation=1).offset == 3 and _list(wire, "txn", -1).offset == 7
+    node.append_marker("txn", 0, 77, 0, "abort")
+    committed = _fetch(wire, "txn", 0, isolation=1)
+    assert committed.last_stable_offset == 8
+    assert [(t.producer_id, t.first_offset) for t in committed.aborted_transactions] == [(77, 3)]
+
+    # the response limit: the first partition with data gets a whole batch, the next nothing
+    for p in (0, 1):
+        node.produce("txn", p, [RecordSpec(b"big", b"x" * 3000, None)])
+    P = FetchRequest.FetchTopic.FetchPartition
+    req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=100, isolation_level=0, session_id=0,
+                       session_epoch=-1, topics=[FetchRequest.FetchTopic(topic="txn", partitions=[
+                           P(partition=1, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
+                             partition_max_bytes=1 << 20),
+                           P(partition=0, current_leader_epoch=-1, fetch_offset=8, log_start_offset=-1,
+                             partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id="")
+    parts = wire.call(req, 12).responses[0].partitions
+    assert [p.partition_index for p in parts] == [1, 0]
+    assert _offsets(parts[0].records) == [0] and parts[1].records in (b"", None)
+    assert parts[1].high_watermark == 9 and parts[1].error_code == 0

@@ -89,24 +89,23 @@ def test_consumers_read_the_compacted_remote_tier(kafka_server: KafkaServe, topi
     for rec in model:
         newest[rec[1]] = rec
     expected = sorted([0, off, key, value] for off, key, value, _ts in newest.values())
-    answers = _run_all([{"library": lib, "action": "read_all", "bootstrap": kafka_server.bootstrap,
-                         "topic": topic, "isolation": iso}
-                        for lib, iso in zip(LIBRARIES, ("read_committed", "read_uncommitted", "read_committed"),
-                                            strict=True)])
-    for lib, answer in zip(LIBRARIES, answers, strict=True):
-        assert answer["timed_out"] == [], lib
-        assert sorted(r[:4] for r in answer["records"]) == expected, lib
-        assert answer["ends"] == {"0": model[-1][0] + 1}, lib
-
-    # offsets_for_times: the first record present (after compaction) at or after the timestamp
     present = sorted((off, ts) for off, _k, _v, ts in newest.values())
     probes = {TS0: present[0][0], TS0 + 20_500: next(o for o, t in present if t >= TS0 + 20_500),
               TS0 + 10**9: None}
-    found = _run_all([{"library": lib, "action": "offsets_for_times", "bootstrap": kafka_server.bootstrap,
-                       "topic": topic, "times": [[0, ts] for ts in probes]} for lib in LIBRARIES])
-    for lib, got in zip(LIBRARIES, found, strict=True):
-        assert got["offsets"][:2] == list(probes.values())[:2], lib
-        assert got["offsets"][2] in (None, -1), lib  # no record that late: each library's "none"
+    isolation = dict(zip(LIBRARIES, ("read_committed", "read_uncommitted", "read_committed"), strict=True))
+    answers = _run_all([{"library": lib, "common": {"library": lib, "bootstrap": kafka_server.bootstrap,
+                                                    "topic": topic, "isolation": isolation[lib]}, "steps": [
+                             {"action": "read_all"},
+                             {"action": "offsets_for_times", "times": [[0, ts] for ts in probes]}]}
+                        for lib in LIBRARIES])
+    for lib, answer in zip(LIBRARIES, answers, strict=True):
+        read, found = answer["steps"]
+        assert read["timed_out"] == [], lib
+        assert sorted(r[:4] for r in read["records"]) == expected, lib
+        assert read["ends"] == {"0": model[-1][0] + 1}, lib
+        # offsets_for_times: the first record present (after compaction) at or after the timestamp
+        assert found["offsets"][:2] == list(probes.values())[:2], lib
+        assert found["offsets"][2] in (None, -1), lib  # no record that late: each library's "none"
 
 
 def test_read_committed_skips_an_aborted_transaction_on_the_remote_tier(kafka_server: KafkaServe,
@@ -142,7 +141,7 @@ def test_read_committed_skips_an_aborted_transaction_on_the_remote_tier(kafka_se
 def test_admin_clients_create_describe_and_alter(kafka_server: KafkaServe, topic_name: str) -> None:
     t1, t2 = f"{topic_name}-c", f"{topic_name}-k"
     conf = {"cleanup.policy": "compact", "remote.storage.enable": "true"}
-    confluent = _run({"library": "confluent", "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": [
+    confluent_ops = [
         {"op": "create", "topic": t1, "partitions": 2, "config": conf},
         {"op": "create", "topic": t1, "partitions": 2, "config": conf},
         {"op": "create", "topic": f"{t1}-bad", "config": {"segment.bytes": "lots"}},
@@ -154,7 +153,20 @@ def test_admin_clients_create_describe_and_alter(kafka_server: KafkaServe, topic
         {"op": "create_partitions", "topic": t1, "count": 1},
         {"op": "describe", "topic": "no-such-topic"},
         {"op": "delete", "topic": f"{t1}-missing"},
-    ]})["answers"]
+    ]
+    kp_ops = [
+        {"op": "create", "topic": t2, "partitions": 1, "config": conf},
+        {"op": "create", "topic": t2, "partitions": 1, "config": conf},
+        {"op": "create", "topic": f"{t2}-bad", "config": {"no.such.key": "1"}},
+        {"op": "describe", "topic": t2},
+        {"op": "alter", "topic": t2, "configs": {"delete.retention.ms": "1000"}, "incremental": True},
+        {"op": "alter", "topic": t2, "configs": {"min.compaction.lag.ms": "5"}, "incremental": False},
+        {"op": "describe", "topic": t2},
+        {"op": "delete", "topic": t2},
+    ]
+    confluent, kp = (a["answers"] for a in _run_all([
+        {"library": lib, "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": ops}
+        for lib, ops in (("confluent", confluent_ops), ("kafka-python", kp_ops))]))
     assert confluent[0] == {t1: None}
     assert confluent[1] == {t1: {"error": "TOPIC_ALREADY_EXISTS"}}
     assert confluent[2] == {f"{t1}-bad": {"error": "INVALID_CONFIG"}}
@@ -168,17 +180,6 @@ def test_admin_clients_create_describe_and_alter(kafka_server: KafkaServe, topic
     assert confluent[10] == {"error": "UNKNOWN_TOPIC_OR_PART"}
     topic = kafka_server.api("GET", f"/v1/topics/{t1}")
     assert topic["partitions"] == 3 and topic["config"]["min.cleanable.dirty.ratio"] == 0.25
-
-    kp = _run({"library": "kafka-python", "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": [
-        {"op": "create", "topic": t2, "partitions": 1, "config": conf},
-        {"op": "create", "topic": t2, "partitions": 1, "config": conf},
-        {"op": "create", "topic": f"{t2}-bad", "config": {"no.such.key": "1"}},
-        {"op": "describe", "topic": t2},
-        {"op": "alter", "topic": t2, "configs": {"delete.retention.ms": "1000"}, "incremental": True},
-        {"op": "alter", "topic": t2, "configs": {"min.compaction.lag.ms": "5"}, "incremental": False},
-        {"op": "describe", "topic": t2},
-        {"op": "delete", "topic": t2},
-    ]})["answers"]
     assert kp[0] == {t2: None}
     assert kp[1]["error"] == "TopicAlreadyExistsError"
     assert kp[2]["error"] == "InvalidConfigurationError"

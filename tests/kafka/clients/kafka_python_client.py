@@ -69,7 +69,7 @@ def consume(spec: dict[str, Any]) -> dict[str, Any]:
     deadline = time.monotonic() + spec.get("timeout_s", 30)
     pending = {tp for tp in tps if ends[tp.partition] > start}
     while pending and time.monotonic() < deadline:
-        for tp, msgs in consumer.poll(timeout_ms=500).items():
+        for msgs in consumer.poll(timeout_ms=500).values():
             for m in msgs:
                 out.append({"partition": m.partition, "offset": m.offset, "key": dec(m.key), "value": dec(m.value),
                             "timestamp": m.timestamp, "headers": [[k, dec(v)] for k, v in (m.headers or [])]})

@@ -1,0 +1,139 @@
+"""SASL and TLS on the Kafka listener of a real ``tiercompact serve``, with real clients in their own processes:
+SCRAM-SHA-256/512 with the users file or the HTTP token work; a wrong password, no SASL, and PLAIN without TLS are
+refused (connection closed, nothing served); over TLS, PLAIN works and a client without SASL is still refused."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
+
+from tests.kafka.conftest import KafkaServe, run_client, run_clients
+
+TOKEN = "kafka-sasl-test-token"
+USERS = {"alice": "alice-secret", "bob": "bob-secret"}
+#: client settings that make a refused client give up within seconds
+FAST_FAIL: dict[str, dict[str, Any]] = {"confluent": {}, "kafka-python": {"max_block_ms": 3000,
+                                                                           "bootstrap_timeout_ms": 3000}}
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    d = tmp_path_factory.mktemp("tls")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                    "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")], check=True, capture_output=True)
+    return {"cert": str(d / "cert.pem"), "key": str(d / "key.pem")}
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory, tls_files: dict[str, str]) -> Iterator[tuple[KafkaServe, ...]]:
+    """Two nodes with credentials: one plaintext (SASL_PLAINTEXT), one TLS (SASL_SSL); started together."""
+    root = tmp_path_factory.mktemp("sasl")
+    users = root / "users.txt"
+    users.write_text("# test users\n" + "".join(f"{u}:{p}\n" for u, p in USERS.items()))
+    plain = KafkaServe(root / "plain", ["--sasl-users", str(users), "--token", TOKEN], output=root / "plain.log")
+    tls = KafkaServe(root / "tls", ["--sasl-users", str(users), "--kafka-tls-cert", tls_files["cert"],
+                                    "--kafka-tls-key", tls_files["key"]], output=root / "tls.log")
+    plain.spawn()
+    tls.spawn()
+    try:
+        yield plain.wait_ready(), tls.wait_ready()
+    finally:
+        plain.stop()
+        tls.stop()
+
+
+def _spec(server: KafkaServe, **kw: Any) -> dict[str, Any]:
+    return {"bootstrap": server.bootstrap, "timeout_s": 20, **kw}
+
+
+def test_scram_users_and_token_work_for_every_client(secured: tuple[KafkaServe, ...]) -> None:
+    plain, _tls = secured
+    plain.create_topic("secure", 1, token=TOKEN)
+    creds = {"confluent": {"mechanism": "SCRAM-SHA-256", "username": "alice", "password": USERS["alice"]},
+             "kafka-python": {"mechanism": "SCRAM-SHA-512", "username": "bob", "password": USERS["bob"]},
+             "aiokafka": {"mechanism": "SCRAM-SHA-256", "username": "svc", "password": TOKEN}}
+    produced = run_clients([(c, _spec(plain, action="produce", topic="secure", sasl=s, idempotent=True,
+                                      records=[{"key": c, "value": "v"}])) for c, s in creds.items()])
+    assert all(isinstance(o, list) for a in produced for o in a["offsets"]), produced
+    read = run_client("kafka-python", _spec(plain, action="consume", topic="secure", sasl=creds["kafka-python"]))
+    assert sorted(r["key"] for r in read["records"]) == sorted(creds)
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def test_wrong_password_no_sasl_and_plain_without_tls_are_refused(secured: tuple[KafkaServe, ...],
+                                                                  client: str) -> None:
+    plain, _tls = secured
+    cases = [{"mechanism": "SCRAM-SHA-256", "username": "alice", "password": "wrong"},
+             {"mechanism": "SCRAM-SHA-512", "username": "nobody", "password": "wrong"},
+             {"mechanism": "PLAIN", "username": "alice", "password": USERS["alice"]},
+             None]
+    jobs = [(client, _spec(plain, action="produce", topic="secure", sasl=s, timeout_s=3, conf=FAST_FAIL[client],
+                           records=[{"key": "x", "value": "refused"}])) for s in cases]
+    for answer in run_clients(jobs, check=False):
+        assert "error" in answer or not any(isinstance(o, list) for o in answer["offsets"]), answer
+
+
+def _frame(req: Any, version: int, cid: int) -> bytes:
+    req.with_header(correlation_id=cid, client_id="raw")
+    return bytes(req.encode(version=version, header=True, framed=True))
+
+
+def _read_frame(sock: socket.socket) -> bytes | None:
+    buf = b""
+    while len(buf) < 4:
+        chunk = sock.recv(4 - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    size = struct.unpack(">i", buf)[0]
+    body = b""
+    while len(body) < size:
+        chunk = sock.recv(size - len(body))
+        if not chunk:
+            return None
+        body += chunk
+    return body
+
+
+def test_unauthenticated_requests_close_the_connection(secured: tuple[KafkaServe, ...]) -> None:
+    plain, _tls = secured
+    with socket.create_connection(("127.0.0.1", plain.kafka_port), timeout=10) as s:
+        s.sendall(_frame(ApiVersionsRequest(), 0, 1))  # allowed before authentication
+        assert _read_frame(s) is not None
+        s.sendall(_frame(MetadataRequest(topics=None), 1, 2))
+        assert _read_frame(s) is None  # closed, nothing answered
+    with socket.create_connection(("127.0.0.1", plain.kafka_port), timeout=10) as s:
+        s.sendall(_frame(SaslHandshakeRequest(mechanism="PLAIN"), 1, 3))
+        body = _read_frame(s)
+        assert body is not None
+        resp = SaslHandshakeResponse.decode(body[4:], version=1)
+        assert resp.error_code == 33 and "PLAIN" not in resp.mechanisms  # UNSUPPORTED_SASL_MECHANISM
+        assert _read_frame(s) is None
+
+
+def test_tls_listener_plain_and_scram(secured: tuple[KafkaServe, ...], tls_files: dict[str, str]) -> None:
+    _plain, tls = secured
+    tls.create_topic("tls-topic", 1)
+    tls_spec = {"ca": tls_files["cert"]}
+    plain_creds = {"mechanism": "PLAIN", "username": "alice", "password": USERS["alice"]}
+    scram = {"mechanism": "SCRAM-SHA-512", "username": "bob", "password": USERS["bob"]}
+    produced = run_clients([
+        ("confluent", _spec(tls, action="produce", topic="tls-topic", sasl=plain_creds, tls=tls_spec,
+                            records=[{"key": "a", "value": "1"}])),
+        ("aiokafka", _spec(tls, action="produce", topic="tls-topic", sasl=scram, tls=tls_spec, idempotent=True,
+                           records=[{"key": "b", "value": "2"}])),
+        ("confluent", _spec(tls, action="produce", topic="tls-topic", tls=tls_spec, timeout_s=3,
+                               records=[{"key": "c", "value": "refused"}])),
+    ], check=False)
+    assert produced[0]["offsets"][0][1] in (0, 1) and produced[1]["offsets"][0][1] in (0, 1), produced
+    assert "error" in produced[2] or not isinstance(produced[2]["offsets"][0], list), produced[2]
+    read = run_client("confluent", _spec(tls, action="consume", topic="tls-topic", sasl=scram, tls=tls_spec))
+    assert sorted(r["value"] for r in read["records"]) == ["1", "2"]

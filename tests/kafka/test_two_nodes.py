@@ -1,0 +1,94 @@
+"""Two ``tiercompact serve`` nodes sharing one metadata store (a SQLite file; PostgreSQL when
+TIERCOMPACT_TEST_POSTGRES_URL is set) and one object store: a client bootstrapped at node A sees both brokers,
+produces to and consumes from the partition node B leads; a node that does not lead a partition answers
+NOT_LEADER_OR_FOLLOWER; once B stops, its partition shows LEADER_NOT_AVAILABLE."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from tests.kafka.conftest import KafkaServe, run_client
+
+
+def _metadata_url(shared: Path) -> str:
+    return os.environ.get("TIERCOMPACT_TEST_POSTGRES_URL") or f"sqlite:///{shared / 'metadata.db'}"
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaServe, KafkaServe]]:
+    shared = tmp_path_factory.mktemp("cluster")
+    common = ["--metadata", _metadata_url(shared), "--remote", (shared / "remote").as_uri(), "--cleaner-threads", "0",
+              "--broker-heartbeat-interval-ms", "200", "--broker-session-timeout-ms", "1500"]
+    a = KafkaServe(shared / "a", ["--broker-id", "1", *common], output=shared / "a.log")
+    b = KafkaServe(shared / "b", ["--broker-id", "2", *common], output=shared / "b.log")
+    a.spawn()
+    b.spawn()
+    try:
+        yield a.wait_ready(), b.wait_ready()
+    finally:
+        a.stop()
+        b.stop()
+
+
+def _produce_raw(port: int, topic: str, partition: int) -> int:
+    """One acks=1 Produce v7 for ``partition`` straight to ``port``; the partition's error code."""
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 20)
+    builder.append(0, int(time.time() * 1000), b"raw", b"value", [])
+    req = ProduceRequest(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=bytes(builder.build()))])])
+    req.with_header(correlation_id=1, client_id="two-nodes")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(bytes(req.encode(version=7, header=True, framed=True)))
+        head = s.recv(4, socket.MSG_WAITALL)
+        body = s.recv(struct.unpack(">i", head)[0], socket.MSG_WAITALL)
+    resp = ProduceResponse.decode(body[4:], version=7)
+    return int(resp.responses[0].partition_responses[0].error_code)
+
+
+def test_a_client_bootstrapped_at_a_reaches_the_partition_b_leads(two_nodes: tuple[KafkaServe, KafkaServe]) -> None:
+    a, b = two_nodes
+    topic = f"two-{os.getpid()}"
+    config = {"remote.storage.enable": True, "cleanup.policy": "compact"}
+    a.create_topic(topic, 2, config)
+    b.create_topic(topic, 2, config)  # joins the stored topic: B holds local logs for it too
+    a.api("POST", f"/v1/topics/{topic}/partitions/0/leadership", {"leader_epoch": 1, "broker_id": 1})
+    b.api("POST", f"/v1/topics/{topic}/partitions/1/leadership", {"leader_epoch": 1, "broker_id": 2})
+
+    md = run_client("confluent", {"action": "metadata", "bootstrap": a.bootstrap})
+    assert md["brokers"] == {"1": ["127.0.0.1", a.kafka_port], "2": ["127.0.0.1", b.kafka_port]}
+    assert md["topics"][topic] == {"0": 1, "1": 2}
+    md_b = run_client("confluent", {"action": "metadata", "bootstrap": b.bootstrap})
+    assert md_b["topics"][topic] == {"0": 1, "1": 2}  # any node answers for the whole cluster
+
+    assert _produce_raw(a.kafka_port, topic, 1) == 6  # NOT_LEADER_OR_FOLLOWER
+    assert _produce_raw(b.kafka_port, topic, 0) == 6
+
+    records = [{"key": f"k{i}", "value": f"v{i}", "partition": i % 2} for i in range(10)]
+    spec = {"bootstrap": a.bootstrap, "common": {"bootstrap": a.bootstrap, "topic": topic},
+            "steps": [{"action": "produce", "idempotent": True, "records": records}, {"action": "consume"}]}
+    produced, consumed = run_client("confluent", spec)["steps"]
+    assert sorted(map(tuple, produced["offsets"])) == [(p, o) for p in (0, 1) for o in range(5)]
+    assert sorted((r["partition"], r["offset"], r["value"]) for r in consumed["records"]) == sorted(
+        (i % 2, i // 2, f"v{i}") for i in range(10))
+    on_b = b.api("GET", f"/v1/topics/{topic}/partitions/1/records?offset=0")
+    assert [r["value"] for r in on_b["records"]] == [f"v{i}" for i in range(1, 10, 2)]  # stored at B, the leader
+
+    b.stop()
+    deadline = time.monotonic() + 10
+    while True:
+        md = run_client("confluent", {"action": "metadata", "bootstrap": a.bootstrap})
+        if set(md["brokers"]) == {"1"}:
+            break
+        assert time.monotonic() < deadline, md
+        time.sleep(0.3)
+    assert md["topics"][topic] == {"0": 1, "1": -1}  # LEADER_NOT_AVAILABLE: no election here
