@@ -9,11 +9,11 @@ transaction coordinator calls when it writes COMMIT or ABORT.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from coordinator.group import errors as E
+from coordinator.group.consumer_protocol import subscribed_topics
 from coordinator.group.errors import GroupError
 from coordinator.group.model import Group, GroupState
 from log.types import TopicPartition
@@ -26,22 +26,6 @@ if TYPE_CHECKING:
     from metadata.group_offsets import GroupStore
 
 T = TypeVar("T")
-
-NO_OFFSET = -1
-
-
-def subscribed_topics(metadata: bytes) -> set[str] | None:
-    """The topics of a ConsumerProtocolSubscription (any version: int16 version, then the topic array); None if unreadable."""
-    try:
-        (n,) = struct.unpack_from(">i", metadata, 2)
-        pos, out = 6, set()
-        for _ in range(n):
-            (ln,) = struct.unpack_from(">h", metadata, pos)
-            out.add(bytes(metadata[pos + 2:pos + 2 + ln]).decode())
-            pos += 2 + ln
-        return out
-    except (struct.error, UnicodeDecodeError):
-        return None
 
 
 class OffsetOps:

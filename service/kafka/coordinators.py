@@ -74,6 +74,12 @@ class Coordinators:
         self.groups_ownership.start()
         self.txn_ownership.start()
         _BY_NODE[self.node] = self
+        from service.kafka.coordinator_metrics import CoordinatorMetrics
+
+        self.metrics = CoordinatorMetrics(self)
+        collectors = getattr(self.node, "metric_collectors", None)
+        if collectors is not None:
+            collectors.append(self.metrics)
         return self
 
     def _start_groups(self) -> None:
@@ -91,6 +97,10 @@ class Coordinators:
 
     def stop(self) -> None:
         _BY_NODE.pop(self.node, None)
+        collectors = getattr(self.node, "metric_collectors", None)
+        metrics = getattr(self, "metrics", None)
+        if collectors is not None and metrics in collectors:
+            collectors.remove(metrics)
         for own in (self.groups_ownership, self.txn_ownership):
             try:
                 own.stop(release=True)

@@ -121,6 +121,7 @@ def test_join_sync_heartbeat_commit_fetch(node: InProcessNode) -> None:
     s1 = sync(w1, "g1", 2, m1, {m1: b"P0", m2: b"P1"})
     t.join(10)
     assert bytes(s1.assignment) == b"P0" and bytes(got["s2"].assignment) == b"P1"
+    _check_http(node, m1, m2)
     d = node.wire().call(DescribeGroupsRequest(groups=["g1"], include_authorized_operations=False), 5).groups[0]
     assert (d.error_code, d.group_state, d.protocol_data, len(d.members)) == (0, "Stable", "range", 2)
     listed = node.wire().call(ListGroupsRequest(states_filter=[]), 4).groups
@@ -144,6 +145,26 @@ def test_join_sync_heartbeat_commit_fetch(node: InProcessNode) -> None:
     res = node.wire().call(DeleteGroupsRequest(groups_names=["g1", "zz"]), 2).results
     assert [(r.group_id, r.error_code) for r in res] == [("g1", 0), ("zz", E.GROUP_ID_NOT_FOUND)]
     assert fetch(w1, "g1", [("t", 0)]) == (0, {("t", 0): (-1, 0)})
+
+
+def _check_http(node: InProcessNode, m1: str, m2: str) -> None:
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+
+    with TestClient(create_app(node.node)) as http:
+        g = http.get("/v1/groups/g1").json()
+        assert (g["state"], g["generation"], g["protocol"], g["leader"], g["live"]) == ("Stable", 2, "range", m1,
+                                                                                         True)
+        assert sorted(m["member_id"] for m in g["members"]) == sorted([m1, m2])
+        assert [(o["topic"], o["partition"], o["offset"]) for o in g["offsets"]] == [("t", 0, 6), ("t", 1, 7)]
+        assert g["coordinator"]["broker_id"] == 0 and g["coordinator"]["local"]
+        listed = http.get("/v1/groups").json()["groups"]
+        assert [(x["group_id"], x["state"], x["members"]) for x in listed] == [("g1", "Stable", 2)]
+        assert http.get("/v1/groups/nope").status_code == 404
+        metrics = http.get("/metrics").text
+        assert "kafka_coordinator_group_groupmetadatamanager_numgroupsstable 1.0" in metrics
+        assert 'kafka_coordinator_numpartitions{kind="group",state="active"} 4.0' in metrics
 
 
 def test_session_timeout_expires_a_silent_member(node: InProcessNode) -> None:
