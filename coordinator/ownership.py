@@ -212,10 +212,10 @@ class CoordinatorOwnership:
             self._thread.join(10)
             self._thread = None
         with self._round_lock:
-            for slot, (epoch, _loaded) in list(self._mine.items()):
+            for slot in list(self._mine):
                 self._unload(slot)
-                if release:
-                    try:
-                        self.store.release(self.kind, slot, self.broker_id, epoch)
-                    except Exception as e:  # noqa: BLE001 - the claim then dies with our heartbeat
-                        logger.warning("could not release %s coordinator slot %d: %s", self.kind, slot, e)
+            if release:
+                try:
+                    self.store.release_all(self.kind, self.broker_id, self.incarnation)
+                except Exception as e:  # noqa: BLE001 - the claims then die with our heartbeat
+                    logger.warning("could not release the %s coordinator slots: %s", self.kind, e)

@@ -57,6 +57,14 @@ class CoordinatorStore(ABC):
     def release(self, kind: str, slot: int, broker_id: int, epoch: int) -> bool:
         """Give the slot up (a hand-off to its preferred owner) if ``broker_id`` still holds it at ``epoch``."""
 
+    def release_all(self, kind: str, broker_id: int, incarnation: str) -> int:
+        """Give up every slot of ``kind`` this incarnation holds (a clean stop); how many."""
+        n = 0
+        for c in self.claims(kind).values():
+            if c.broker_id == broker_id and c.incarnation == incarnation:
+                n += self.release(kind, c.slot, broker_id, c.epoch)
+        return n
+
     @abstractmethod
     def holds(self, kind: str, slot: int, broker_id: int, epoch: int) -> bool:
         """Whether ``broker_id`` holds the slot at ``epoch`` right now."""

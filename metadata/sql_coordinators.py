@@ -87,6 +87,13 @@ class SqlCoordinatorStore(CoordinatorStore):
                                              t.c.epoch == epoch).values(broker_id=NO_OWNER)).rowcount
         return n == 1
 
+    def release_all(self, kind: str, broker_id: int, incarnation: str) -> int:
+        t = coordinators_table
+        with self.engine.begin() as conn:
+            return int(conn.execute(update(t).where(t.c.kind == kind, t.c.broker_id == broker_id,
+                                                    t.c.incarnation == incarnation)
+                                    .values(broker_id=NO_OWNER)).rowcount)
+
     def holds(self, kind: str, slot: int, broker_id: int, epoch: int) -> bool:
         t = coordinators_table
         with self.engine.connect() as conn:

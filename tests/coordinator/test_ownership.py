@@ -89,3 +89,8 @@ def test_claim_is_compare_and_swap(tmp_path: Path) -> None:
     assert not s1.release(GROUP, 3, 1, 0)
     assert s2.release(GROUP, 3, 2, 1)
     assert s1.claims(GROUP)[3].released
+    assert s1.claim(GROUP, 4, 1, "x", 0, expected_epoch=None) is not None
+    assert s1.claim(GROUP, 5, 1, "x", 0, expected_epoch=None) is not None
+    assert s1.claim(GROUP, 6, 2, "y", 0, expected_epoch=None) is not None
+    assert s2.release_all(GROUP, 1, "x") == 2
+    assert {s: c.broker_id for s, c in s1.claims(GROUP).items()} == {3: -1, 4: -1, 5: -1, 6: 2}

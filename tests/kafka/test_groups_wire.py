@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +25,9 @@ from tests.kafka.wire import InProcessNode, Wire, wait_until
 SUB = b"\x00\x00\x00\x00\x00\x01\x00\x01t\x00\x00\x00\x00"  # ConsumerProtocolSubscription v0: topics ["t"]
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[InProcessNode]:
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessNode]:
+    tmp_path = tmp_path_factory.mktemp("groups-wire")
     n = InProcessNode(tmp_path / "data", f"sqlite:///{tmp_path / 'meta.db'}", broker_id=0,
                       group_initial_rebalance_delay_ms=0, offsets_topic_num_partitions=4,
                       transaction_state_log_num_partitions=4)
@@ -167,7 +167,7 @@ def _check_http(node: InProcessNode, m1: str, m2: str) -> None:
         assert 'kafka_coordinator_numpartitions{kind="group",state="active"} 4.0' in metrics
 
 
-def test_session_timeout_expires_a_silent_member(node: InProcessNode) -> None:
+def test_a_member_that_does_not_rejoin_is_dropped_after_the_rebalance_timeout(node: InProcessNode) -> None:
     w1, w2 = node.wire(), node.wire()
     r = join(w1, "g2", version=3)  # v3: no MEMBER_ID_REQUIRED round
     m1 = r.member_id
