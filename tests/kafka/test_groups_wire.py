@@ -200,3 +200,28 @@ def test_not_coordinator_when_the_slot_is_elsewhere(node: InProcessNode) -> None
     own.reconcile()  # we notice, and (being the only node) claim it again at a new epoch
     assert own.epoch_of(slot) == epoch + 1
     assert commit(w, "g4", -1, "", {("t", 0): 3}) == {("t", 0): 0}
+
+
+def test_transactional_offsets_wait_for_the_marker(node: InProcessNode) -> None:
+    from log.types import TopicPartition
+    from metadata.group_offsets import CommittedOffset
+
+    gc = node.coordinators.groups
+    w = node.wire()
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    assert commit(w, "g5", -1, "", {("t", 0): 2}) == {("t", 0): 0}
+    got = gc.call_blocking(gc.txn_offset_commit("g5", 4242, 0, {tp0: CommittedOffset(10), tp1: CommittedOffset(11)}))
+    assert got == {tp0: 0, tp1: 0}
+    # pending: read_uncommitted consumers see the last committed offsets, require_stable ones are told to retry
+    assert fetch(w, "g5", [("t", 0), ("t", 1)]) == (0, {("t", 0): (2, 0), ("t", 1): (-1, 0)})
+    assert fetch(w, "g5", [("t", 0), ("t", 1)], stable=True) == (0, {("t", 0): (-1, E.UNSTABLE_OFFSET_COMMIT),
+                                                                     ("t", 1): (-1, E.UNSTABLE_OFFSET_COMMIT)})
+    assert gc.complete_txn(4242, commit=True) == 2
+    assert gc.complete_txn(4242, commit=True) == 0  # a retried marker moves nothing
+    assert fetch(w, "g5", [("t", 0), ("t", 1)], stable=True) == (0, {("t", 0): (10, 0), ("t", 1): (11, 0)})
+    gc.call_blocking(gc.txn_offset_commit("g5", 4343, 0, {tp0: CommittedOffset(99)}))
+    assert gc.complete_txn(4343, commit=False, group_ids=["g5"]) == 1
+    assert fetch(w, "g5", [("t", 0)], stable=True) == (0, {("t", 0): (10, 0)})
+    # KIP-447: a producer naming a stale generation of its consumer is refused
+    assert gc.call_blocking(gc.txn_offset_commit("g5", 1, 0, {tp0: CommittedOffset(1)}, generation=3,
+                                                 member_id="m")) == {tp0: E.UNKNOWN_MEMBER_ID}
