@@ -14,4 +14,7 @@ from service.kafka import (
     offsets,  # noqa: F401
     produce,  # noqa: F401
     sasl_api,  # noqa: F401
+    transactions,  # noqa: F401
+    txn_admin,  # noqa: F401
+    txn_markers,  # noqa: F401
 )

@@ -71,6 +71,9 @@ class Coordinators:
 
     def start(self) -> Coordinators:
         self._start_groups()
+        from service.kafka.transactions import start_transactions
+
+        self.transactions = start_transactions(self)
         self.groups_ownership.start()
         self.txn_ownership.start()
         _BY_NODE[self.node] = self
@@ -108,4 +111,6 @@ class Coordinators:
                 logger.warning("stopping the %s coordinators: %s", own.kind, e)
         if self.groups is not None:
             self.groups.close()
+        if self.transactions is not None:
+            self.transactions.close()
         self.store.close()
