@@ -6,7 +6,20 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, Text, and_, delete, insert, or_, select
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    and_,
+    delete,
+    insert,
+    or_,
+    select,
+)
 from sqlalchemy.engine import Connection
 
 from log.types import TopicPartition

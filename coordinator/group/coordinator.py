@@ -386,9 +386,9 @@ class GroupCoordinator(OffsetOps):
             handle = group.pending_members.pop(member_id)
             if handle is not None:
                 handle.cancel()
-            member = Member(member_id, instance_id, client_id, client_host, rebalance_ms, session_ms, protocol_type,
-                            [(n, bytes(m)) for n, m in protocols])
-            return self._add_and_rebalance(group, member)
+            joining = Member(member_id, instance_id, client_id, client_host, rebalance_ms, session_ms,
+                             protocol_type, [(n, bytes(m)) for n, m in protocols])
+            return self._add_and_rebalance(group, joining)
         if instance_id is not None and group.static_members.get(instance_id, member_id) != member_id:
             return JoinResult(E.FENCED_INSTANCE_ID, member_id)
         member = group.members.get(member_id)

@@ -38,11 +38,11 @@ class OffsetOps:
     stats: dict[str, float]
     now_ms: Callable[[], int]
 
-    # provided by GroupCoordinator
-    def _fence(self, group_id: str) -> CoordinatorFence: ...  # pragma: no cover
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T: ...  # pragma: no cover
-    def _schedule_heartbeat(self, group: Group, member: Any) -> None: ...  # pragma: no cover
-    def _drop(self, group: Group, code: int) -> None: ...  # pragma: no cover
+    if TYPE_CHECKING:  # provided by GroupCoordinator
+        def _fence(self, group_id: str) -> CoordinatorFence: ...
+        async def _run(self, fn: Callable[..., T], *args: Any) -> T: ...
+        def _schedule_heartbeat(self, group: Group, member: Any) -> None: ...
+        def _drop(self, group: Group, code: int) -> None: ...
 
     # ---- OffsetCommit ----------------------------------------------------------------
     def _commit_check(self, group_id: str, generation: int, member_id: str,

@@ -17,7 +17,6 @@ import sys
 import time
 from typing import Any
 
-
 _seen = [0]
 
 
