@@ -114,7 +114,7 @@ class RawTieredRead:
             data = b"".join(b.raw for b in batches)
             aborted = None
             if committed:
-                aborted = self.read_path._remote_aborted(tp, log, md, cur, batches[-1].next_offset)
+                aborted = self.read_path.remote_aborted(tp, log, md, cur, batches[-1].next_offset)
             return data, aborted
         return None
 

@@ -123,6 +123,12 @@ class TieredReadPath:
         res = read_local(log, offset, max_bytes=max_bytes, isolation=isolation, max_records=max_records)
         return ReadResult(res.fields, res.next_offset, start, hw)
 
+    def remote_aborted(self, tp: TopicPartition, log: LocalLog, md: RemoteLogSegmentMetadata, start: int,
+                       upper: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[start, upper)`` of a read from remote segment ``md``
+        (what a Kafka Fetch of that range answers read_committed consumers)."""
+        return self._remote_aborted(tp, log, md, start, upper)
+
     def _remote_aborted(self, tp: TopicPartition, log: LocalLog, md: RemoteLogSegmentMetadata, start: int,
                         upper: int) -> list[AbortedTxn]:
         """Kafka's collectAbortedTransactions for a remote fetch: this segment's txn index,

@@ -13,6 +13,7 @@ session id 0, every request names all its partitions.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import struct
 import time
@@ -22,6 +23,7 @@ from typing import Any
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
+from log.errors import InvalidRequestError, UnknownTopicOrPartitionError
 from log.types import TopicPartition
 from remote.raw_read import RawTieredRead
 from service.kafka.errors import (
@@ -38,6 +40,9 @@ _Partition = FetchResponse.FetchableTopicResponse.PartitionData
 _Aborted = _Partition.AbortedTransaction
 #: records at least this large are spliced into the encoded response (SplicedFetchResponse)
 SPLICE_MIN_BYTES = 4096
+#: Kafka's broker config fetch.max.bytes: no response holds more, whatever the client asks (but a
+#: first batch larger than that, up to max.message.bytes, still goes whole)
+FETCH_MAX_BYTES = 55 * 1024 * 1024
 #: how long a partition's leader, read from the metadata store, is trusted before it is read again
 LEADER_TTL_S = 1.0
 _MARKER_BYTES = 16
@@ -99,6 +104,24 @@ def partition_error(e: BaseException) -> int:
     return e.code if isinstance(e, NotLeaderError) else error_code(e)
 
 
+def partition_log(node: Any, topic: str, partition: int) -> Any:
+    """The partition's log; a name or number no partition can have is UNKNOWN_TOPIC_OR_PARTITION, as
+    Kafka answers for a topic that does not exist (not INVALID_REQUEST)."""
+    try:
+        tp = TopicPartition(topic, partition)
+    except InvalidRequestError:
+        raise UnknownTopicOrPartitionError(f"no partition {partition!r} of topic {topic!r}") from None
+    return node.log_manager.get_log(tp)
+
+
+def _topic_partitions(wants: list[_Want]) -> list[TopicPartition]:
+    out = []
+    for w in wants:
+        with contextlib.suppress(InvalidRequestError):
+            out.append(TopicPartition(w.topic, w.partition))
+    return out
+
+
 def _read(ctx: RequestContext, wants: list[_Want], max_bytes: int, committed: bool) -> tuple[list[Any], int]:
     """Every partition's PartitionData, and the bytes read in all (blocking: a worker thread)."""
     node = ctx.node
@@ -109,7 +132,7 @@ def _read(ctx: RequestContext, wants: list[_Want], max_bytes: int, committed: bo
     total = 0
     for w in wants:
         try:
-            log = node.log(w.topic, w.partition)
+            log = partition_log(node, w.topic, w.partition)
             check_leader(ctx, log.topic_partition, w.leader_epoch)
             limit = max(min(w.max_bytes, budget), 0)
             res = raw.fetch(log, w.offset, limit, committed=committed, min_one=first)
@@ -141,15 +164,16 @@ async def _fetch(ctx: RequestContext, request: Any) -> Any:
                    -1 if p.current_leader_epoch is None else p.current_leader_epoch)
              for t in request.topics or () for p in t.partitions or ()]
     committed = int(request.isolation_level or 0) == 1
-    max_bytes = request.max_bytes if request.max_bytes is not None and request.max_bytes >= 0 else 2**31 - 1
+    asked = request.max_bytes if request.max_bytes is not None and request.max_bytes >= 0 else FETCH_MAX_BYTES
+    max_bytes = min(asked, FETCH_MAX_BYTES)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms or 0, 0) / 1000
     min_bytes = request.min_bytes or 0
-    tps = [TopicPartition(w.topic, w.partition) for w in wants]
+    tps = _topic_partitions(wants)
     while True:
         remaining = deadline - loop.time()
         waiter = None
-        if remaining > 0 and min_bytes > 0 and wants:
+        if remaining > 0 and min_bytes > 0 and tps:
             # wait for appends from before the read on: one landing between the read and the
             # wait would otherwise go unnoticed until max_wait_ms
             waiter = asyncio.ensure_future(ctx.wait_for_append(tps, remaining))
@@ -172,44 +196,53 @@ async def _fetch(ctx: RequestContext, request: Any) -> Any:
 
 def _response(wants: list[_Want], parts: list[Any]) -> Any:
     topics: list[Any] = []
-    payloads: list[bytes | memoryview] = []
-    prefix = os.urandom(12)
+    spliced = False
     for w, part in zip(wants, parts, strict=True):
         if not topics or topics[-1].topic != w.topic:
             topics.append(FetchResponse.FetchableTopicResponse(topic=w.topic, partitions=[]))
-        if len(part.records or b"") >= SPLICE_MIN_BYTES:
-            payloads.append(part.records)
-            part.records = prefix + struct.pack(">I", len(payloads))
+        size = len(part.records or b"")
+        if size >= SPLICE_MIN_BYTES:
+            spliced = True
         elif isinstance(part.records, memoryview):
             part.records = bytes(part.records)
         topics[-1].partitions.append(part)
     response = FetchResponse(throttle_time_ms=0, error_code=NONE, session_id=0, responses=topics)
-    return SplicedFetchResponse(response, prefix, payloads) if payloads else response
+    return SplicedFetchResponse(response) if spliced else response
 
 
 class SplicedFetchResponse:
     """A FetchResponse whose large ``records`` are spliced into the encoded message: the generated
     encoder copies a field's bytes twice (into its buffer, then out of it), which for a fetch of
-    stored batches costs more CPU than reading them. Each partition's records are encoded as a
-    16-byte marker (a random prefix and the payload's number), found in order in the encoded
-    bytes and replaced, with its length prefix, by the payload. Anything else is the response's."""
+    stored batches costs more CPU than reading them. While encoding, each such partition's
+    records are a 16-byte marker (a random prefix and the payload's number), found in order in
+    the encoded bytes and replaced, with its length prefix, by the payload. Everything else
+    (the fields a metrics collector reads, records included) is the response's own."""
 
-    def __init__(self, response: Any, prefix: bytes, payloads: list[bytes | memoryview]) -> None:
+    def __init__(self, response: Any) -> None:
         self.response = response
-        self._prefix = prefix
-        self._payloads = payloads
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.response, name)
 
     def encode(self, version: int | None = None) -> bytes:
-        body = self.response.encode(version=version)
+        prefix = os.urandom(12)
+        swapped: list[tuple[Any, Any]] = []
+        try:
+            for topic in self.response.responses:
+                for part in topic.partitions:
+                    if len(part.records or b"") >= SPLICE_MIN_BYTES:
+                        swapped.append((part, part.records))
+                        part.records = prefix + struct.pack(">I", len(swapped))
+            body = self.response.encode(version=version)
+        finally:
+            for part, records in swapped:
+                part.records = records
         flexible = bool(FetchResponse.flexible_version_q(self.response.API_VERSION))
         pieces: list[bytes | memoryview] = []
         view = memoryview(body)
         pos = 0
-        for n, data in enumerate(self._payloads, 1):
-            at = body.index(self._prefix + struct.pack(">I", n), pos)
+        for n, (_part, data) in enumerate(swapped, 1):
+            at = body.index(prefix + struct.pack(">I", n), pos)
             if flexible:  # COMPACT_BYTES: uvarint(length + 1), 0x11 for the 16-byte marker
                 pieces += [view[pos:at - 1], _uvarint(len(data) + 1)]
             else:  # BYTES: int32 length

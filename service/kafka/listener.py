@@ -48,6 +48,32 @@ API_VERSIONS_KEY = 18
 UNSUPPORTED_VERSION = 35
 #: answers queued per connection before the listener stops reading more of its requests
 PIPELINE_DEPTH = 32
+#: encoded answers a connection may have unsent (a client that does not read) before its next request waits
+MAX_UNSENT_BYTES = 4 * 1024 * 1024
+
+
+class _Outbox:
+    """A connection's answers in request order, with the bytes not yet written (so memory stays bounded)."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Any] = asyncio.Queue(PIPELINE_DEPTH)
+        self.unsent = 0
+        self.sent = asyncio.Event()
+
+    async def put(self, answer: Any) -> None:
+        if isinstance(answer, bytes | bytearray):
+            self.unsent += len(answer)
+        await self.queue.put(answer)
+
+    async def room(self) -> None:
+        """Wait while more than MAX_UNSENT_BYTES of answers wait to be written."""
+        while self.unsent > MAX_UNSENT_BYTES:
+            self.sent.clear()
+            await self.sent.wait()
+
+    def written(self, n: int) -> None:
+        self.unsent = max(self.unsent - n, 0)
+        self.sent.set()
 
 
 @dataclass
@@ -154,7 +180,12 @@ class KafkaListener:
         return self
 
     def _run(self) -> None:
-        loop = asyncio.new_event_loop()
+        try:  # libuv's loop when installed (uvicorn's choice too): less CPU per request
+            import uvloop
+
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        except ImportError:
+            loop = asyncio.new_event_loop()
         self._loop = loop
         self.notifier.bind(loop)
         try:
@@ -228,7 +259,7 @@ class KafkaListener:
         peer = writer.get_extra_info("peername")
         conn = ConnectionState(peer=f"{peer[0]}:{peer[1]}" if peer else "?",
                                tls=writer.get_extra_info("ssl_object") is not None, listener_metrics=self.metrics)
-        answers: asyncio.Queue[Any] = asyncio.Queue(PIPELINE_DEPTH)
+        answers = _Outbox()
         writer_task = asyncio.create_task(self._write_answers(answers, writer))
         try:
             await self._read_requests(reader, answers, conn, writer_task)
@@ -240,7 +271,7 @@ class KafkaListener:
             logger.exception("Kafka connection %s failed", conn.peer)
         finally:
             with contextlib.suppress(asyncio.QueueFull):
-                answers.put_nowait(None)  # the writer stops after what is queued
+                answers.queue.put_nowait(None)  # the writer stops after what is queued
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(writer_task, 5.0)
             writer_task.cancel()
@@ -250,10 +281,11 @@ class KafkaListener:
             self.connections -= 1
             self._tasks.discard(task)
 
-    async def _read_requests(self, reader: asyncio.StreamReader, answers: asyncio.Queue[Any],
+    async def _read_requests(self, reader: asyncio.StreamReader, answers: _Outbox,
                              conn: ConnectionState, writer_task: asyncio.Task[None]) -> None:
         idle_s = self.config.idle_ms / 1000
         while not writer_task.done():
+            await answers.room()
             size_bytes = await asyncio.wait_for(reader.readexactly(4), idle_s)
             (size,) = struct.unpack(">i", size_bytes)
             raw = conn.extra.get(RAW_TOKENS, False)  # a bare SASL token after a v0 handshake
@@ -321,7 +353,7 @@ class KafkaListener:
             return None
         return _frame(ctx.header.correlation_id, response.encode(version=ctx.api_version), flexible=flexible)
 
-    async def _write_answers(self, answers: asyncio.Queue[Any], writer: asyncio.StreamWriter) -> None:
+    async def _write_answers(self, answers: _Outbox, writer: asyncio.StreamWriter) -> None:
         try:
             await self._write_loop(answers, writer)
         except (ConnectionError, asyncio.CancelledError):
@@ -329,18 +361,22 @@ class KafkaListener:
         except Exception:  # noqa: BLE001 - a failed handler closes its connection only
             logger.exception("Kafka request failed; closing the connection")
             writer.transport.abort()
+        finally:
+            answers.written(answers.unsent)  # a reader waiting for room sees the closed connection
 
-    async def _write_loop(self, answers: asyncio.Queue[Any], writer: asyncio.StreamWriter) -> None:
+    async def _write_loop(self, answers: _Outbox, writer: asyncio.StreamWriter) -> None:
         while True:
-            answer = await answers.get()
+            answer = await answers.queue.get()
             if answer is None:
                 return
-            if not isinstance(answer, bytes | bytearray):
+            counted = isinstance(answer, bytes | bytearray)
+            if not counted:
                 answer = await answer
                 if answer is None:
                     continue
             writer.write(answer)
             await writer.drain()
+            answers.written(len(answer) if counted else 0)
 
     def _count(self, what: str) -> None:
         if self.metrics is not None:

@@ -22,7 +22,7 @@ from kafka.protocol.consumer import (
 
 from log.offset_lookup import end_offset_for_epoch, epoch_for_offset
 from service.kafka.errors import NONE
-from service.kafka.fetch import check_leader, partition_error, raw_reader
+from service.kafka.fetch import check_leader, partition_error, partition_log, raw_reader
 from service.kafka.registry import RequestContext, kafka_api
 
 LATEST = -1
@@ -40,7 +40,7 @@ def _list_offset(ctx: RequestContext, p: Any, topic: str, committed: bool) -> An
     partition, timestamp = p.partition_index, p.timestamp
     node = ctx.node
     raw = raw_reader(node)
-    log = node.log(topic, partition)
+    log = partition_log(node, topic, partition)
     check_leader(ctx, log.topic_partition, -1 if p.current_leader_epoch is None else p.current_leader_epoch)
     bound = log.last_stable_offset if committed else log.high_watermark
     if timestamp == LATEST:
@@ -90,7 +90,7 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
 
 
 def _epoch_end(ctx: RequestContext, p: Any, topic: str) -> Any:
-    log = ctx.node.log(topic, p.partition)
+    log = partition_log(ctx.node, topic, p.partition)
     check_leader(ctx, log.topic_partition, -1 if p.current_leader_epoch is None else p.current_leader_epoch)
     epoch, partition = p.leader_epoch, p.partition
     with log.lock:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import kafka.errors as kerr
@@ -39,9 +40,10 @@ from log.errors import (
 )
 from log.local_log import LocalLog
 from log.record import COMPRESSION_CODEC_MASK
-from log.types import TimestampType
+from log.types import TimestampType, TopicPartition
 from service.kafka import errors as kafka_errors
 from service.kafka.durability import group_sync_for
+from service.kafka.metadata_api import not_leader_error
 from service.kafka.registry import RequestContext, kafka_api
 
 logger = logging.getLogger(__name__)
@@ -106,11 +108,40 @@ class _Outcome:
         return PartitionResponse(**fields)
 
 
-def _append_one(node: Any, topic: str, index: int, records: bytes | None, version: int, out: _Outcome) -> None:
+#: how long a non-tiered partition's leadership record is trusted without reading it again
+LEADER_CACHE_S = 1.0
+_leaders: dict[tuple[int, TopicPartition], tuple[float, int]] = {}
+
+
+def _check_leader(node: Any, cluster: Any, log: LocalLog) -> int:
+    """0 when this node leads the partition, else Kafka's error code. A tiered partition is
+    fenced by the node itself (its leader epoch in the metadata store); another partition's
+    leader is its leadership record, as Metadata shows it (read at most once a second)."""
+    if log.config.remote_storage_enable or cluster is None:
+        node.check_leader_for_produce(log)  # raises NotLeaderForPartitionError
+        return 0
+    key = (id(node), log.topic_partition)
+    now = time.monotonic()
+    hit = _leaders.get(key)
+    if hit is not None and now - hit[0] < LEADER_CACHE_S:
+        return hit[1]
+    code = not_leader_error(node, cluster, log.topic_partition)
+    if len(_leaders) > 100_000:
+        _leaders.clear()
+    _leaders[key] = (now, code)
+    return code
+
+
+def _append_one(node: Any, cluster: Any, topic: str, index: int, records: bytes | None, version: int,
+                out: _Outcome) -> None:
     """Validate and append one partition's batch; fills ``out`` (never raises for the request's sake)."""
     try:
         log = node.log(topic, index)
-        node.check_leader_for_produce(log)
+        code = _check_leader(node, cluster, log)
+        if code:
+            out.error = code
+            out.message = f"broker {cluster.broker_id} does not lead {log.topic_partition}: refresh the metadata"
+            return
         if records is None or len(records) == 0:
             raise InvalidRecordError("a produce request needs one record batch per partition")
         if version < ZSTD_MIN_VERSION and len(records) > 22 and records[22] & COMPRESSION_CODEC_MASK == ZSTD:
@@ -146,13 +177,13 @@ def _append_time(log: LocalLog, base_offset: int) -> int:
     return batches[0].max_timestamp if batches else -1
 
 
-def _append_all(node: Any, request: Any, version: int) -> list[tuple[str, list[_Outcome]]]:
+def _append_all(node: Any, cluster: Any, request: Any, version: int) -> list[tuple[str, list[_Outcome]]]:
     done: list[tuple[str, list[_Outcome]]] = []
     for td in request.topic_data:
         outs = []
         for pd in td.partition_data:
             out = _Outcome(pd.index)
-            _append_one(node, td.name, pd.index, pd.records, version, out)
+            _append_one(node, cluster, td.name, pd.index, pd.records, version, out)
             outs.append(out)
         done.append((td.name, outs))
     return done
@@ -183,7 +214,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     if acks not in (0, 1, -1):
         return _invalid_acks(ctx, request)
-    done = await ctx.run(_append_all, ctx.node, request, ctx.api_version)
+    done = await ctx.run(_append_all, ctx.node, ctx.cluster, request, ctx.api_version)
     if acks == 0:
         return None
     if acks == 1:

@@ -206,3 +206,25 @@ def test_kafka_metrics_in_prometheus_form(kafka_server: KafkaServe, topic_name: 
     assert f'kafka_server_brokertopicmetrics_messagesin_total{{topic="{topic_name}"}} 3.0' in text
     assert f'kafka_server_brokertopicmetrics_bytesout_total{{topic="{topic_name}"}}' in text
     assert "kafka_server_socketservermetrics_connection_count" in text
+
+
+def test_a_client_that_never_reads_its_answers_is_not_buffered_without_bound(kafka_server: KafkaServe) -> None:
+    """Pipelined requests whose answers are never read: the listener stops reading the connection's requests once a
+    few MiB of answers wait, so its memory stays flat; other clients are served meanwhile."""
+    port = kafka_server.kafka_port
+    proc = psutil.Process(kafka_server.proc.pid)  # type: ignore[union-attr]
+    rss_before = proc.memory_info().rss
+    frame = _frame(MetadataRequest(topics=None, allow_auto_topic_creation=False), 9)
+    hog = socket.create_connection(("127.0.0.1", port), timeout=10)
+    hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    hog.setblocking(False)
+    sent = 0
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and sent < 64 * 1024 * 1024:
+        try:
+            sent += hog.send(frame * 64)
+        except BlockingIOError:
+            time.sleep(0.01)
+    Healthy(port).check()
+    assert proc.memory_info().rss - rss_before < 200 * 1024 * 1024
+    hog.close()

@@ -244,3 +244,17 @@ def test_kafka_batches_are_read_tiered_and_cleaned_by_the_engine(wire: Wire, nod
     # the producer's state came through: its next batch continues the sequence, a retry is answered
     nxt = answer(produce(wire, {"t": {0: batch([(b"k0", b"after")], pid=pid, epoch=0, seq=36, ts=now)}}), "t")
     assert (nxt.error_code, nxt.base_offset) == (0, 36)
+
+
+def test_a_partition_another_broker_leads_is_refused(wire: Wire, node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.kafka import produce as produce_module
+
+    monkeypatch.setattr(produce_module, "LEADER_CACHE_S", 0.0)
+    node.create_topic("t", 1, {"cleanup.policy": "delete"})
+    node.become_leader("t", 0, 1, broker_id=7)  # a broker this listener's cluster does not know: gone
+    p = answer(produce(wire, {"t": {0: batch([(b"a", b"1")], ts=node.clock.milliseconds())}}), "t")
+    assert p.error_code in (kerr.NotLeaderForPartitionError.errno, kerr.LeaderNotAvailableError.errno)
+    node.become_leader("t", 0, 2, broker_id=node.broker_id)
+    p = answer(produce(wire, {"t": {0: batch([(b"a", b"1")], ts=node.clock.milliseconds())}}), "t")
+    assert (p.error_code, p.base_offset) == (0, 0)
+    assert node.log("t", 0).log_end_offset == 1

@@ -9,7 +9,6 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -55,15 +54,16 @@ class Wire:
         return buf
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    n = Node(load_config({"data_dir": tmp_path / "data"}, env={}))
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    """One node for the module (each test uses its own topics)."""
+    n = Node(load_config({"data_dir": tmp_path_factory.mktemp("wire") / "data"}, env={}))
     n.start()
     yield n
     n.shutdown()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def wire(node: Node) -> Iterator[Wire]:
     listener = KafkaListener(node, KafkaListenerConfig(host="127.0.0.1", port=0)).start()
     w = Wire(listener.port)
@@ -260,6 +260,8 @@ def test_spliced_records_encode_as_the_library_does() -> None:
             FetchResponse.FetchableTopicResponse(topic="t", partitions=parts()[:3]),
             FetchResponse.FetchableTopicResponse(topic="u", partitions=parts()[3:])])
         assert spliced.encode(version=version) == plain.encode(version=version), version
+        # what a metrics collector reads is the response's own records, before and after encoding
+        assert [len(p.records) for t in spliced.responses for p in t.partitions] == [len(d) for d in payloads]
 
 
 def test_leadership_and_leader_epochs_as_kip_320(wire: Wire, node: Node) -> None:
@@ -319,3 +321,31 @@ def test_open_transaction_bounds_read_committed_and_response_limits(wire: Wire, 
     assert [p.partition_index for p in parts] == [1, 0]
     assert _offsets(parts[0].records) == [0] and parts[1].records in (b"", None)
     assert parts[1].high_watermark == 9 and parts[1].error_code == 0
+
+
+def test_hostile_values_get_error_codes_and_the_connection_stays(wire: Wire, node: Node) -> None:
+    import random
+
+    rng = random.Random(7)
+    assert _create(wire, "hostile", {"cleanup.policy": "compact"}).error_code == 0
+    _produce(node, "hostile", 5)
+    weird = [-(2**63), -(2**31), -3, -1, 0, 1, 4, 5, 6, 2**31 - 1, 2**62]
+    P = FetchRequest.FetchTopic.FetchPartition
+    for _ in range(60):
+        topic = rng.choice(["hostile", "nope", "", "a" * 249, "bad name!"])
+        req = FetchRequest(replica_id=rng.choice([-1, 0, 5]), max_wait_ms=rng.choice([0, -5, 1]),
+                           min_bytes=rng.choice([0, -1, 1 << 30]), max_bytes=rng.choice([0, -1, 1, 2**31 - 1]),
+                           isolation_level=rng.choice([0, 1, 7]), session_id=rng.choice([0, 9]),
+                           session_epoch=rng.choice([-1, 0, 3]), topics=[FetchRequest.FetchTopic(
+                               topic=topic, partitions=[P(partition=rng.choice([0, 1, -1, 2**31 - 1]),
+                                                          current_leader_epoch=rng.choice([-1, 0, 2**31 - 1]),
+                                                          fetch_offset=rng.choice(weird), log_start_offset=-1,
+                                                          partition_max_bytes=rng.choice([0, -1, 1, 2**31 - 1]))
+                                                        for _ in range(rng.randint(0, 3))])],
+                           forgotten_topics_data=[], rack_id="")
+        resp = wire.call(req, rng.choice([4, 7, 11, 12]))
+        for t in resp.responses:
+            for p in t.partitions:
+                assert p.error_code in (0, 1, 3, 74, 75), p
+        assert _list(wire, topic or "x", rng.choice(weird)).error_code in (0, 3, 35, 42)
+    assert _offsets(_fetch(wire, "hostile", 0).records) == [0, 1, 2, 3, 4]  # still served

@@ -1,7 +1,8 @@
 """Real Kafka clients read and administer a real ``tiercompact serve``, each library in its own process.
 
 - A compacted tiered topic (created with the admin client) is written with keyed updates and
-  tombstones, rolled, tiered, cleaned and tiered again until no local copy is left: confluent-kafka,
+  tombstones (over HTTP with set timestamps, then by an idempotent confluent-kafka producer with
+  each codec), rolled, tiered, cleaned and tiered again until no local copy is left: confluent-kafka,
   kafka-python and aiokafka consumers assigned from offset 0 read exactly the newest value per
   key at the original offsets, served from the remote tier, and ``offsets_for_times`` finds the
   first record at or after a timestamp there.
@@ -17,14 +18,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from typing import Any
 
-from tests.kafka.conftest import CLIENTS_DIR, ROOT, KafkaServe
+from tests.kafka.conftest import CLIENTS_DIR, CODECS, ROOT, KafkaServe, run_client
 from tests.support.serve import clean_env
 
 READER = CLIENTS_DIR / "reader_client.py"
 LIBRARIES = ("confluent", "kafka-python", "aiokafka")
 TS0 = 1_700_000_000_000
+LATER = 2**62  # the model's timestamp for records a Kafka producer stamped (all after TS0's)
 
 
 def _run(spec: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
@@ -78,6 +81,17 @@ def test_consumers_read_the_compacted_remote_tier(kafka_server: KafkaServe, topi
             recs.append({"key": f"k{i % 7}", "value": value, "timestamp": TS0 + i * 1000})
         base, last = _produce(kafka_server, topic, recs)
         model += [(base + n, r["key"], r["value"], r["timestamp"]) for n, r in enumerate(recs)]
+    # then an idempotent Kafka producer, each codec: updates and tombstones stamped now (after TS0's)
+    steps = [{"action": "produce", "topic": topic, "codec": codec, "idempotent": True, "acks": "all",
+              "records": [{"key": f"k{(c * 5 + i) % 9}", "value": None if i == 2 else f"{codec}-{i}"}
+                          for i in range(5)]} for c, codec in enumerate(CODECS)]
+    produced = run_client("confluent", {"bootstrap": kafka_server.bootstrap,
+                                        "common": {"bootstrap": kafka_server.bootstrap}, "steps": steps})
+    for step, answer in zip(steps, produced["steps"], strict=True):
+        assert all(isinstance(o, list) for o in answer["offsets"]), answer
+        model += [(off, r["key"], r["value"], LATER) for (_p, off), r in zip(answer["offsets"], step["records"],
+                                                                             strict=True)]
+    model.sort()
     p = f"/v1/topics/{topic}/partitions/0"
     kafka_server.api("POST", f"{p}/roll")
     kafka_server.api("POST", f"{p}/tier")
@@ -91,7 +105,7 @@ def test_consumers_read_the_compacted_remote_tier(kafka_server: KafkaServe, topi
     expected = sorted([0, off, key, value] for off, key, value, _ts in newest.values())
     present = sorted((off, ts) for off, _k, _v, ts in newest.values())
     probes = {TS0: present[0][0], TS0 + 20_500: next(o for o, t in present if t >= TS0 + 20_500),
-              TS0 + 10**9: None}
+              int(time.time() * 1000) + 10 * 86_400_000: None}
     isolation = dict(zip(LIBRARIES, ("read_committed", "read_uncommitted", "read_committed"), strict=True))
     answers = _run_all([{"library": lib, "common": {"library": lib, "bootstrap": kafka_server.bootstrap,
                                                     "topic": topic, "isolation": isolation[lib]}, "steps": [

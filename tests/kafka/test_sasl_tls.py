@@ -46,8 +46,9 @@ def secured(tmp_path_factory: pytest.TempPathFactory, tls_files: dict[str, str])
     try:
         yield plain.wait_ready(), tls.wait_ready()
     finally:
-        plain.stop()
+        plain.terminate()  # both stop at once
         tls.stop()
+        plain.stop()
 
 
 def _spec(server: KafkaServe, **kw: Any) -> dict[str, Any]:
@@ -67,18 +68,17 @@ def test_scram_users_and_token_work_for_every_client(secured: tuple[KafkaServe, 
     assert sorted(r["key"] for r in read["records"]) == sorted(creds)
 
 
-@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
-def test_wrong_password_no_sasl_and_plain_without_tls_are_refused(secured: tuple[KafkaServe, ...],
-                                                                  client: str) -> None:
+def test_wrong_password_no_sasl_and_plain_without_tls_are_refused(secured: tuple[KafkaServe, ...]) -> None:
     plain, _tls = secured
     cases = [{"mechanism": "SCRAM-SHA-256", "username": "alice", "password": "wrong"},
              {"mechanism": "SCRAM-SHA-512", "username": "nobody", "password": "wrong"},
              {"mechanism": "PLAIN", "username": "alice", "password": USERS["alice"]},
              None]
     jobs = [(client, _spec(plain, action="produce", topic="secure", sasl=s, timeout_s=3, conf=FAST_FAIL[client],
-                           records=[{"key": "x", "value": "refused"}])) for s in cases]
-    for answer in run_clients(jobs, check=False):
-        assert "error" in answer or not any(isinstance(o, list) for o in answer["offsets"]), answer
+                           records=[{"key": "x", "value": "refused"}]))
+            for client in ("confluent", "kafka-python") for s in cases]
+    for (client, spec), answer in zip(jobs, run_clients(jobs, check=False), strict=True):
+        assert "error" in answer or not any(isinstance(o, list) for o in answer["offsets"]), (client, spec, answer)
 
 
 def _frame(req: Any, version: int, cid: int) -> bytes:

@@ -1,7 +1,8 @@
 """Two ``tiercompact serve`` nodes sharing one metadata store (a SQLite file; PostgreSQL when
 TIERCOMPACT_TEST_POSTGRES_URL is set) and one object store: a client bootstrapped at node A sees both brokers,
 produces to and consumes from the partition node B leads; a node that does not lead a partition answers
-NOT_LEADER_OR_FOLLOWER; once B stops, its partition shows LEADER_NOT_AVAILABLE."""
+NOT_LEADER_OR_FOLLOWER; after ``POST .../leadership`` moves a partition, a client follows it with nothing lost and
+nothing duplicated; once B stops, its partition shows LEADER_NOT_AVAILABLE."""
 
 from __future__ import annotations
 
@@ -35,8 +36,9 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaS
     try:
         yield a.wait_ready(), b.wait_ready()
     finally:
-        a.stop()
+        a.terminate()  # both stop at once
         b.stop()
+        a.stop()
 
 
 def _produce_raw(port: int, topic: str, partition: int) -> int:
@@ -83,6 +85,26 @@ def test_a_client_bootstrapped_at_a_reaches_the_partition_b_leads(two_nodes: tup
     on_b = b.api("GET", f"/v1/topics/{topic}/partitions/1/records?offset=0")
     assert [r["value"] for r in on_b["records"]] == [f"v{i}" for i in range(1, 10, 2)]  # stored at B, the leader
 
+    # move partition 1 to A: B tiers what it has, A becomes leader at a new epoch and restores from the remote tier;
+    # a client bootstrapped at B follows the move, nothing lost, nothing duplicated
+    b.api("POST", f"/v1/topics/{topic}/partitions/1/roll")
+    assert b.api("POST", f"/v1/topics/{topic}/partitions/1/tier")["copied"]
+    a.api("POST", f"/v1/topics/{topic}/partitions/1/leadership", {"leader_epoch": 2, "broker_id": 1})
+    md = run_client("confluent", {"action": "metadata", "bootstrap": b.bootstrap})
+    assert md["topics"][topic] == {"0": 1, "1": 1}
+    more = [{"key": f"m{i}", "value": f"moved{i}", "partition": 1} for i in range(4)]
+    spec = {"bootstrap": b.bootstrap, "common": {"bootstrap": b.bootstrap, "topic": topic},
+            "steps": [{"action": "produce", "idempotent": True, "records": more},
+                      {"action": "consume", "partitions": [1]}]}
+    produced, consumed = run_client("kafka-python", spec)["steps"]
+    assert [o for _p, o in produced["offsets"]] == [5, 6, 7, 8]
+    assert [(r["offset"], r["value"]) for r in consumed["records"]] == (
+        [(i, f"v{2 * i + 1}") for i in range(5)] + [(5 + i, f"moved{i}") for i in range(4)])
+
+    led_by_b = f"{topic}-b"
+    a.create_topic(led_by_b, 1, config)
+    b.create_topic(led_by_b, 1, config)
+    b.api("POST", f"/v1/topics/{led_by_b}/partitions/0/leadership", {"leader_epoch": 1, "broker_id": 2})
     b.stop()
     deadline = time.monotonic() + 10
     while True:
@@ -91,4 +113,5 @@ def test_a_client_bootstrapped_at_a_reaches_the_partition_b_leads(two_nodes: tup
             break
         assert time.monotonic() < deadline, md
         time.sleep(0.3)
-    assert md["topics"][topic] == {"0": 1, "1": -1}  # LEADER_NOT_AVAILABLE: no election here
+    assert md["topics"][topic] == {"0": 1, "1": 1}
+    assert md["topics"][led_by_b] == {"0": -1}  # LEADER_NOT_AVAILABLE: no election here

@@ -1,0 +1,42 @@
+"""The README's Kafka protocol table, generated from the handler registry (run ``python -m service.kafka.docs``)."""
+
+from __future__ import annotations
+
+import service.kafka  # noqa: F401  (registers every handler)
+from service.kafka.registry import registered
+
+#: per API, what differs from Apache Kafka's broker (empty: nothing known)
+DIFFERENCES: dict[str, str] = {
+    "Produce": "acks 0/1/-1; acks=-1 answers after one fsync shared by every request waiting (one copy, no "
+               "replicas); idempotent producers as Kafka; transactional batches are appended, the transaction "
+               "coordinator is not there yet",
+    "Fetch": "sessionless answers (session id 0); stored bytes from local or remote segments; no follower fetching",
+    "ListOffsets": "earliest, latest, max timestamp and by timestamp over both tiers; read_committed gives the LSO",
+    "Metadata": "every topic of the shared metadata store; replicas = ISR = the leader; topics are never "
+                "auto-created; a dead leader shows LEADER_NOT_AVAILABLE (no election)",
+    "SaslHandshake": "SCRAM-SHA-256, SCRAM-SHA-512; PLAIN only over TLS",
+    "ApiVersions": "lists exactly the APIs of this table; an unknown version gets KIP-511's v0 answer",
+    "CreateTopics": "replication factor 1 (or -1); replica assignments refused",
+    "DeleteTopics": "fenced like DELETE /v1/topics (the node must lead every tiered partition)",
+    "InitProducerId": "idempotent producers only (no transactional.id yet); ids unique across the nodes of a "
+                      "metadata store",
+    "OffsetForLeaderEpoch": "from the leader-epoch cache",
+    "DescribeConfigs": "the topic configs of the HTTP API; broker resources describe nothing",
+    "AlterConfigs": "topic configs, validated as PATCH .../config",
+    "SaslAuthenticate": "no re-authentication (session lifetime 0)",
+    "CreatePartitions": "replica assignments refused",
+    "IncrementalAlterConfigs": "SET and DELETE on topic configs",
+    "DescribeCluster": "brokers of the cluster registry; no controllers endpoint",
+}
+
+
+def kafka_api_table_markdown() -> str:
+    lines = ["| API (key) | versions | what differs from Kafka |", "|---|---|---|"]
+    for spec in registered():
+        lines.append(f"| {spec.name} ({spec.api_key}) | {spec.min_version}-{spec.max_version} | "
+                     f"{DIFFERENCES.get(spec.name, '')} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(kafka_api_table_markdown(), end="")

@@ -1,0 +1,51 @@
+"""The cluster registry's SQL store: registration, duplicate broker ids, heartbeats, liveness, stable topic ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from metadata.cluster import BrokerRegistration, DuplicateBrokerError
+from metadata.sql_cluster import SqlClusterRegistry
+
+
+def _reg(broker: int, incarnation: str, now: int, port: int = 9092) -> BrokerRegistration:
+    return BrokerRegistration(broker, "127.0.0.1", port, incarnation, now)
+
+
+def test_brokers_register_beat_and_expire(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    a, b = SqlClusterRegistry(url), SqlClusterRegistry(url)  # two nodes, one store
+    try:
+        a.register(_reg(1, "a1", 1_000), session_timeout_ms=500)
+        b.register(_reg(2, "b1", 1_000, 9093), session_timeout_ms=500)
+        assert [(r.broker_id, r.port) for r in a.brokers()] == [(1, 9092), (2, 9093)]
+        with pytest.raises(DuplicateBrokerError, match="broker id 1 is registered by a live node"):
+            b.register(_reg(1, "other", 1_200), session_timeout_ms=500)
+        assert a.heartbeat(1, "a1", 1_400)
+        assert not a.heartbeat(1, "stale-incarnation", 1_400)
+        live = [r.broker_id for r in b.brokers() if r.alive(1_700, 500)]
+        assert live == [1]  # broker 2 last beat at 1_000
+        b.register(_reg(2, "b2", 2_000, 9094), session_timeout_ms=500)  # expired: the id may be taken again
+        assert {r.broker_id: r.incarnation for r in a.brokers()} == {1: "a1", 2: "b2"}
+        a.deregister(1, "a1")
+        assert [r.broker_id for r in b.brokers()] == [2]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_topic_ids_are_stable_and_shared(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    a, b = SqlClusterRegistry(url), SqlClusterRegistry(url)
+    try:
+        tid = a.topic_id("orders")
+        assert b.topic_id("orders") == tid == a.topic_id("orders")
+        assert a.topic_id("other") != tid
+        assert b.topic_ids() == {"orders": tid, "other": a.topic_id("other")}
+        a.forget_topic_id("orders")
+        assert b.topic_id("orders") != tid  # a topic created again under the name is another topic
+    finally:
+        a.close()
+        b.close()
