@@ -27,6 +27,16 @@ DIFFERENCES: dict[str, str] = {
     "CreatePartitions": "replica assignments refused",
     "IncrementalAlterConfigs": "SET and DELETE on topic configs",
     "DescribeCluster": "brokers of the cluster registry; no controllers endpoint",
+    "FindCoordinator": "GROUP and TRANSACTION keys; a key's coordinator is the live node holding its slot "
+                       "(abs(hashCode) % 50, as Kafka's __consumer_offsets partitions) in the metadata store, "
+                       "claimed with an epoch; there is no internal topic",
+    "JoinGroup": "the classic protocol (no KIP-848); KIP-394 member ids, KIP-345 static members",
+    "LeaveGroup": "batched members from v3",
+    "OffsetCommit": "from v2 (kafka-python's schemas); offsets live in the metadata store, written under the "
+                    "coordinator epoch; no offsets.retention.minutes expiry",
+    "OffsetFetch": "from v1; require_stable answers UNSTABLE_OFFSET_COMMIT while a transaction holds offsets",
+    "ListGroups": "the groups of the coordinator slots this node holds (clients ask every broker)",
+    "DescribeGroups": "no authorized operations",
 }
 
 
