@@ -55,9 +55,15 @@ def start_transactions(coords: Coordinators) -> TransactionCoordinator:
                       abort_check_interval_ms=getattr(config, "transaction_abort_timed_out_transaction_cleanup_"
                                                               "interval_ms", 10_000))
     store = SqlTxnStateStore(engine=coords.store.engine)
-    return TransactionCoordinator(store, coords.txn_ownership, next_producer_id=allocator_for(node).next_id,
-                                  sink=sink, unknown_partitions=unknown, now_ms=node.clock.milliseconds,
-                                  config=tconf).start()
+    tc = TransactionCoordinator(store, coords.txn_ownership, next_producer_id=allocator_for(node).next_id,
+                                sink=sink, unknown_partitions=unknown, now_ms=node.clock.milliseconds,
+                                config=tconf).start()
+    collectors = getattr(node, "metric_collectors", None)
+    if collectors is not None:
+        from service.kafka.txn_metrics import TxnMetrics
+
+        collectors.append(TxnMetrics(tc))
+    return tc
 
 
 def txn_coordinator(ctx: RequestContext) -> TransactionCoordinator | None:

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from common import enc, main
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 
 def _conf(spec: dict[str, Any], tid: str) -> dict[str, Any]:
@@ -62,18 +62,11 @@ def interleaved(spec: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True}
 
 
-def _error_name(e: Exception) -> str:
-    err = e.args[0] if e.args else None
-    if isinstance(err, KafkaError):
-        return err.name()
-    return type(e).__name__
-
-
 def zombie(spec: dict[str, Any]) -> dict[str, Any]:
     """Producer A opens a transaction, producer B inits with the same id: A's sends and commit are fenced."""
     tid = spec["transactional_id"]
     errors: list[str] = []
-    a = Producer({**_conf(spec, tid), "error_cb": lambda e: errors.append(e.name())})
+    a = Producer({**_conf(spec, tid), "error_cb": lambda e: errors.append(str(e))})
     a.init_transactions(30)
     a.begin_transaction()
     a.produce(spec["topic"], key=b"zombie-1", value=b"from-a", partition=0)
@@ -84,17 +77,16 @@ def zombie(spec: dict[str, Any]) -> dict[str, Any]:
     delivery: list[str] = []
     try:
         a.produce(spec["topic"], key=b"zombie-2", value=b"from-a", partition=1,
-                  on_delivery=lambda err, msg: delivery.append(err.name() if err else "ok"))
-        a.flush(15)
+                  on_delivery=lambda err, msg: delivery.append(str(err) if err else "ok"))
+        a.flush(5)
         out["a_send"] = delivery[-1] if delivery else "undelivered"
-    except KafkaException as e:
-        out["a_send"] = _error_name(e)
+    except Exception as e:  # noqa: BLE001 - the answer
+        out["a_send"] = str(e)
     try:
-        a.commit_transaction(15)
+        a.commit_transaction(5)
         out["a_commit"] = "committed"
-    except KafkaException as e:
-        out["a_commit"] = _error_name(e)
-        out["a_commit_fatal"] = bool(e.args[0].fatal()) if e.args and isinstance(e.args[0], KafkaError) else None
+    except Exception as e:  # noqa: BLE001 - the answer
+        out["a_commit"] = str(e)
     b.begin_transaction()
     b.produce(spec["topic"], key=b"live-1", value=b"from-b", partition=0)
     b.commit_transaction(30)
