@@ -1,7 +1,8 @@
 """Committed offsets survive a node restart and coordinator moves: two ``tiercompact serve`` nodes sharing one
 metadata store (a SQLite file; PostgreSQL when TIERCOMPACT_TEST_POSTGRES_URL is set) and one object store; the group's
-coordinator moves to node B when it joins and back to A when B is kill -9'd, and each time the next member (a
-different client, its own process) resumes exactly at the committed offsets."""
+coordinator moves to node B when it joins and back to A when B is kill -9'd under a live member (which carries on at
+A without a rebalance), and each time the next member (a different client, its own process) resumes exactly at the
+committed offsets."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from coordinator.ownership import slot_for
 from tests.kafka.conftest import KafkaServe, run_client
-from tests.kafka.group_harness import committed, group, run_member, wait_for
+from tests.kafka.group_harness import GroupMember, committed, group, run_member, wait_for
 from tests.support.serve import free_port
 
 
@@ -80,13 +81,25 @@ def test_offsets_survive_restart_and_coordinator_moves(tmp_path: Path) -> None:
         assert re.search(r"^kafka_coordinator_group_groupcoordinatormetrics_offset_commit_total [1-9]", metrics, re.M)
         assert re.search(r'^kafka_coordinator_numpartitions\{kind="group",state="active"\} 25\.0', metrics, re.M)
 
-        b.kill()  # B dies: A takes the group back once B's registry heartbeat is stale
-        b = None
-        wait_for(lambda: _coordinator(a, gid)[0] == 1, 15, "the group's coordinator moves back to A")
-        fourth = _produce(a, topic, 60, 10)
-        assert _consumed(run_member("aiokafka", {**spec, "expect": 10}, tmp_path)) == fourth
-        assert committed(a, gid) == {0: 35, 1: 35}
+        # a live member while B, its coordinator, is kill -9'd: A takes the group back (loaded from the store,
+        # Stable at the same generation) once B's registry heartbeat is stale, and the member carries on there
+        live = GroupMember("kafka-python", spec, tmp_path / "stop-live")
+        try:
+            wait_for(lambda: (group(b, gid) or {}).get("state") == "Stable", 30, "the live member joins at B")
+            generation = group(b, gid)["generation"]
+            b.kill()
+            b = None
+            wait_for(lambda: _coordinator(a, gid)[0] == 1, 15, "the group's coordinator moves back to A")
+            fourth = _produce(a, topic, 60, 10)
+            wait_for(lambda: committed(a, gid) == {0: 35, 1: 35}, 30, "the live member commits through A")
+            assert group(a, gid)["generation"] == generation  # no rebalance was needed
+        finally:
+            live.stop()
+        assert set(live.records()) == fourth
         epochs.append(_coordinator(a, gid))
+        fifth = _produce(a, topic, 70, 10)
+        assert _consumed(run_member("aiokafka", {**spec, "expect": 10}, tmp_path)) == fifth
+        assert committed(a, gid) == {0: 40, 1: 40}
         numbers = [e for _b, e in epochs]
         assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers), epochs  # each move a new epoch
     finally:
