@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -126,10 +125,6 @@ def test_commit_abort_interleaved_then_clean_both_tiers(kafka_server: KafkaServe
     for topic in (tiered, local):
         for p in range(PARTS):
             batches = raw_batches(kafka_server, topic, p)
-            if os.environ.get("TXN_DEBUG"):
-                for b in batches:
-                    print("DBG", topic[-1], p, b.base_offset, b.producer_id, b.is_control, b.records_count,
-                          b.has_delete_horizon, b.control_type() if b.is_control and b.records_count else None)
             assert not [v for v in _values(batches) if v.startswith(("a-", "abort-"))], p  # aborted records gone
             # and their spent markers: an ABORT marker stays only while its transaction's last batch does (the
             # producer's last batch, kept as an empty header for its state, as Kafka's cleaner keeps it)
