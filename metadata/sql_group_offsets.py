@@ -84,6 +84,17 @@ def _tp_filter(table: Table, tps: Iterable[TopicPartition]) -> Any:
     return or_(*(and_(table.c.topic == tp.topic, table.c.partition == tp.partition) for tp in tps))
 
 
+def _upsert(conn: Connection, table: Table, keys: tuple[str, ...]) -> Any:
+    """INSERT ... ON CONFLICT (keys) DO UPDATE every other column (SQLite and PostgreSQL both have it)."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    stmt = dialect_insert(table)
+    return stmt.on_conflict_do_update(index_elements=list(keys),
+                                      set_={c.name: stmt.excluded[c.name] for c in table.c if c.name not in keys})
+
+
 def _record(r: Any) -> GroupRecord:
     return GroupRecord(r.group_id, int(r.slot), r.state, r.protocol_type, r.protocol, int(r.generation), r.leader,
                        json.loads(r.members), int(r.updated_ms))
@@ -107,27 +118,24 @@ class SqlGroupStore(GroupStore):
 
     def _upsert(self, conn: Connection, group_id: str, offsets: Mapping[TopicPartition, CommittedOffset],
                 slot: int) -> None:
-        t = offsets_table
         if not offsets:
             return
-        conn.execute(delete(t).where(t.c.group_id == group_id, _tp_filter(t, offsets)))
-        conn.execute(insert(t), [{"group_id": group_id, "topic": tp.topic, "partition": tp.partition,
-                                  "committed_offset": o.offset, "leader_epoch": o.leader_epoch,
-                                  "metadata": o.metadata, "commit_ms": o.commit_ms, "slot": slot}
-                                 for tp, o in offsets.items()])
+        conn.execute(_upsert(conn, offsets_table, ("group_id", "topic", "partition")),
+                     [{"group_id": group_id, "topic": tp.topic, "partition": tp.partition,
+                       "committed_offset": o.offset, "leader_epoch": o.leader_epoch,
+                       "metadata": o.metadata, "commit_ms": o.commit_ms, "slot": slot}
+                      for tp, o in offsets.items()])
 
     def offsets(self, group_id: str, tps: Iterable[TopicPartition] | None = None) -> dict[TopicPartition,
                                                                                           CommittedOffset]:
         t = offsets_table
-        q = select(t).where(t.c.group_id == group_id)
-        if tps is not None:
-            tps = list(tps)
-            if not tps:
-                return {}
-            q = q.where(_tp_filter(t, tps))
-        with self.engine.connect() as conn:
-            rows = conn.execute(q).all()
-        return {TopicPartition(r.topic, int(r.partition)): _committed(r) for r in rows}
+        wanted = None if tps is None else {(tp.topic, tp.partition) for tp in tps}
+        if wanted is not None and not wanted:
+            return {}
+        with self.engine.connect() as conn:  # one cached statement; a group has few partitions
+            rows = conn.execute(select(t).where(t.c.group_id == group_id)).all()
+        return {TopicPartition(r.topic, int(r.partition)): _committed(r) for r in rows
+                if wanted is None or (r.topic, int(r.partition)) in wanted}
 
     def delete_offsets(self, group_id: str, tps: Iterable[TopicPartition], fence: CoordinatorFence) -> None:
         t = offsets_table
