@@ -144,6 +144,7 @@ class CoordinatorOwnership:
         claims = self.store.claims(self.kind)
         self._claims = claims
         self._live_ids = live
+        wanted: dict[int, int | None] = {}
         for slot in range(self.num_slots):
             c = claims.get(slot)
             preferred = self.preferred_owner(slot, ids)
@@ -159,13 +160,15 @@ class CoordinatorOwnership:
                 self._unload(slot)
             owner_alive = c is not None and not c.released and live.get(c.broker_id) == c.incarnation
             if preferred == self.broker_id and not owner_alive:
-                new = self.store.claim(self.kind, slot, self.broker_id, self.incarnation, self._now_ms(),
-                                       expected_epoch=None if c is None else c.epoch)
-                if new is not None:
-                    self._claims = {**self._claims, slot: new}
-                    if c is not None:
-                        self.moves += 1
-                    self._load(slot, new.epoch)
+                wanted[slot] = None if c is None else c.epoch
+        if not wanted:
+            return
+        won = self.store.claim_many(self.kind, wanted, self.broker_id, self.incarnation, self._now_ms())
+        self._claims = {**self._claims, **{c.slot: c for c in won}}
+        for new in won:  # claimed (the others' claims are answered by them): now load each
+            if wanted[new.slot] is not None:
+                self.moves += 1
+            self._load(new.slot, new.epoch)
 
     def _load(self, slot: int, epoch: int) -> None:
         self._mine[slot] = (epoch, False)

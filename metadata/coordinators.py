@@ -53,6 +53,16 @@ class CoordinatorStore(ABC):
               expected_epoch: int | None) -> CoordinatorClaim | None:
         """Take the slot if its epoch is still ``expected_epoch`` (None: it was never claimed); the new claim, or None."""
 
+    def claim_many(self, kind: str, wanted: dict[int, int | None], broker_id: int, incarnation: str,
+                   now_ms: int) -> list[CoordinatorClaim]:
+        """:meth:`claim` for several slots (slot -> expected epoch) at once; the claims that succeeded."""
+        out = []
+        for slot, expected in wanted.items():
+            c = self.claim(kind, slot, broker_id, incarnation, now_ms, expected_epoch=expected)
+            if c is not None:
+                out.append(c)
+        return out
+
     @abstractmethod
     def release(self, kind: str, slot: int, broker_id: int, epoch: int) -> bool:
         """Give the slot up (a hand-off to its preferred owner) if ``broker_id`` still holds it at ``epoch``."""

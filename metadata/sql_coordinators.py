@@ -46,6 +46,16 @@ def fence(conn: Connection, kind: str, slot: int, broker_id: int, epoch: int) ->
                                      f"superseded; another node coordinates it now")
 
 
+def _insert_if_absent(conn: Connection) -> Any:
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(coordinators_table).on_conflict_do_nothing(index_elements=["kind", "slot"])
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(coordinators_table).on_conflict_do_nothing(index_elements=["kind", "slot"])
+
+
 class SqlCoordinatorStore(CoordinatorStore):
     """:class:`CoordinatorStore` on the metadata store's database."""
 
@@ -79,6 +89,30 @@ class SqlCoordinatorStore(CoordinatorStore):
         if n != 1:
             return None
         return CoordinatorClaim(kind, slot, broker_id, incarnation, expected_epoch + 1, now_ms)
+
+    def claim_many(self, kind: str, wanted: dict[int, int | None], broker_id: int, incarnation: str,
+                   now_ms: int) -> list[CoordinatorClaim]:
+        """Every compare-and-swap in one transaction (one commit for a node taking over many slots)."""
+        t = coordinators_table
+        out = []
+        try:
+            with self.engine.begin() as conn:
+                for slot, expected in sorted(wanted.items()):
+                    if expected is None:
+                        n = conn.execute(_insert_if_absent(conn).values(
+                            kind=kind, slot=slot, broker_id=broker_id, incarnation=incarnation, epoch=0,
+                            claimed_ms=now_ms)).rowcount
+                        epoch = 0
+                    else:
+                        n = conn.execute(update(t).where(t.c.kind == kind, t.c.slot == slot, t.c.epoch == expected)
+                                         .values(broker_id=broker_id, incarnation=incarnation, epoch=expected + 1,
+                                                 claimed_ms=now_ms)).rowcount
+                        epoch = expected + 1
+                    if n == 1:
+                        out.append(CoordinatorClaim(kind, slot, broker_id, incarnation, epoch, now_ms))
+        except (sa_exc.IntegrityError, sa_exc.OperationalError):
+            return []  # contention: the next round tries again
+        return out
 
     def release(self, kind: str, slot: int, broker_id: int, epoch: int) -> bool:
         t = coordinators_table

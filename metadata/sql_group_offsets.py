@@ -87,12 +87,16 @@ def _tp_filter(table: Table, tps: Iterable[TopicPartition]) -> Any:
 def _upsert(conn: Connection, table: Table, keys: tuple[str, ...]) -> Any:
     """INSERT ... ON CONFLICT (keys) DO UPDATE every other column (SQLite and PostgreSQL both have it)."""
     if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as dialect_insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert as dialect_insert
-    stmt = dialect_insert(table)
-    return stmt.on_conflict_do_update(index_elements=list(keys),
-                                      set_={c.name: stmt.excluded[c.name] for c in table.c if c.name not in keys})
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        pg = pg_insert(table)
+        return pg.on_conflict_do_update(index_elements=list(keys),
+                                        set_={c.name: pg.excluded[c.name] for c in table.c if c.name not in keys})
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    lite = sqlite_insert(table)
+    return lite.on_conflict_do_update(index_elements=list(keys),
+                                      set_={c.name: lite.excluded[c.name] for c in table.c if c.name not in keys})
 
 
 def _record(r: Any) -> GroupRecord:

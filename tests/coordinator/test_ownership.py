@@ -94,3 +94,13 @@ def test_claim_is_compare_and_swap(tmp_path: Path) -> None:
     assert s1.claim(GROUP, 6, 2, "y", 0, expected_epoch=None) is not None
     assert s2.release_all(GROUP, 1, "x") == 2
     assert {s: c.broker_id for s, c in s1.claims(GROUP).items()} == {3: -1, 4: -1, 5: -1, 6: 2}
+
+
+def test_claim_many_is_one_compare_and_swap_per_slot(tmp_path: Path) -> None:
+    s = SqlCoordinatorStore(f"sqlite:///{tmp_path / 'm.db'}")
+    assert s.claim(GROUP, 1, 7, "z", 0, expected_epoch=None) is not None
+    won = s.claim_many(GROUP, {0: None, 1: None, 2: None}, 1, "x", 5)
+    assert [(c.slot, c.epoch) for c in won] == [(0, 0), (2, 0)]  # slot 1 was taken: not ours
+    won = s.claim_many(GROUP, {0: 0, 1: 3, 2: 0}, 2, "y", 6)
+    assert [(c.slot, c.epoch, c.broker_id) for c in won] == [(0, 1, 2), (2, 1, 2)]
+    assert s.claims(GROUP)[1].broker_id == 7
