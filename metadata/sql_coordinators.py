@@ -99,9 +99,11 @@ class SqlCoordinatorStore(CoordinatorStore):
             with self.engine.begin() as conn:
                 for slot, expected in sorted(wanted.items()):
                     if expected is None:
-                        n = conn.execute(_insert_if_absent(conn).values(
+                        # RETURNING tells whether the row went in (rowcount of ON CONFLICT DO NOTHING is not
+                        # reliable across drivers)
+                        n = len(conn.execute(_insert_if_absent(conn).values(
                             kind=kind, slot=slot, broker_id=broker_id, incarnation=incarnation, epoch=0,
-                            claimed_ms=now_ms)).rowcount
+                            claimed_ms=now_ms).returning(t.c.slot)).all())
                         epoch = 0
                     else:
                         n = conn.execute(update(t).where(t.c.kind == kind, t.c.slot == slot, t.c.epoch == expected)
