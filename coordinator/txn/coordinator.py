@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -148,7 +149,7 @@ class TransactionCoordinator:
         """(error code, producer id, epoch): a new epoch for ``tid``, its previous epoch fenced and its open transaction aborted."""
         if timeout_ms <= 0 or timeout_ms > self.config.max_timeout_ms:
             return S.INVALID_TRANSACTION_TIMEOUT, -1, -1
-        deadline = self._now() + self.config.init_wait_ms
+        deadline = time.monotonic() + self.config.init_wait_ms / 1000
         try:
             with self._lock:
                 while True:
@@ -171,10 +172,10 @@ class TransactionCoordinator:
                         self._fence_and_abort(m)
                         continue
                     if st.preparing:
-                        left = deadline - self._now()
+                        left = deadline - time.monotonic()
                         if left <= 0:
                             return S.CONCURRENT_TRANSACTIONS, -1, -1
-                        self._condition(tid).wait(min(left, 200) / 1000)
+                        self._condition(tid).wait(min(left, 0.2))
                         continue
                     new = m.copy()
                     if m.producer_epoch >= S.MAX_EPOCH:
