@@ -162,12 +162,19 @@ class ServiceConfig(BaseModel):
                                                           "(group.max.session.timeout.ms).")
     offsets_topic_num_partitions: int = Field(50, ge=1, le=10_000,
                                               description="Group coordinator slots: a group id's coordinator is "
-                                                          "slot abs(hash) % this (offsets.topic.num.partitions); "
+                                                          "slot abs(hash) modulo this (offsets.topic.num.partitions); "
                                                           "the same on every node sharing the metadata store.")
     transaction_state_log_num_partitions: int = Field(50, ge=1, le=10_000,
                                                       description="Transaction coordinator slots "
                                                                   "(transaction.state.log.num.partitions); the same "
                                                                   "on every node sharing the metadata store.")
+    transaction_max_timeout_ms: int = Field(900_000, ge=1, le=2**31 - 1,
+                                            description="Largest transaction.timeout.ms a transactional producer "
+                                                        "may ask for (transaction.max.timeout.ms); more answers "
+                                                        "INVALID_TRANSACTION_TIMEOUT.")
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = Field(
+        10_000, ge=10, le=2**31 - 1, description="How often the transaction coordinator aborts the transactions "
+                                                 "open longer than their timeout (Kafka's name).")
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
 
     @field_validator("log_level")
