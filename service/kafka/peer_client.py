@@ -69,6 +69,22 @@ def credentials_for(config: Any, broker_id: int) -> tuple[str, str] | None:
     return None
 
 
+def is_peer_principal(config: Any, principal: str | None) -> bool:
+    """Whether an authenticated ``principal`` is another node (Kafka's CLUSTER_ACTION): the name
+    :func:`credentials_for` gives nodes. Without credentials on the node every caller is."""
+    if principal is None:
+        return True
+    users = {}
+    users_file = getattr(config, "sasl_users", None)
+    if users_file is not None:
+        from service.kafka.sasl import read_users_file
+
+        users = read_users_file(users_file)
+    if getattr(config, "token", None) and principal.startswith("tiercompact-broker-") and principal not in users:
+        return True
+    return bool(users) and principal == next(iter(users))
+
+
 class _Conn:
     def __init__(self, host: str, port: int, timeout_s: float, tls: bool) -> None:
         sock = socket.create_connection((host, port), timeout=timeout_s)

@@ -31,6 +31,7 @@ NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = kerr.UnknownTopicOrPartitionError.errno
 INVALID_PRODUCER_EPOCH = kerr.InvalidProducerEpochError.errno
 TRANSACTION_COORDINATOR_FENCED = kerr.TransactionCoordinatorFencedError.errno
+CLUSTER_AUTHORIZATION_FAILED = kerr.ClusterAuthorizationFailedError.errno
 #: answers after which the marker must not be tried again (written, or superseded by a newer one)
 FINAL = {NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED}
 
@@ -127,15 +128,15 @@ class NodeMarkerSink:
         self.groups.complete_txn(producer_id, commit, sorted(groups))
 
 
-def _write_all(node: Any, markers: Iterable[Any]) -> list[Any]:
+def _write_all(node: Any, markers: Iterable[Any], refuse: int = NONE) -> list[Any]:
     out = []
     for m in markers:
         topics = []
         for t in m.topics:
             parts = [R.WritableTxnMarkerResult.WritableTxnMarkerTopicResult.WritableTxnMarkerPartitionResult(
-                partition_index=p, error_code=write_marker_local(node, TopicPartition(t.name, p), m.producer_id,
-                                                                 m.producer_epoch, bool(m.transaction_result),
-                                                                 m.coordinator_epoch))
+                partition_index=p, error_code=refuse or write_marker_local(
+                    node, TopicPartition(t.name, p), m.producer_id, m.producer_epoch, bool(m.transaction_result),
+                    m.coordinator_epoch))
                 for p in t.partition_indexes]
             topics.append(R.WritableTxnMarkerResult.WritableTxnMarkerTopicResult(name=t.name, partitions=parts))
         out.append(R.WritableTxnMarkerResult(producer_id=m.producer_id, topics=topics))
@@ -144,5 +145,9 @@ def _write_all(node: Any, markers: Iterable[Any]) -> list[Any]:
 
 @kafka_api(WriteTxnMarkersRequest, min_version=0, max_version=1)
 async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
-    """A coordinator (any node) asks this node, the partitions' leader, to append markers."""
-    return ctx.response(markers=await ctx.run(_write_all, ctx.node, list(request.markers or ())))
+    """A coordinator (any node) asks this node, the partitions' leader, to append markers; on a node with
+    credentials only another node's principal may (CLUSTER_AUTHORIZATION_FAILED otherwise)."""
+    from service.kafka.peer_client import is_peer_principal
+
+    refuse = NONE if is_peer_principal(ctx.node.config, ctx.principal) else CLUSTER_AUTHORIZATION_FAILED
+    return ctx.response(markers=await ctx.run(_write_all, ctx.node, list(request.markers or ()), refuse))

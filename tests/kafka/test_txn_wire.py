@@ -189,6 +189,8 @@ def test_peer_client_authenticates_with_scram(tmp_path: Path) -> None:
         r = peers.call("127.0.0.1", node.port, req, 1)
         assert r.markers[0].topics[0].partitions[0].error_code == 3  # served after logging in: no such topic
         peers.close()
+        other = PeerClient(("alice", "peer-secret-token")).call("127.0.0.1", node.port, req, 1)
+        assert other.markers[0].topics[0].partitions[0].error_code == 31  # CLUSTER_AUTHORIZATION_FAILED
         with pytest.raises(PeerError):
             PeerClient((creds[0], "wrong-password")).call("127.0.0.1", node.port, req, 1)
         with pytest.raises(PeerError):
