@@ -162,5 +162,24 @@ def eos(spec: dict[str, Any]) -> dict[str, Any]:
     return {"done": done, "commits": commits, "aborts": aborts, "restarts": restarts}
 
 
+def bench(spec: dict[str, Any]) -> dict[str, Any]:
+    """``count`` transactions of ``records`` records each (round robin over ``partitions``): the time of each
+    commit_transaction call and the whole run."""
+    p = Producer({**_conf(spec, spec["transactional_id"]), "linger.ms": spec.get("linger_ms", 5)})
+    p.init_transactions(30)
+    value = b"x" * int(spec.get("value_bytes", 100))
+    parts = int(spec.get("partitions", 1))
+    commits: list[float] = []
+    started = time.perf_counter()
+    for t in range(int(spec["count"])):
+        p.begin_transaction()
+        for i in range(int(spec.get("records", 100))):
+            p.produce(spec["topic"], key=b"k%d-%d" % (t, i), value=value, partition=i % parts)
+        c0 = time.perf_counter()
+        p.commit_transaction(30)
+        commits.append(time.perf_counter() - c0)
+    return {"seconds": time.perf_counter() - started, "commit_s": commits}
+
+
 if __name__ == "__main__":
-    main({"transactions": transactions, "interleaved": interleaved, "zombie": zombie, "eos": eos})
+    main({"transactions": transactions, "interleaved": interleaved, "zombie": zombie, "eos": eos, "bench": bench})
