@@ -6,28 +6,13 @@ timeout after each change."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.kafka.conftest import KafkaServe, run_client
 from tests.kafka.group_harness import GroupMember, OffsetSampler, committed, stable_with, wait_for
 
 PARTITIONS = 6
 SESSION_MS = 6000
-
-
-@pytest.fixture(scope="module")
-def group_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaServe]:
-    root = tmp_path_factory.mktemp("groups-serve")
-    server = KafkaServe(root / "data", ["--cleaner-threads", "1", "--group-initial-rebalance-delay-ms", "300"],
-                        output=root / "serve.log")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _produce(server: KafkaServe, topic: str, start: int, n: int) -> list[list[int]]:
@@ -38,8 +23,8 @@ def _produce(server: KafkaServe, topic: str, start: int, n: int) -> list[list[in
     return out["offsets"]  # type: ignore[no-any-return]
 
 
-def test_members_join_leave_and_die(group_server: KafkaServe, topic_name: str, tmp_path: Path) -> None:
-    server, gid = group_server, f"grp-{topic_name}"
+def test_members_join_leave_and_die(kafka_server: KafkaServe, topic_name: str, tmp_path: Path) -> None:
+    server, gid = kafka_server, f"grp-{topic_name}"
     server.create_topic(topic_name, PARTITIONS)
     expected = {}
     for i, (p, o) in enumerate(_produce(server, topic_name, 0, 120)):
