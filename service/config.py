@@ -160,6 +160,10 @@ class ServiceConfig(BaseModel):
     group_max_session_timeout_ms: int = Field(1_800_000, ge=1, le=2**31 - 1,
                                               description="Largest session timeout a group member may ask for "
                                                           "(group.max.session.timeout.ms).")
+    offsets_retention_minutes: int = Field(10_080, ge=1, le=2**31 - 1,
+                                           description="A consumer group without members loses its committed "
+                                                       "offsets this long after it became empty; a group without "
+                                                       "members or offsets is deleted (offsets.retention.minutes).")
     offsets_topic_num_partitions: int = Field(50, ge=1, le=10_000,
                                               description="Group coordinator slots: a group id's coordinator is "
                                                           "slot abs(hash) modulo this (offsets.topic.num.partitions); "

@@ -53,6 +53,8 @@ class GroupConfig:
     max_size: int = 2**31 - 1                     # group.max.size
     max_metadata_bytes: int = 4096                # offset.metadata.max.bytes
     new_member_join_timeout_ms: int = 300_000     # GroupCoordinator.NewMemberJoinTimeoutMs
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
+    offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
 
 
 class GroupCoordinator(OffsetOps):
@@ -71,13 +73,25 @@ class GroupCoordinator(OffsetOps):
                                         daemon=True)
         self.stats: dict[str, float] = {"rebalances": 0, "joins": 0, "syncs": 0, "heartbeats": 0, "leaves": 0,
                                         "expired_members": 0, "offset_commits": 0, "offset_fetches": 0,
-                                        "fenced_writes": 0, "last_rebalance_s": 0.0}
+                                        "fenced_writes": 0, "expired_offsets": 0,
+                                        "last_rebalance_s": 0.0}
         ownership.add_listener(self._on_load, self._on_unload)
 
     # ---- lifecycle and threads -------------------------------------------------------
     def start(self) -> GroupCoordinator:
         self._thread.start()
+        self.loop.call_soon_threadsafe(self._schedule_expiry)
         return self
+
+    def _schedule_expiry(self) -> None:
+        def done(task: asyncio.Task[int]) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                logger.warning("expiring group offsets failed: %s", task.exception())
+
+        def tick() -> None:
+            asyncio.ensure_future(self.expire_offsets()).add_done_callback(done)
+            self._schedule_expiry()
+        self.loop.call_later(self.config.offsets_retention_check_interval_ms / 1000, tick)
 
     def close(self) -> None:
         if self._thread.is_alive():

@@ -240,6 +240,39 @@ class OffsetOps:
             return code, {}
         return E.NONE, {tp: errors.get(tp, E.NONE) for tp in tps}
 
+    # ---- offsets.retention.minutes ---------------------------------------------------
+    async def expire_offsets(self) -> int:
+        """Kafka's offset expiry (KIP-211): a group without members loses its offsets ``offsets_retention_ms``
+        after it became empty (a group that never had members: after each commit); a group left with no offsets
+        and no members is deleted. Active groups keep theirs. How many offsets expired."""
+        retention, now = self.config.offsets_retention_ms, self.now_ms()
+        slots = self.ownership.owned_slots()
+        stored = await self._run(self.store.groups, list(slots))
+        expired_total = 0
+        for gid in sorted(set(stored) | {g for g, grp in self.groups.items() if grp.slot in slots}):
+            g = self.groups.get(gid)
+            if g is not None and not g.is_(GroupState.EMPTY):
+                continue
+            try:
+                fence = self._fence(gid)
+            except GroupError:
+                continue
+            rec = stored.get(gid)
+            empty_since = rec.updated_ms if rec is not None and rec.state == GroupState.EMPTY.value else 0
+            offsets = await self._run(self.store.offsets, gid, None)
+            expired = [tp for tp, o in offsets.items() if max(o.commit_ms, empty_since) + retention <= now]
+            if expired and await self._store_write(self.store.delete_offsets, gid, expired, fence) != E.NONE:
+                continue
+            expired_total += len(expired)
+            g = self.groups.get(gid)  # the group may have changed while the store worked
+            if len(expired) == len(offsets) and (g is None or (g.is_(GroupState.EMPTY) and not g.members)):
+                if await self._store_write(self.store.delete_group, gid, fence) == E.NONE and \
+                        self.groups.get(gid) is g and g is not None:
+                    g.state = GroupState.DEAD
+                    del self.groups[gid]
+        self.stats["expired_offsets"] += expired_total
+        return expired_total
+
     # ---- operators (HTTP) ------------------------------------------------------------
     async def snapshot(self) -> list[dict[str, Any]]:
         """Every group this node coordinates, as :meth:`describe_group` (for the HTTP API)."""

@@ -27,6 +27,8 @@ COUNTERS = {
                        "OffsetCommit requests"),
     "offset_fetches": ("kafka_coordinator_group_groupcoordinatormetrics_offset_fetch_total",
                        "OffsetFetch requests"),
+    "expired_offsets": ("kafka_coordinator_group_groupcoordinatormetrics_offset_expired_total",
+                        "Committed offsets expired (offsets.retention.minutes)"),
     "fenced_writes": ("kafka_coordinator_group_groupcoordinatormetrics_fenced_writes_total",
                       "Group writes refused because another node coordinates the group now (coordinator epoch)"),
 }

@@ -93,7 +93,8 @@ class Coordinators:
         gconf = GroupConfig(
             min_session_timeout_ms=getattr(config, "group_min_session_timeout_ms", 6_000),
             max_session_timeout_ms=getattr(config, "group_max_session_timeout_ms", 1_800_000),
-            initial_rebalance_delay_ms=getattr(config, "group_initial_rebalance_delay_ms", 3_000))
+            initial_rebalance_delay_ms=getattr(config, "group_initial_rebalance_delay_ms", 3_000),
+            offsets_retention_ms=getattr(config, "offsets_retention_minutes", 10_080) * 60_000)
         self.group_store = SqlGroupStore(engine=self.store.engine)
         self.groups = GroupCoordinator(self.group_store, self.groups_ownership, config=gconf,
                                        now_ms=self.node.clock.milliseconds).start()

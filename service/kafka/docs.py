@@ -43,7 +43,7 @@ DIFFERENCES: dict[str, str] = {
     "JoinGroup": "the classic protocol (no KIP-848); KIP-394 member ids, KIP-345 static members",
     "LeaveGroup": "batched members from v3",
     "OffsetCommit": "from v2 (kafka-python's schemas); offsets live in the metadata store, written under the "
-                    "coordinator epoch; no offsets.retention.minutes expiry",
+                    "coordinator epoch; expired per offsets.retention.minutes once the group is empty (KIP-211)",
     "OffsetFetch": "from v1; require_stable answers UNSTABLE_OFFSET_COMMIT while a transaction holds offsets",
     "ListGroups": "the groups of the coordinator slots this node holds (clients ask every broker)",
     "DescribeGroups": "no authorized operations",

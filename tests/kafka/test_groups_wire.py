@@ -225,3 +225,22 @@ def test_transactional_offsets_wait_for_the_marker(node: InProcessNode) -> None:
     # KIP-447: a producer naming a stale generation of its consumer is refused
     assert gc.call_blocking(gc.txn_offset_commit("g5", 1, 0, {tp0: CommittedOffset(1)}, generation=3,
                                                  member_id="m")) == {tp0: E.UNKNOWN_MEMBER_ID}
+
+
+def test_offsets_of_empty_groups_expire_and_active_groups_keep_theirs(node: InProcessNode) -> None:
+    gc = node.coordinators.groups
+    w = node.wire()
+    assert commit(w, "g6-standalone", -1, "", {("t", 0): 4}) == {("t", 0): 0}
+    m = join(w, "g6-active", version=3).member_id
+    sync(w, "g6-active", 1, m, {m: b"a"})
+    assert commit(w, "g6-active", 1, m, {("t", 1): 9}) == {("t", 1): 0}
+    old = gc.config.offsets_retention_ms
+    gc.config.offsets_retention_ms = 0
+    try:
+        assert gc.call_blocking(gc.expire_offsets()) >= 1
+    finally:
+        gc.config.offsets_retention_ms = old
+    assert fetch(w, "g6-standalone", [("t", 0)]) == (0, {("t", 0): (-1, 0)})
+    assert fetch(w, "g6-active", [("t", 1)]) == (0, {("t", 1): (9, 0)})  # a group with members keeps them
+    listed = {g.group_id for g in node.wire().call(ListGroupsRequest(states_filter=[]), 4).groups}
+    assert "g6-standalone" not in listed and "g6-active" in listed
