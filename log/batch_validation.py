@@ -7,7 +7,8 @@ CRC) and writes as it came, never re-encoded:
 
 * framing, magic 2, CRC-32C (a mismatch is CorruptRecordError, Kafka's CORRUPT_MESSAGE),
   the records count against the bytes and ``lastOffsetDelta``, a known codec;
-* no control batch from a client; a transactional or sequenced batch carries a producer id;
+* no control batch from a client; a batch with a producer id carries a sequence (a batch
+  without one may carry any: some clients write 0 there);
 * ``max.message.bytes`` (RecordTooLargeError, MESSAGE_TOO_LARGE);
 * per record, collected as Kafka's per-record errors (``(batch_index, message)``): offset
   deltas 0..n-1, a key on a compacted topic (InvalidRecordError, INVALID_RECORD), a CreateTime
@@ -78,8 +79,6 @@ def validate_produce_batch(data: bytes | bytearray | memoryview, config: LogConf
     if batch.records_count != batch.last_offset_delta + 1:
         raise InvalidRecordError(f"record count {batch.records_count} does not match lastOffsetDelta "
                                  f"{batch.last_offset_delta} + 1")
-    if batch.producer_id < 0 and (batch.is_transactional or batch.base_sequence >= 0):
-        raise InvalidRecordError("a transactional or sequenced batch must carry a producer id")
     if batch.producer_id >= 0 and batch.base_sequence < 0:
         raise InvalidRecordError(f"invalid sequence number {batch.base_sequence} for producer {batch.producer_id}")
     _check_records(buf, batch, config, now_ms, partition)

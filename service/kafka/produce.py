@@ -114,21 +114,25 @@ _leaders: dict[tuple[int, TopicPartition], tuple[float, int]] = {}
 
 
 def _check_leader(node: Any, cluster: Any, log: LocalLog) -> int:
-    """0 when this node leads the partition, else Kafka's error code. A tiered partition is
-    fenced by the node itself (its leader epoch in the metadata store); another partition's
-    leader is its leadership record, as Metadata shows it (read at most once a second)."""
-    if log.config.remote_storage_enable or cluster is None:
+    """0 when this node leads the partition, else Kafka's error code: the partition's leadership
+    record, as Metadata shows it. A tiered partition's record is read on every request (records a
+    deposed leader acknowledged could never be tiered) and the node's own fencing applies too
+    (Node.check_leader_for_produce); another partition's is read at most once a second."""
+    tiered = log.config.remote_storage_enable
+    if tiered:
         node.check_leader_for_produce(log)  # raises NotLeaderForPartitionError
+    if cluster is None:
         return 0
     key = (id(node), log.topic_partition)
     now = time.monotonic()
-    hit = _leaders.get(key)
+    hit = None if tiered else _leaders.get(key)
     if hit is not None and now - hit[0] < LEADER_CACHE_S:
         return hit[1]
     code = not_leader_error(node, cluster, log.topic_partition)
-    if len(_leaders) > 100_000:
-        _leaders.clear()
-    _leaders[key] = (now, code)
+    if not tiered:
+        if len(_leaders) > 100_000:
+            _leaders.clear()
+        _leaders[key] = (now, code)
     return code
 
 
@@ -155,6 +159,8 @@ def _append_one(node: Any, cluster: Any, topic: str, index: int, records: bytes 
         out.fail(e)
         if not isinstance(e, TiercompactError):
             logger.exception("produce to %s-%d failed unexpectedly", topic, index)
+        elif out.error == kafka_errors.UNKNOWN_SERVER_ERROR:
+            logger.warning("produce to %s-%d failed: %s: %s", topic, index, type(e).__name__, e)
         return
     out.base_offset = res.base_offset
     out.log = log

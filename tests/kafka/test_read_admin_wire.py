@@ -56,8 +56,9 @@ class Wire:
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    """One node for the module (each test uses its own topics)."""
-    n = Node(load_config({"data_dir": tmp_path_factory.mktemp("wire") / "data"}, env={}))
+    """One node for the module (each test uses its own topics); no background cleaner, so what was
+    produced stays to be read (a clean would remove superseded records)."""
+    n = Node(load_config({"data_dir": tmp_path_factory.mktemp("wire") / "data", "cleaner_threads": 0}, env={}))
     n.start()
     yield n
     n.shutdown()

@@ -101,6 +101,22 @@ def test_a_client_bootstrapped_at_a_reaches_the_partition_b_leads(two_nodes: tup
     assert [(r["offset"], r["value"]) for r in consumed["records"]] == (
         [(i, f"v{2 * i + 1}") for i in range(5)] + [(5 + i, f"moved{i}") for i in range(4)])
 
+    _moved["topic"] = topic
+
+
+#: the topic whose partition 1 the first test moved from B to A (the tests below run after it, in file order)
+_moved: dict[str, str] = {}
+
+
+def test_the_old_leader_refuses_writes_after_a_move(two_nodes: tuple[KafkaServe, KafkaServe]) -> None:
+    _a, b = two_nodes
+    assert _produce_raw(b.kafka_port, _moved["topic"], 1) == 6  # NOT_LEADER_OR_FOLLOWER from the deposed leader
+
+
+def test_a_dead_leader_shows_leader_not_available(two_nodes: tuple[KafkaServe, KafkaServe]) -> None:
+    a, b = two_nodes
+    topic = _moved["topic"]
+    config = {"remote.storage.enable": True, "cleanup.policy": "compact"}
     led_by_b = f"{topic}-b"
     a.create_topic(led_by_b, 1, config)
     b.create_topic(led_by_b, 1, config)

@@ -91,6 +91,13 @@ def test_crc_magic_size_and_count_checks():
         validate_produce_batch(bad, compact(), NOW)
 
 
+def test_a_sequence_without_a_producer_id_is_accepted_as_kafka_does():
+    # aiokafka's plain producer writes base sequence 0 with no producer id
+    validate_produce_batch(kbatch([(b"a", b"1")], seq=0), compact(), NOW)
+    with pytest.raises(InvalidRecordError, match="sequence"):
+        validate_produce_batch(kbatch([(b"a", b"1")], pid=4, epoch=0, seq=-1), compact(), NOW)
+
+
 def test_wrong_max_timestamp_is_fixed_with_a_new_crc():
     data = kbatch([(b"a", b"1"), (b"b", b"2")])
     struct.pack_into(">q", data, 35, 5)

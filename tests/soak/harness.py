@@ -106,7 +106,8 @@ class Server:
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TIERCOMPACT_", "AWS_"))}
         env.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                    "AWS_DEFAULT_REGION": "us-east-1", "TIERCOMPACT_LOCK_CHECK": "1", "PYTHONFAULTHANDLER": "1",
+                    "AWS_DEFAULT_REGION": "us-east-1", "TIERCOMPACT_LOCK_CHECK": "1", "TIERCOMPACT_KAFKA_PORT": "0",
+                    "PYTHONFAULTHANDLER": "1",
                     "PYTHONUNBUFFERED": "1"})
         return env
 

@@ -33,8 +33,9 @@ def free_port() -> int:
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The test process's environment without TIERCOMPACT_*/AWS_* settings (a server must get
-    only the options a test gives it), plus ``extra``."""
+    only the options a test gives it), no Kafka listener unless asked for, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TIERCOMPACT_", "AWS_"))}
+    env["TIERCOMPACT_KAFKA_PORT"] = "0"  # no Kafka listener on the shared default 9092 (--kafka-port opens one)
     env.update(extra or {})
     return env
 
