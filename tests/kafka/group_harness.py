@@ -71,6 +71,17 @@ def run_member(client: str, spec: dict[str, Any], tmp: Path, timeout: float = 90
     return m.events
 
 
+def run_group_admin(spec: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
+    """confluent-kafka's AdminClient on groups (tests/kafka/clients/group_admin_client.py), in its own process."""
+    proc = subprocess.run([sys.executable, str(CLIENTS_DIR / "group_admin_client.py"), json.dumps(spec)],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=clean_env())
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    answer: dict[str, Any] = json.loads(lines[-1]) if lines else {"error": proc.stderr[-3000:]}
+    if "error" in answer:
+        raise AssertionError(f"group admin failed: {answer['error']}\n{answer.get('trace', '')}")
+    return answer
+
+
 def group(server: KafkaServe, group_id: str) -> dict[str, Any] | None:
     try:
         return server.api("GET", f"/v1/groups/{group_id}")  # type: ignore[no-any-return]

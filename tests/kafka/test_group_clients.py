@@ -79,3 +79,25 @@ def test_members_join_leave_and_die(kafka_server: KafkaServe, topic_name: str, t
     assert settle["leave"] <= SESSION_MS / 1000
     for m in members[2:]:
         assert any(e["event"] == "closed" for e in m.events), (m.client, m.events[-3:], m.stderr()[-2000:])
+
+
+def test_admin_client_lists_describes_alters_and_deletes_groups(kafka_server: KafkaServe, topic_name: str,
+                                                                tmp_path: Path) -> None:
+    from tests.kafka.group_harness import run_group_admin, run_member
+
+    server, gid = kafka_server, f"adm-{topic_name}"
+    server.create_topic(topic_name, PARTITIONS)
+    _produce(server, topic_name, 0, 2 * PARTITIONS)
+    run_member("confluent", {"bootstrap": server.bootstrap, "topic": topic_name, "group": gid,
+                             "expect": 2 * PARTITIONS}, tmp_path)
+    common = {"bootstrap": server.bootstrap, "group": gid, "topic": topic_name}
+    seen = run_group_admin({**common, "action": "groups"})
+    assert seen["listed"][gid] == "EMPTY"
+    assert seen["described"]["state"] == "EMPTY" and seen["described"]["members"] == 0
+    assert seen["offsets"] == {f"{topic_name}:{p}": 2 for p in range(PARTITIONS)}
+    assert run_group_admin({**common, "action": "alter", "offsets": {"0": 1}})["altered"] == \
+        {f"{topic_name}:0": 1}
+    assert committed(server, gid) == {0: 1, **dict.fromkeys(range(1, PARTITIONS), 2)}
+    assert run_group_admin({**common, "action": "delete", "groups": [gid, f"{gid}-none"]})["deleted"] == \
+        {gid: "NONE", f"{gid}-none": "GROUP_ID_NOT_FOUND"}
+    assert committed(server, gid) == {}

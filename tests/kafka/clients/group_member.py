@@ -45,6 +45,7 @@ def run_confluent(spec: dict[str, Any]) -> None:
             "topic.metadata.refresh.interval.ms": 2000, "socket.timeout.ms": 10000}
     if spec.get("instance_id"):
         conf["group.instance.id"] = spec["instance_id"]
+    conf.update(spec.get("conf", {}))
     c = Consumer(conf)
     c.subscribe([spec["topic"]], on_assign=lambda _c, ps: emit(event="assigned", partitions=[p.partition for p in ps]),
                 on_revoke=lambda _c, ps: emit(event="revoked", partitions=[p.partition for p in ps]))
