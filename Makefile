@@ -30,8 +30,8 @@ bench: $(STAMP)
 	$(BIN)/python -m bench $(ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check log remote metadata cleaner service tests bench
-	$(BIN)/mypy log remote metadata cleaner service
+	$(BIN)/ruff check log remote metadata cleaner coordinator service tests bench
+	$(BIN)/mypy log remote metadata cleaner coordinator service
 
 clean-venv:
 	rm -rf $(VENV)

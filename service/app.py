@@ -30,7 +30,7 @@ from service.errors import error_body, install_error_handlers
 from service.metrics import make_registry, render
 from service.node import Node
 from service.request_threads import RequestThreads
-from service.routes import cleaner, compactions, erasures, partitions, spark, topics
+from service.routes import cleaner, compactions, erasures, groups, partitions, spark, topics, transactions
 from service.routes.deps import READ
 from service.schemas import Health
 
@@ -262,4 +262,6 @@ def create_app(node: Node, *, manage_lifecycle: bool = False, companions: Sequen
     app.include_router(compactions.router)
     app.include_router(erasures.router)
     app.include_router(spark.router)
+    app.include_router(groups.router)
+    app.include_router(transactions.router)
     return app

@@ -150,6 +150,35 @@ class ServiceConfig(BaseModel):
                                            description="A node whose heartbeat is older than this is dead: its "
                                                        "partitions show LEADER_NOT_AVAILABLE "
                                                        "(broker.session.timeout.ms).")
+    group_initial_rebalance_delay_ms: int = Field(3_000, ge=0, le=3_600_000,
+                                                  description="How long the first rebalance of an empty consumer "
+                                                              "group waits for more members "
+                                                              "(group.initial.rebalance.delay.ms).")
+    group_min_session_timeout_ms: int = Field(6_000, ge=1, le=2**31 - 1,
+                                              description="Smallest session timeout a group member may ask for "
+                                                          "(group.min.session.timeout.ms).")
+    group_max_session_timeout_ms: int = Field(1_800_000, ge=1, le=2**31 - 1,
+                                              description="Largest session timeout a group member may ask for "
+                                                          "(group.max.session.timeout.ms).")
+    offsets_retention_minutes: int = Field(10_080, ge=1, le=2**31 - 1,
+                                           description="A consumer group without members loses its committed "
+                                                       "offsets this long after it became empty; a group without "
+                                                       "members or offsets is deleted (offsets.retention.minutes).")
+    offsets_topic_num_partitions: int = Field(50, ge=1, le=10_000,
+                                              description="Group coordinator slots: a group id's coordinator is "
+                                                          "slot abs(hash) modulo this (offsets.topic.num.partitions); "
+                                                          "the same on every node sharing the metadata store.")
+    transaction_state_log_num_partitions: int = Field(50, ge=1, le=10_000,
+                                                      description="Transaction coordinator slots "
+                                                                  "(transaction.state.log.num.partitions); the same "
+                                                                  "on every node sharing the metadata store.")
+    transaction_max_timeout_ms: int = Field(900_000, ge=1, le=2**31 - 1,
+                                            description="Largest transaction.timeout.ms a transactional producer "
+                                                        "may ask for (transaction.max.timeout.ms); more answers "
+                                                        "INVALID_TRANSACTION_TIMEOUT.")
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = Field(
+        10_000, ge=10, le=2**31 - 1, description="How often the transaction coordinator aborts the transactions "
+                                                 "open longer than their timeout (Kafka's name).")
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
 
     @field_validator("log_level")

@@ -1,4 +1,4 @@
-"""The import graph follows the design card: service -> cleaner -> remote -> metadata -> log.
+"""The import graph follows the design card: service -> coordinator -> cleaner -> remote -> metadata -> log.
 
 A module may import its own package and the packages below it, never above. Web and
 metrics libraries stay in service/, pyspark stays in cleaner/spark/.
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ["log", "metadata", "remote", "cleaner", "service"]  # bottom -> top
+LAYERS = ["log", "metadata", "remote", "cleaner", "coordinator", "service"]  # bottom -> top
 SERVICE_ONLY = {"fastapi", "uvicorn", "prometheus_client", "starlette", "pydantic"}
 SPARK_ONLY = {"pyspark"}
 

@@ -5,9 +5,16 @@ from service.kafka import (
     admin_configs,  # noqa: F401
     api_versions,  # noqa: F401
     fetch,  # noqa: F401
+    find_coordinator,  # noqa: F401
+    group_admin,  # noqa: F401
+    group_offsets,  # noqa: F401
+    groups,  # noqa: F401
     init_producer_id,  # noqa: F401
     metadata_api,  # noqa: F401
     offsets,  # noqa: F401
     produce,  # noqa: F401
     sasl_api,  # noqa: F401
+    transactions,  # noqa: F401
+    txn_admin,  # noqa: F401
+    txn_markers,  # noqa: F401
 )

@@ -8,8 +8,8 @@ from service.kafka.registry import registered
 #: per API, what differs from Apache Kafka's broker (empty: nothing known)
 DIFFERENCES: dict[str, str] = {
     "Produce": "acks 0/1/-1; acks=-1 answers after one fsync shared by every request waiting (one copy, no "
-               "replicas); idempotent producers as Kafka; transactional batches are appended, the transaction "
-               "coordinator is not there yet",
+               "replicas); idempotent producers as Kafka; transactional batches need no AddPartitionsToTxn check "
+               "(no KIP-890 verification)",
     "Fetch": "sessionless answers (session id 0); stored bytes from local or remote segments; no follower fetching",
     "ListOffsets": "earliest, latest, max timestamp and by timestamp over both tiers; read_committed gives the LSO",
     "Metadata": "every topic of the shared metadata store; replicas = ISR = the leader; topics are never "
@@ -18,8 +18,18 @@ DIFFERENCES: dict[str, str] = {
     "ApiVersions": "lists exactly the APIs of this table; an unknown version gets KIP-511's v0 answer",
     "CreateTopics": "replication factor 1 (or -1); replica assignments refused",
     "DeleteTopics": "fenced like DELETE /v1/topics (the node must lead every tiered partition)",
-    "InitProducerId": "idempotent producers only (no transactional.id yet); ids unique across the nodes of a "
-                      "metadata store",
+    "InitProducerId": "ids unique across the nodes of a metadata store; with a transactional.id the epoch is "
+                      "bumped and the old epoch's open transaction aborted (KIP-360 retries); no 2PC (v5+)",
+    "AddPartitionsToTxn": "v0-v3 (no broker-side verification batches of v4+)",
+    "AddOffsetsToTxn": "the group is recorded in the transaction; its offsets wait in the group store",
+    "EndTxn": "answers once PrepareCommit/PrepareAbort is stored; markers follow, retried until written; no "
+              "KIP-890 epoch bump per transaction (v5+)",
+    "WriteTxnMarkers": "node to node (SCRAM when the node has credentials); any authenticated principal may call it "
+                       "(no CLUSTER_ACTION ACL); a marker from an older coordinator epoch is refused",
+    "TxnOffsetCommit": "pending in the metadata store until the transaction's marker; KIP-447 generation check",
+    "DescribeTransactions": "the transactional ids of the slots this node holds",
+    "ListTransactions": "the transactional ids of the slots this node holds (clients ask every broker); state, "
+                        "producer id and duration filters",
     "OffsetForLeaderEpoch": "from the leader-epoch cache",
     "DescribeConfigs": "the topic configs of the HTTP API; broker resources describe nothing",
     "AlterConfigs": "topic configs, validated as PATCH .../config",
@@ -27,6 +37,16 @@ DIFFERENCES: dict[str, str] = {
     "CreatePartitions": "replica assignments refused",
     "IncrementalAlterConfigs": "SET and DELETE on topic configs",
     "DescribeCluster": "brokers of the cluster registry; no controllers endpoint",
+    "FindCoordinator": "GROUP and TRANSACTION keys; a key's coordinator is the live node holding its slot "
+                       "(abs(hashCode) % 50, as Kafka's __consumer_offsets partitions) in the metadata store, "
+                       "claimed with an epoch; there is no internal topic",
+    "JoinGroup": "the classic protocol (no KIP-848); KIP-394 member ids, KIP-345 static members",
+    "LeaveGroup": "batched members from v3",
+    "OffsetCommit": "from v2 (kafka-python's schemas); offsets live in the metadata store, written under the "
+                    "coordinator epoch; expired per offsets.retention.minutes once the group is empty (KIP-211)",
+    "OffsetFetch": "from v1; require_stable answers UNSTABLE_OFFSET_COMMIT while a transaction holds offsets",
+    "ListGroups": "the groups of the coordinator slots this node holds (clients ask every broker)",
+    "DescribeGroups": "no authorized operations",
 }
 
 

@@ -1,38 +1,20 @@
 """InitProducerId v0-v4 for idempotent producers: a producer id unique across every node sharing the metadata store, at epoch 0.
 
 Ids come in blocks from the metadata store (metadata/producer_ids.py), so no two nodes, and no
-restart of one, ever hand out the same id. A transactional id needs the transaction
-coordinator, which this node does not run yet: such a request answers NOT_COORDINATOR.
+restart of one, ever hand out the same id. A transactional id goes to the transaction
+coordinator (service/kafka/transactions.py).
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
 from typing import Any
 
 import kafka.errors as kerr
 from kafka.protocol.producer import InitProducerIdRequest
 
 from log.errors import TiercompactError
-from metadata.producer_ids import ProducerIdAllocator
+from service.kafka.producer_id_blocks import allocator_for
 from service.kafka.registry import RequestContext, kafka_api
-
-_ALLOCATORS: weakref.WeakKeyDictionary[Any, ProducerIdAllocator] = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
-
-
-def allocator_for(node: Any) -> ProducerIdAllocator:
-    """The node's allocator, on the node's metadata store (opened on first use)."""
-    with _LOCK:
-        alloc = _ALLOCATORS.get(node)
-        if alloc is None:
-            from metadata.sql_producer_ids import SqlProducerIdBlockStore
-
-            store = SqlProducerIdBlockStore(node.config.metadata_url,
-                                            lock_timeout_ms=getattr(node.config, "metadata_lock_timeout_ms", 5_000))
-            alloc = _ALLOCATORS[node] = ProducerIdAllocator(store, node.broker_id)
-        return alloc
 
 
 def _next_id(node: Any) -> int:
@@ -41,9 +23,10 @@ def _next_id(node: Any) -> int:
 
 @kafka_api(InitProducerIdRequest, min_version=0, max_version=4)
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
-    if request.transactional_id is not None:
-        return ctx.response(throttle_time_ms=0, error_code=kerr.NotCoordinatorError.errno, producer_id=-1,
-                            producer_epoch=-1)
+    if request.transactional_id is not None:  # the transaction coordinator's
+        from service.kafka.transactions import init_transactional
+
+        return await init_transactional(ctx, request)
     try:
         pid = await ctx.run(_next_id, ctx.node)
     except TiercompactError:

@@ -163,6 +163,8 @@ class KafkaListener:
         self.cluster = ClusterView(broker_id=node.broker_id, host=self.config.advertised_host or "127.0.0.1",
                                    port=self.config.advertised_port or self.config.port,
                                    cluster_id=self.config.cluster_id)
+        #: the group and transaction coordinators (service.kafka.coordinators), set by KafkaService while it runs
+        self.coordinators: Any = None
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> KafkaListener:

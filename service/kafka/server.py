@@ -82,7 +82,13 @@ class KafkaService:
                 heartbeat_ms=self.config.broker_heartbeat_interval_ms,
                 session_timeout_ms=self.config.broker_session_timeout_ms, clock=self.node.clock).start()
             cluster.membership = self.membership
+            from service.kafka.coordinators import Coordinators
+
+            self.listener.coordinators = Coordinators(self.node, self.listener, self.membership).start()
         except BaseException:
+            if self.membership is not None:
+                self.membership.stop()
+                self.membership = None
             self.listener.stop()
             raise
         logger.info("Kafka listener of broker %d on %s:%d, advertised as %s:%d%s%s", cluster.broker_id,
@@ -96,6 +102,10 @@ class KafkaService:
         return self.listener.port
 
     def stop(self) -> None:
+        coordinators = getattr(self.listener, "coordinators", None)
+        if coordinators is not None:  # hand the slots back while the registry still lists this node
+            coordinators.stop()
+            self.listener.coordinators = None
         self.listener.stop()
         if self.metrics in self.node.metric_collectors:
             self.node.metric_collectors.remove(self.metrics)

@@ -18,6 +18,8 @@ from tests.model.partition_model import PartitionModel
 KEYS = (b"a", b"b", b"c", b"d")
 IDEMPOTENT_PIDS = (1, 2)
 TXN_PIDS = (11, 12)
+#: producer ids the transaction coordinator hands out (tests/model/coordinator.py) start here
+COORDINATOR_PIDS_FROM = 101
 CODECS = ("none", "gzip", "none", "lz4", "zstd", "snappy")
 
 #: a record to produce before its value is assigned: (key, kind); kind 0 makes a keyed record a tombstone
@@ -97,7 +99,7 @@ class Driver:
         assert p.last_batch is not None
         seq, _n, _first, _last, recs = p.last_batch
         self._append(list(recs), producer_id=p.producer_id, producer_epoch=p.epoch, base_sequence=seq,
-                     transactional=p.producer_id in TXN_PIDS)
+                     transactional=p.producer_id in TXN_PIDS or p.producer_id >= COORDINATOR_PIDS_FROM)
 
     def can_zombie(self) -> bool:
         return any(p.epoch > 0 for p in self.model.producers.values())
@@ -108,7 +110,8 @@ class Driver:
         p = min((p for p in self.model.producers.values() if p.epoch > 0), key=lambda p: p.producer_id)
         try:
             r = self.e.produce(self.records(drafts), producer_id=p.producer_id, producer_epoch=p.epoch - 1,
-                               base_sequence=0, transactional=p.producer_id in TXN_PIDS)
+                               base_sequence=0,
+                               transactional=p.producer_id in TXN_PIDS or p.producer_id >= COORDINATOR_PIDS_FROM)
         except InvalidProducerEpochError:
             return
         raise ModelViolation(f"a batch of producer {p.producer_id} at fenced epoch {p.epoch - 1} was appended: {r}")

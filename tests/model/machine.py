@@ -5,7 +5,10 @@ every step checks both isolation levels against the model.
 Operations: produce (plain, idempotent, transactional; keys from a small pool, tombstones,
 keyless records), retry of a producer's last batch, a fenced (zombie) produce, COMMIT/ABORT
 markers (optionally bumping the producer epoch), roll, forced roll (max.compaction.lag.ms),
-tier, retention, clean, leadership change, close-and-reopen, and the clock advancing.
+tier, retention, clean, leadership change, close-and-reopen, and the clock advancing; and
+transactions driven by the real transaction coordinator (tests/model/coordinator.py):
+InitProducerId, AddPartitionsToTxn + produce, EndTxn, expiry, coordinator restart (also in the
+middle of EndTxn).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any, ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from tests.model.coordinator import TIDS, CoordinatorHarness
 from tests.model.driver import IDEMPOTENT_PIDS, KEYS, TXN_PIDS, Draft, Driver
 from tests.model.engines import Engine, EngineSpec, topic_config
 from tests.model.partition_model import PartitionModel
@@ -45,6 +49,7 @@ class PartitionMachine(RuleBasedStateMachine):
         super().__init__()
         self.d: Driver | None = None
         self.expensive = 0
+        self.coord: CoordinatorHarness | None = None
 
     @initialize(delete_retention_ms=st.sampled_from((0, 1000)), min_lag_ms=st.sampled_from((0, 0, 2000)),
                 max_lag_ms=st.sampled_from((None, 5000)), segment_bytes=st.sampled_from((300, 1024)),
@@ -60,6 +65,8 @@ class PartitionMachine(RuleBasedStateMachine):
         self.stats["examples"] = self.stats.get("examples", 0) + 1
 
     def teardown(self) -> None:
+        if self.coord is not None:
+            self.coord.close()
         if self.d is not None:
             self.d.e.close()
 
@@ -106,6 +113,35 @@ class PartitionMachine(RuleBasedStateMachine):
     @rule(pid=st.sampled_from(TXN_PIDS), commit=st.booleans(), bump=st.sampled_from((False, False, True)))
     def end_transaction(self, pid: int, commit: bool, bump: bool) -> None:
         self.drv.end_transaction(pid, commit, bump)
+
+    @precondition(_ready)
+    @rule(tid=st.sampled_from(TIDS), drafts=drafts_st,
+          op=st.sampled_from(("init", "produce", "commit", "commit", "abort", "abort", "expire", "restart",
+                              "crash_commit", "crash_abort")))
+    def coordinator(self, tid: str, op: str, drafts: list[Draft]) -> None:
+        """A transactional producer and its coordinator."""
+        c = self._coordinator()
+        if op == "init":
+            c.init(tid)
+        elif op == "produce":
+            c.produce(tid, drafts)
+        elif op in ("commit", "abort", "crash_commit", "crash_abort"):
+            c.end(tid, op.endswith("commit"), crash=op.startswith("crash"))
+        elif op == "expire":
+            c.expire()
+        else:
+            c.restart()
+
+    @precondition(_ready)
+    @rule(tid=st.sampled_from(TIDS), drafts=drafts_st)
+    def coordinator_produce(self, tid: str, drafts: list[Draft]) -> None:
+        """AddPartitionsToTxn and a transactional batch (InitProducerId first for a new transactional id)."""
+        self._coordinator().produce(tid, drafts)
+
+    def _coordinator(self) -> CoordinatorHarness:
+        if self.coord is None:
+            self.coord = CoordinatorHarness(self.drv)
+        return self.coord
 
     # ---- log maintenance -----------------------------------------------------------------------
     @precondition(_ready)

@@ -1,0 +1,1 @@
+"""Kafka's classic group coordinator (JoinGroup/SyncGroup/Heartbeat/LeaveGroup and group offsets) over the metadata store."""

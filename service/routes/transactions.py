@@ -1,0 +1,79 @@
+"""/v1/transactions: transactional ids for operators (state, producer id and epoch, partitions and groups of the open transaction, timeout).
+
+The state comes from the metadata store, so any node answers for every transactional id;
+``coordinator`` names the node that coordinates it (its slot and coordinator epoch).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from coordinator.ownership import SlotStatus, slot_for
+from metadata.txn_state import TxnRecord, TxnStateStore
+from service.errors import error_body
+from service.routes.deps import READ, NodeDep
+from service.schemas import Error
+
+router = APIRouter(prefix="/v1/transactions", tags=["transactions"],
+                   responses={401: {"model": Error}, 403: {"model": Error}, 404: {"model": Error}})
+
+_STORES: weakref.WeakKeyDictionary[Any, TxnStateStore] = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+def _coordinators(node: Any) -> Any:
+    from service.kafka.coordinators import for_node
+
+    return for_node(node)
+
+
+def _store(node: Any) -> TxnStateStore:
+    c = _coordinators(node)
+    tc = None if c is None else getattr(c, "transactions", None)
+    if tc is not None:
+        return tc.store  # type: ignore[no-any-return]
+    with _LOCK:
+        store = _STORES.get(node)
+        if store is None:
+            from metadata.sql_txn_state import SqlTxnStateStore
+
+            store = _STORES[node] = SqlTxnStateStore(node.config.metadata_url)
+        return store
+
+
+def _coordinator_of(node: Any, tid: str) -> dict[str, Any]:
+    c = _coordinators(node)
+    if c is None:
+        slots = getattr(node.config, "transaction_state_log_num_partitions", 50)
+        return {"slot": slot_for(tid, slots), "broker_id": None, "epoch": None, "local": False}
+    own = c.txn_ownership.lookup(tid)
+    return {"slot": own.slot, "broker_id": own.owner, "epoch": own.epoch if own.epoch >= 0 else None,
+            "local": own.status is SlotStatus.OWNED}
+
+
+def _view(node: Any, r: TxnRecord) -> dict[str, Any]:
+    return {"transactional_id": r.transactional_id, "state": r.state, "producer_id": r.producer_id,
+            "producer_epoch": r.producer_epoch, "timeout_ms": r.timeout_ms,
+            "partitions": sorted([tp.topic, tp.partition] for tp in r.partitions), "groups": sorted(r.groups),
+            "txn_start_ms": r.txn_start_ms if r.txn_start_ms >= 0 else None, "update_ms": r.update_ms,
+            "coordinator": _coordinator_of(node, r.transactional_id)}
+
+
+@router.get("", dependencies=READ)
+def list_transactions(node: NodeDep, state: str | None = None) -> dict[str, Any]:
+    """Every transactional id known to the metadata store (``state`` filters on Kafka's state names)."""
+    return {"transactions": [_view(node, r) for r in _store(node).all() if state is None or r.state == state]}
+
+
+@router.get("/{transactional_id}", dependencies=READ)
+def get_transaction(transactional_id: str, node: NodeDep) -> Any:
+    """One transactional id: state, producer id and epoch, the open transaction's partitions and groups, timeout."""
+    r = _store(node).get(transactional_id)
+    if r is None:
+        return JSONResponse(error_body(f"transactional id {transactional_id!r} is not known"), status_code=404)
+    return _view(node, r)
