@@ -9,7 +9,9 @@ from typing import Any
 
 from log.errors import TiercompactError, TopicExistsError
 from log.log_manager import LogManager, Topic
+from metadata.errors import FencedLeaderEpochError
 from metadata.topic_configs import StoredTopic, TopicConfigStore
+from remote.log_manager import COUNTED_BY_RLM
 
 logger = logging.getLogger(__name__)
 
@@ -92,3 +94,16 @@ def add_partitions(log_manager: LogManager, rlmm: RemoteLogMetadataManager, name
     topic = log_manager.add_partitions(name, count)
     rlmm.put_topic_config(stored(topic))
     return topic
+
+
+def not_deleted(e: FencedLeaderEpochError, topic: str) -> FencedLeaderEpochError:
+    """The refusal of a topic deletion, saying that nothing was deleted and what to do."""
+    leader = f"broker {e.current_broker}" if e.current_broker is not None else "the leader"
+    out = FencedLeaderEpochError(
+        e.topic_partition, e.attempted_epoch, e.current_epoch, e.current_broker, f"deletion of topic {topic!r}",
+        detail=f"{e} -- topic {topic!r} was NOT deleted: nothing changed, locally or remotely. Send "
+               f"DELETE /v1/topics/{topic} to {leader}, which deletes the remote data and metadata; to drop "
+               f"only this node's local copy (remote data and metadata stay with the leader) send "
+               f"DELETE /v1/topics/{topic}?scope=local")
+    setattr(out, COUNTED_BY_RLM, getattr(e, COUNTED_BY_RLM, False))
+    return out
