@@ -180,6 +180,9 @@ class MetadataFollower:
             base = path.name.split(".")[0]
             for f in sorted(path.parent.glob(f"{base}.*{DELETED_SUFFIX}")):
                 f.unlink(missing_ok=True)
+        for sid in {s.get("segment_id") for k in detail.get("keys", []) for s in k.get("segments", [])}:
+            if sid:  # chunks of the replaced remote segments this node's reads cached
+                self.node.remote.cache.invalidate_segment(sid)
         self.dropped_segments += len(paths)
         return [str(p) for p in paths]
 
