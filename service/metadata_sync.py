@@ -176,14 +176,18 @@ class MetadataFollower:
                 b <= s.read_next_offset() - 1 and s.base_offset <= e for b, e in ranges)]
             paths = [s.log_path for s in hit]
             log.delete_segments(hit)
-        for path in paths:  # the renamed files too: nothing of the value stays on this disk
-            base = path.name.split(".")[0]
-            for f in sorted(path.parent.glob(f"{base}.*{DELETED_SUFFIX}")):
+        # the renamed files too (of these segments, or of earlier drops waiting for their delayed
+        # deletion): nothing of the value stays on this disk
+        top = max(e for _b, e in ranges)
+        for f in sorted(log.dir.glob(f"*{DELETED_SUFFIX}")):
+            base = f.name.split(".")[0]
+            if base.isdigit() and int(base) <= top:
                 f.unlink(missing_ok=True)
+                paths.append(f)
         for sid in {s.get("segment_id") for k in detail.get("keys", []) for s in k.get("segments", [])}:
             if sid:  # chunks of the replaced remote segments this node's reads cached
                 self.node.remote.cache.invalidate_segment(sid)
-        self.dropped_segments += len(paths)
+        self.dropped_segments += len(hit)
         return [str(p) for p in paths]
 
     def registered_brokers(self) -> list[int]:
