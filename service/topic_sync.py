@@ -1,5 +1,6 @@
 """Keeps a node's topic registry (the data dir's topics.json, a cache) consistent with the topic
-configs in the metadata store, which every node and Spark job shares (#16)."""
+configs in the metadata store, which every node and Spark job shares; and words the refusal of a
+topic deletion a node that does not lead the topic was asked for."""
 
 from __future__ import annotations
 
@@ -89,7 +90,7 @@ def alter_config(log_manager: LogManager, topics: TopicConfigStore, name: str,
     return topic
 
 
-def add_partitions(log_manager: LogManager, rlmm: RemoteLogMetadataManager, name: str, count: int) -> Topic:
+def add_partitions(log_manager: LogManager, rlmm: TopicConfigStore, name: str, count: int) -> Topic:
     """Grow a topic locally, then store the new count (Kafka's CreatePartitions)."""
     topic = log_manager.add_partitions(name, count)
     rlmm.put_topic_config(stored(topic))
