@@ -97,9 +97,9 @@ class MetadataFollower:
         node = self.node
         node.metadata.invalidate_caches(tp)
         me = node.broker_id
-        if v.leader_epoch >= 0 and node.remote.is_leader_cached(tp):
-            cached = node.remote._leaders.get(tp)  # noqa: SLF001 - the cached state this node acts under
-            if v.broker_id != me or (cached is not None and cached.leader_epoch != v.leader_epoch):
+        cached = node.remote.cached_leader_state(tp)
+        if v.leader_epoch >= 0 and cached is not None:
+            if v.broker_id != me or cached.leader_epoch != v.leader_epoch:
                 node.remote.forget_leader(tp)
                 logger.info("%s: leadership moved to broker %d at epoch %d; broker %d stops acting as leader",
                             tp, v.broker_id, v.leader_epoch, me)

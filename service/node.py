@@ -97,7 +97,6 @@ class Node:
         self.spark = parts.spark
         self.partitions = LogPartitions(self.log_manager)
         self._running_cleans: dict[TopicPartition, int] = {}
-        #: follows what other writers publish about the tiered partitions held here (service.metadata_sync)
         self.follower = MetadataFollower(self, interval_ms=config.metadata_sync_interval_ms)
         self._erasure_thread = PeriodicTask("tiercompact-erasures", self.run_erasures_once,
                                             config.erasure_check_interval_ms)
@@ -512,9 +511,13 @@ class Node:
     def check_leader_for_read(self, tp: TopicPartition, action: str = "read") -> None:
         """A tiered partition another broker leads is not served from this node's copies (Kafka's
         NOT_LEADER_OR_FOLLOWER; 409 naming the leader on HTTP): they may hold what it compacted or erased."""
-        if self.remote.is_leader_cached(tp) or self.remote.is_leader(tp):
+        if self.remote.is_leader_cached(tp):
             return
         current = self.metadata.leader_state(tp)
+        if current is None and action == "read":
+            return  # nobody leads it yet: a read registers no leader
+        if (current is None or current.broker_id == self.broker_id) and self.remote.is_leader(tp):
+            return
         raise NotLeaderForPartitionError(tp, self.broker_id, current.leader_epoch if current else -1,
                                          current.broker_id if current else -1, action)
 
