@@ -45,7 +45,15 @@ from log.local_log import LocalLog, RecordSpec
 from log.locks import RANK_LEAF, ordered_lock
 from log.segment import DELETED_SUFFIX
 from log.types import TopicPartition
-from metadata.erasures import COMPLETE, FAILED, PENDING, VALUES_REMOVED, ErasurePartition, ErasureRecord
+from metadata.erasures import (
+    COMPLETE,
+    FAILED,
+    PENDING,
+    VALUES_REMOVED,
+    ErasureConfirmation,
+    ErasurePartition,
+    ErasureRecord,
+)
 from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
 from metadata.store import MetadataStore
 from metadata.types import RemoteLogSegmentMetadata
@@ -99,7 +107,7 @@ class ErasureService:
     def __init__(self, *, partitions: Partitions, producer: Produce, cleaning: Clean, errors: ErrorSink,
                  remote: RemoteTier, metadata: MetadataStore, storage_manager: RemoteStorageManager,
                  object_store: ObjectStore, clock: Clock, broker_id: int, temp_dir: Path,
-                 wake: Callable[[], None] = lambda: None) -> None:
+                 wake: Callable[[], None] = lambda: None, cluster: Callable[[], list[int]] = list) -> None:
         self.partitions = partitions
         self.producer = producer
         self.cleaning = cleaning
@@ -112,6 +120,8 @@ class ErasureService:
         self.broker_id = broker_id
         self.temp_dir = temp_dir
         self.wake = wake
+        #: the broker ids registered in the cluster registry: each confirms a tiered part's removal
+        self.cluster = cluster
         self._lock = ordered_lock("service.erasures", RANK_LEAF)
         self._next_round: dict[tuple[str, int], int] = {}
 
@@ -189,6 +199,11 @@ class ErasureService:
         removed = [p.detail.get("values_removed_ms") for p in rec.partitions]
         # missed: a partition's values went after the deadline, or are still there past it
         missed = any((r if r is not None else now) > rec.deadline_ms for r in removed)
+        confirmations: dict[int, list[dict[str, Any]]] = {}
+        for c in self.metadata.erasure_confirmations(rec.erasure_id):
+            confirmations.setdefault(c.partition, []).append(
+                {"broker_id": c.broker_id, "confirmed_ms": c.confirmed_ms, "dropped": c.detail.get("dropped", [])})
+        waiting = sorted({b for p in rec.partitions if p.state == PENDING for b in p.detail.get("waiting_for_nodes", [])})
         return {"erasure_id": rec.erasure_id, "topic": rec.topic, "state": rec.state, "deadline_ms": rec.deadline_ms,
                 "created_ms": rec.created_ms, "encoding": rec.encoding, "time_left_ms": rec.deadline_ms - now,
                 "deadline_missed": missed and rec.state != FAILED,
@@ -196,9 +211,12 @@ class ErasureService:
                                 "values_removed_ms": p.detail.get("values_removed_ms"),
                                 "complete_ms": p.detail.get("complete_ms"), "rounds": p.detail.get("rounds", []),
                                 "verification": p.detail.get("verification"),
-                                "notes": p.detail.get("notes", [])[-10:], "error": p.error}
+                                "notes": p.detail.get("notes", [])[-10:], "error": p.error,
+                                "leader_removed_ms": p.detail.get("leader_removed_ms"),
+                                "waiting_for_nodes": p.detail.get("waiting_for_nodes", []) if p.state == PENDING else [],
+                                "confirmations": confirmations.get(p.partition, [])}
                                for p in rec.partitions],
-                "keys": keys, "error": rec.error}
+                "keys": keys, "error": rec.error, "waiting_for_nodes": waiting}
 
     def summary(self, rec: ErasureRecord) -> dict[str, Any]:
         return {"erasure_id": rec.erasure_id, "topic": rec.topic, "state": rec.state, "deadline_ms": rec.deadline_ms,
@@ -284,10 +302,15 @@ class ErasureService:
         keys = {k["key"]: k for k in detail["keys"]}
         raw = {self._raw(k, rec.encoding): k for k in keys}
         if part.state == PENDING:
+            if tiered and "leader_removed_ms" in detail:
+                return self._await_cluster(rec, part, detail, epoch)
             bounds = {r: keys[t]["tombstone_offset"] for r, t in raw.items()}
             state = self._remove(rec, log, tiered, bounds, raw, keys, detail, now, values=True)
             if state is None:
                 return self._save(rec, part, PENDING, detail, epoch) if detail != part.detail else part
+            if tiered:  # gone from what this leader publishes: every registered node confirms next
+                detail["leader_removed_ms"] = self.clock.milliseconds()
+                return self._await_cluster(rec, self._save(rec, part, PENDING, detail, epoch), detail, epoch)
             detail["values_removed_ms"] = self.clock.milliseconds()
             logger.info("erasure %s partition %d: values removed", rec.erasure_id, part.partition)
             return self._save(rec, part, VALUES_REMOVED, detail, epoch)
@@ -302,6 +325,29 @@ class ErasureService:
         detail["complete_ms"] = self.clock.milliseconds()
         logger.info("erasure %s partition %d: complete (tombstones gone)", rec.erasure_id, part.partition)
         return self._save(rec, part, COMPLETE, detail, epoch)
+
+    def _await_cluster(self, rec: ErasureRecord, part: ErasurePartition, detail: dict[str, Any],
+                       epoch: int | None) -> ErasurePartition:
+        """values_removed once every node in the cluster registry confirmed, under its own id,
+        that it holds and serves no copy of the listed segments (since the leader removed them)."""
+        since = int(detail["leader_removed_ms"])
+        confirmed = {c.broker_id for c in self.metadata.erasure_confirmations(rec.erasure_id)
+                     if c.partition == part.partition and c.confirmed_ms >= since}
+        if self.broker_id not in confirmed:  # the leader serves only the published segments, now rid of them
+            self.metadata.confirm_erasure(rec.erasure_id, ErasureConfirmation(
+                part.partition, self.broker_id, self.clock.milliseconds(), {"leader": True, "serves": False}))
+        waiting = sorted(set(self.cluster()) - confirmed - {self.broker_id})
+        if waiting:
+            if detail.get("waiting_for_nodes") == waiting:
+                return part
+            detail["waiting_for_nodes"] = waiting
+            self._note(detail, f"waiting for brokers {waiting} to confirm they hold no copy")
+            return self._save(rec, part, PENDING, detail, epoch)
+        detail["waiting_for_nodes"] = []
+        detail["values_removed_ms"] = self.clock.milliseconds()
+        logger.info("erasure %s partition %d: values removed (confirmed by every registered node)",
+                    rec.erasure_id, part.partition)
+        return self._save(rec, part, VALUES_REMOVED, detail, epoch)
 
     @staticmethod
     def _raw(text: str, encoding: str) -> bytes:

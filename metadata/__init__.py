@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from log.errors import InvalidConfigError
+from metadata.cluster_sync import ClusterSyncStore
 from metadata.erasures import ErasureReceiptStore
 from metadata.manager import RemoteLogMetadataManager
 from metadata.reports import RoundReportStore
@@ -13,7 +14,7 @@ from metadata.segment_indexes import IndexedSegmentStore, SegmentIndexStore
 from metadata.store import MetadataStore
 from metadata.topic_configs import TopicConfigStore
 
-__all__ = ["ErasureReceiptStore", "IndexedSegmentStore", "MetadataStore", "RemoteLogMetadataManager",
+__all__ = ["ClusterSyncStore", "ErasureReceiptStore", "IndexedSegmentStore", "MetadataStore", "RemoteLogMetadataManager",
            "RoundReportStore", "SegmentIndexStore", "TopicConfigStore", "load_metadata_manager"]
 
 _SCHEMES = ("sqlite", "postgresql", "postgres")

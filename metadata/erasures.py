@@ -57,6 +57,18 @@ class ErasureRecord:
         return "; ".join(errors) or None
 
 
+@dataclass(frozen=True, slots=True)
+class ErasureConfirmation:
+    """One node's word, under its own broker id, that it holds no local copy of a partition's
+    listed segments and serves none (a receipt reaches values_removed once every registered node
+    confirmed)."""
+
+    partition: int
+    broker_id: int
+    confirmed_ms: int
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
 def overall_state(states: list[str]) -> str:
     """failed if any partition failed, else the least advanced partition's state."""
     if not states:

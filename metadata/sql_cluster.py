@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,14 @@ class SqlClusterRegistry(ClusterRegistry):
 
     def __init__(self, url: str, *, lock_timeout_ms: int = 5_000) -> None:
         self._engine = open_engine(url, lock_timeout_ms=lock_timeout_ms)
-        _meta.create_all(self._engine, checkfirst=True)
+        for attempt in range(10):  # nodes starting at once race to create the tables: the loser finds them
+            try:
+                _meta.create_all(self._engine, checkfirst=True)
+                break
+            except (sa_exc.OperationalError, sa_exc.ProgrammingError, sa_exc.IntegrityError) as e:
+                if attempt == 9 or not any(m in str(e) for m in ("already exists", "duplicate key", "locked")):
+                    raise
+                time.sleep(0.02 * (attempt + 1))
 
     def register(self, reg: BrokerRegistration, *, session_timeout_ms: int) -> None:
         with self._engine.begin() as conn:

@@ -205,3 +205,13 @@ class LeaderState:
     def __post_init__(self) -> None:
         if self.leader_epoch < 0:
             raise InvalidRequestError(f"leader_epoch {self.leader_epoch} must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionVersion:
+    """A partition's change token in the metadata store and its registered leader (epoch -1
+    and broker -1 while nobody leads it): the token changes with every write of the partition."""
+
+    token: str
+    leader_epoch: int
+    broker_id: int

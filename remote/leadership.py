@@ -127,6 +127,10 @@ class Leadership(RemoteLogState):
         metadata read (for the produce path; False means "resolve with is_leader")."""
         return tp in self._leaders
 
+    def cached_leader_state(self, tp: TopicPartition) -> LeaderState | None:
+        """The leader state this manager acts under for ``tp`` from its cache (None: not cached)."""
+        return self._leaders.get(tp)
+
     def is_leader(self, tp: TopicPartition) -> bool:
         """Whether this manager acts as the leader of ``tp`` (from its cache, else the
         metadata store; a first use registers this broker). Counts nothing."""

@@ -101,6 +101,12 @@ class ServiceConfig(BaseModel):
                                            description="How often pending key erasures are driven (tombstones "
                                                        "tiered, erasure rounds, replaced objects deleted, receipts "
                                                        "verified); a new erasure starts at once.")
+    metadata_sync_interval_ms: int = Field(2_000, ge=10, le=3_600_000,
+                                           description="How often the node follows what other writers published "
+                                                       "about the tiered partitions it holds (one query: leader "
+                                                       "moves, cleaner checkpoints, segments, erasures); within it a "
+                                                       "deposed leader refuses writes and stale local copies are "
+                                                       "dropped.")
     remote_cache_bytes: int = Field(1024 * 1024 * 1024, ge=0,
                                     description="Disk budget for downloaded remote segment chunks.")
     max_request_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest accepted HTTP request body.")
@@ -368,3 +374,12 @@ def options_reference_markdown() -> str:
         lines.append(f"| `{name}` | `--{name.replace('_', '-')}` | `{ENV_PREFIX}{name.upper()}` | "
                      f"`{default}` | {f.description or ''} |")
     return "\n".join(lines) + "\n"
+
+
+def redact_url(url: str) -> str:
+    """A URL without its password, for logs."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
+    return url

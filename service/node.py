@@ -46,9 +46,10 @@ from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
 from remote.log_manager import COUNTED_BY_RLM
 from remote.tiered_read import ReadResult, read_local_page
 from service import flush_policy, topic_sync
-from service.config import ServiceConfig, store_options
+from service.config import ServiceConfig, redact_url, store_options
 from service.fields import decode_field, encode_field
 from service.jobs import Job
+from service.metadata_sync import MetadataFollower
 from service.threads import PeriodicTask
 from service.wiring import REMOTE_CACHE_DIR, TIERED_TEMP_DIR, NodeParts, build_parts
 
@@ -96,12 +97,14 @@ class Node:
         self.spark = parts.spark
         self.partitions = LogPartitions(self.log_manager)
         self._running_cleans: dict[TopicPartition, int] = {}
+        self.follower = MetadataFollower(self, interval_ms=config.metadata_sync_interval_ms)
         self._erasure_thread = PeriodicTask("tiercompact-erasures", self.run_erasures_once,
                                             config.erasure_check_interval_ms)
         self.threads: list[PeriodicTask] = [
             PeriodicTask("tiercompact-retention", self.run_retention_once, config.tiering_interval_ms),
             PeriodicTask("tiercompact-force-roll", self.run_force_roll_once, config.roll_check_interval_ms),
             self._erasure_thread,
+            PeriodicTask("tiercompact-metadata-sync", self.follower.run_once, config.metadata_sync_interval_ms),
             flush_policy.install(self),  # flush.messages after appends, flush.ms periodically
         ]
         #: on-demand key erasure with a receipt, over the node's ports
@@ -109,7 +112,7 @@ class Node:
             partitions=self.partitions, producer=self, cleaning=self, errors=self, remote=self.remote,
             metadata=self.metadata, storage_manager=self.storage_manager, object_store=self.object_store,
             clock=clock, broker_id=self.broker_id, temp_dir=self.data_dir / TIERED_TEMP_DIR / "erasure",
-            wake=self._wake_erasures)
+            wake=self._wake_erasures, cluster=self.follower.registered_brokers)
 
     def store_options(self) -> dict[str, Any]:
         return store_options(self.config)
@@ -126,11 +129,12 @@ class Node:
                 return self
             self._started = True
         self.recover()
+        self.follower.start_pass()  # before serving: stale and erased copies go first
         for t in self.threads:
             t.start()
         self.cleaner.start()
         logger.info("node %d started on %s (remote %s, metadata %s)", self.broker_id, self.data_dir,
-                    self.config.remote_url, _redact(self.config.metadata_url))
+                    self.config.remote_url, redact_url(self.config.metadata_url))
         return self
 
     def recover(self) -> None:
@@ -211,7 +215,7 @@ class Node:
             logger.warning("node %d: background work did not stop within %.0f s; abandoning it (the logs "
                            "are recovered at the next start)", self.broker_id, timeout)
         clean = self.log_manager.close(clean=clean, timeout=left()) and clean
-        for closer in (self.remote.close, self.metadata.close, self.object_store.close):
+        for closer in (self.follower.close, self.remote.close, self.metadata.close, self.object_store.close):
             try:
                 closer()
             except Exception:  # closing must not stop the rest of the shutdown
@@ -317,7 +321,7 @@ class Node:
                 try:
                     self.remote.check_current_leader(tp, f"deletion of topic {name!r}")
                 except FencedLeaderEpochError as e:
-                    raise _not_deleted(e, name) from None
+                    raise topic_sync.not_deleted(e, name) from None
                 except PartitionOfflineError as e:
                     raise PartitionOfflineError(
                         f"topic {name!r} was not deleted: this node cannot check its leadership of the shared "
@@ -414,6 +418,7 @@ class Node:
             return read_local_page(log, offset, max_bytes=self.config.max_fetch_bytes, max_records=max_records,
                                    isolation=isolation)
         tp = log.topic_partition
+        self.check_leader_for_read(tp)
         res = self.remote.read(tp, offset, max_bytes=self.config.max_fetch_bytes, isolation=isolation,
                                max_records=max_records)
         # a page holding only control batches or aborted records: keep going, so an empty
@@ -500,14 +505,21 @@ class Node:
     def check_leader_for_produce(self, log: LocalLog) -> None:
         """A tiered partition another broker leads takes no records here: they could never
         be tiered (this node is fenced), so acknowledging them would lose them."""
-        if not log.config.remote_storage_enable:
-            return
-        tp = log.topic_partition
-        if self.remote.is_leader_cached(tp) or self.remote.is_leader(tp):
+        if log.config.remote_storage_enable:
+            self.check_leader_for_read(log.topic_partition, "produce")
+
+    def check_leader_for_read(self, tp: TopicPartition, action: str = "read") -> None:
+        """A tiered partition another broker leads is not served from this node's copies (Kafka's
+        NOT_LEADER_OR_FOLLOWER; 409 naming the leader on HTTP): they may hold what it compacted or erased."""
+        if self.remote.is_leader_cached(tp):
             return
         current = self.metadata.leader_state(tp)
+        if current is None and action == "read":
+            return  # nobody leads it yet: a read registers no leader
+        if (current is None or current.broker_id == self.broker_id) and self.remote.is_leader(tp):
+            return
         raise NotLeaderForPartitionError(tp, self.broker_id, current.leader_epoch if current else -1,
-                                         current.broker_id if current else -1, "produce")
+                                         current.broker_id if current else -1, action)
 
     def cleaner_checkpoint(self, tp: TopicPartition) -> int | None:
         return self.cleaner.manager.all_cleaner_checkpoints().get(tp)
@@ -582,28 +594,6 @@ class Node:
 
     def cleaner_status(self) -> dict[str, Any]:
         return self.cleaner.status()
-
-
-def _not_deleted(e: FencedLeaderEpochError, topic: str) -> FencedLeaderEpochError:
-    """The refusal of a topic deletion, saying that nothing was deleted and what to do."""
-    leader = f"broker {e.current_broker}" if e.current_broker is not None else "the leader"
-    out = FencedLeaderEpochError(
-        e.topic_partition, e.attempted_epoch, e.current_epoch, e.current_broker, f"deletion of topic {topic!r}",
-        detail=f"{e} -- topic {topic!r} was NOT deleted: nothing changed, locally or remotely. Send "
-               f"DELETE /v1/topics/{topic} to {leader}, which deletes the remote data and metadata; to drop "
-               f"only this node's local copy (remote data and metadata stay with the leader) send "
-               f"DELETE /v1/topics/{topic}?scope=local")
-    setattr(out, COUNTED_BY_RLM, getattr(e, COUNTED_BY_RLM, False))
-    return out
-
-
-def _redact(url: str) -> str:
-    """A URL without its password, for logs."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
-    return url
 
 
 def data_dir_of(path: str | os.PathLike[str]) -> Path:

@@ -443,6 +443,14 @@ class ErasurePartitionState(BaseModel):
     rounds: list[str] = []
     notes: list[str] = []
     error: str | None = None
+    leader_removed_ms: int | None = Field(None, description="When the leader had the values gone from what it "
+                                                            "publishes (tiered partitions); values_removed waits "
+                                                            "for every registered node's confirmation after it.")
+    waiting_for_nodes: list[int] = Field([], description="Registered brokers that have not yet confirmed they hold "
+                                                         "and serve no copy (down or not yet synced).")
+    confirmations: list[dict[str, Any]] = Field([], description="Each node's confirmation under its own broker id: "
+                                                                "broker_id, confirmed_ms, the local files it "
+                                                                "dropped.")
 
 
 class ErasureReceipt(BaseModel):
@@ -459,6 +467,8 @@ class ErasureReceipt(BaseModel):
     partitions: list[ErasurePartitionState]
     keys: list[ErasureKey]
     error: str | None = None
+    waiting_for_nodes: list[int] = Field([], description="Registered brokers whose confirmation a pending "
+                                                         "partition still waits for.")
 
 
 class ErasureSummary(BaseModel):

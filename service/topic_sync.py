@@ -1,5 +1,6 @@
 """Keeps a node's topic registry (the data dir's topics.json, a cache) consistent with the topic
-configs in the metadata store, which every node and Spark job shares (#16)."""
+configs in the metadata store, which every node and Spark job shares; and words the refusal of a
+topic deletion a node that does not lead the topic was asked for."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from typing import Any
 
 from log.errors import TiercompactError, TopicExistsError
 from log.log_manager import LogManager, Topic
+from metadata.errors import FencedLeaderEpochError
 from metadata.topic_configs import StoredTopic, TopicConfigStore
+from remote.log_manager import COUNTED_BY_RLM
 
 logger = logging.getLogger(__name__)
 
@@ -92,3 +95,16 @@ def add_partitions(log_manager: LogManager, topics: TopicConfigStore, name: str,
     topic = log_manager.add_partitions(name, count)
     topics.put_topic_config(stored(topic))
     return topic
+
+
+def not_deleted(e: FencedLeaderEpochError, topic: str) -> FencedLeaderEpochError:
+    """The refusal of a topic deletion, saying that nothing was deleted and what to do."""
+    leader = f"broker {e.current_broker}" if e.current_broker is not None else "the leader"
+    out = FencedLeaderEpochError(
+        e.topic_partition, e.attempted_epoch, e.current_epoch, e.current_broker, f"deletion of topic {topic!r}",
+        detail=f"{e} -- topic {topic!r} was NOT deleted: nothing changed, locally or remotely. Send "
+               f"DELETE /v1/topics/{topic} to {leader}, which deletes the remote data and metadata; to drop "
+               f"only this node's local copy (remote data and metadata stay with the leader) send "
+               f"DELETE /v1/topics/{topic}?scope=local")
+    setattr(out, COUNTED_BY_RLM, getattr(e, COUNTED_BY_RLM, False))
+    return out

@@ -7,13 +7,13 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, insert, select, update
+from sqlalchemy import Connection, Row, and_, delete, insert, select, update
 
 from log.errors import InvalidRequestError
 from log.types import TopicPartition
-from metadata.erasures import ErasurePartition, ErasureRecord
+from metadata.erasures import ErasureConfirmation, ErasurePartition, ErasureRecord
 from metadata.sql.leadership import SqlLeadership
-from metadata.sql.schema import erasure_partitions, erasures
+from metadata.sql.schema import erasure_confirmations, erasure_partitions, erasures
 
 
 class SqlErasureReceiptStore(SqlLeadership):
@@ -82,3 +82,23 @@ class SqlErasureReceiptStore(SqlLeadership):
                 state=part.state, updated_ms=part.updated_ms, detail=json.dumps(part.detail), error=part.error))
 
         self._write(tp, "update_erasure_partition", fn)
+
+    def confirm_erasure(self, erasure_id: str, confirmation: ErasureConfirmation) -> None:
+        c = erasure_confirmations.c
+
+        def fn(conn: Connection) -> None:
+            conn.execute(delete(erasure_confirmations).where(
+                c.erasure_id == erasure_id, c.partition_id == confirmation.partition,
+                c.broker_id == confirmation.broker_id))
+            conn.execute(insert(erasure_confirmations).values(
+                erasure_id=erasure_id, partition_id=confirmation.partition, broker_id=confirmation.broker_id,
+                confirmed_ms=confirmation.confirmed_ms, detail=json.dumps(confirmation.detail)))
+
+        self._write_global("confirm_erasure", fn)
+
+    def erasure_confirmations(self, erasure_id: str) -> list[ErasureConfirmation]:
+        c = erasure_confirmations.c
+        rows = self._read("erasure_confirmations", lambda conn: conn.execute(
+            select(erasure_confirmations).where(c.erasure_id == erasure_id)
+            .order_by(c.partition_id, c.broker_id)).all())
+        return [ErasureConfirmation(r.partition_id, r.broker_id, r.confirmed_ms, json.loads(r.detail)) for r in rows]

@@ -21,6 +21,7 @@ forces one, for tests).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, delete, insert, select, update
@@ -31,7 +32,7 @@ from metadata.errors import FencedLeaderEpochError
 from metadata.sql.engine import SqlStore
 from metadata.sql.schema import epochs, leaders
 from metadata.sql.schema import tp_where as _tp_where
-from metadata.types import LeaderState
+from metadata.types import LeaderState, PartitionVersion
 
 _FENCE_STRATEGIES = ("returning", "rowcount", "reread")
 
@@ -125,6 +126,17 @@ class SqlLeadership(SqlStore):
         row = self._read("leader_state", lambda c: c.execute(
             select(leaders.c.leader_epoch, leaders.c.broker_id).where(_tp_where(leaders, tp))).first())
         return None if row is None or row[0] < 0 else LeaderState(tp, row[0], row[1])
+
+    def partition_versions(self, topics: Sequence[str] | None = None) -> dict[TopicPartition, PartitionVersion]:
+        """Every partition's change token (the fence token ``_cas`` renews in the transaction of
+        each publish, state change, erasure step and leadership change) with its leader, in one
+        query: a node follows what others publish by comparing tokens."""
+        stmt = select(leaders.c.topic, leaders.c.partition_id, leaders.c.fence_token, leaders.c.leader_epoch,
+                      leaders.c.broker_id)
+        if topics is not None:
+            stmt = stmt.where(leaders.c.topic.in_(list(topics)))
+        rows = self._read("partition_versions", lambda c: c.execute(stmt).all())
+        return {TopicPartition(r[0], r[1]): PartitionVersion(r[2], r[3], r[4]) for r in rows}
 
     def leader_epochs(self, tp: TopicPartition) -> list[tuple[int, int]]:
         return list(self._read("leader_epochs", lambda c: self._lineage(c, tp)).items())

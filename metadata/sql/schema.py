@@ -38,7 +38,7 @@ from sqlalchemy import exc as sa_exc
 from log.errors import InvalidConfigError
 from log.types import TopicPartition
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _meta = MetaData()
 leaders = Table(
@@ -156,8 +156,19 @@ topic_configs = Table(
     Column("config", Text, nullable=False),  # JSON object of the overrides
     Column("updated_ms", BigInteger, nullable=False),
 )
+#: erasure confirmations (schema version 5): each node's word that it holds and serves no copy of a
+#: partition's listed segments any more (a receipt's values_removed waits for every registered node)
+erasure_confirmations = Table(
+    "tc_erasure_confirmations", _meta,
+    Column("erasure_id", String(32), primary_key=True),
+    Column("partition_id", Integer, primary_key=True, autoincrement=False),
+    Column("broker_id", Integer, primary_key=True, autoincrement=False),
+    Column("confirmed_ms", BigInteger, nullable=False),
+    Column("detail", Text, nullable=False),  # JSON: the local files this node dropped
+)
 #: tables each schema version added (a store opened at an older version gets them)
-_TABLES_SINCE = {2: (rounds, round_segments), 4: (erasures, erasure_partitions, topic_configs)}
+_TABLES_SINCE = {2: (rounds, round_segments), 4: (erasures, erasure_partitions, topic_configs),
+                 5: (erasure_confirmations,)}
 #: columns each schema version added to an existing table (ALTER TABLE ... ADD COLUMN, nullable)
 _COLUMNS_SINCE: dict[int, tuple[tuple[Table, str], ...]] = {3: ((segments, "key_index_bytes"),)}
 schema_version = Table(

@@ -329,7 +329,9 @@ def test_erase_during_a_leadership_change(tmp_path: Path) -> None:
     meta = f"sqlite:///{tmp_path}/metadata.db"
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    a = Server(tmp_path / "a", objects.as_uri(), extra_args=("--broker-id", "0", "--metadata", meta))
+    # A follows the metadata store only once an hour: it stays a zombie long enough to try its round
+    a = Server(tmp_path / "a", objects.as_uri(), extra_args=("--broker-id", "0", "--metadata", meta,
+                                                             "--metadata-sync-interval-ms", "3600000"))
     b = Server(tmp_path / "b", objects.as_uri(), extra_args=("--broker-id", "1", "--metadata", meta))
     try:
         a.start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from metadata import (
+    ClusterSyncStore,
     ErasureReceiptStore,
     MetadataStore,
     RemoteLogMetadataManager,
@@ -14,7 +15,7 @@ from metadata import (
 )
 from metadata.sql import SqlRemoteLogMetadataManager
 
-SIDE_STORES = (SegmentIndexStore, RoundReportStore, ErasureReceiptStore, TopicConfigStore)
+SIDE_STORES = (SegmentIndexStore, RoundReportStore, ErasureReceiptStore, TopicConfigStore, ClusterSyncStore)
 
 
 def _methods(protocol: type) -> set[str]:

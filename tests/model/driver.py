@@ -158,6 +158,15 @@ class Driver:
         (run or self.e.clean)()
         self._check_compacted()
 
+    def external_publish(self) -> None:
+        """Another writer publishes a compaction between steps (a standalone Spark job) and the
+        node follows it: the same guarantees as :meth:`clean` once it has."""
+        self.on_op("external_publish")
+        base, _first = self.e.active_segment()
+        self.model.clean(self.now, active_segment_base=base)
+        self.e.external_publish()
+        self._check_compacted()
+
     def background_round(self) -> None:
         """What a background cleaner thread does next: if it picks this partition (dirty ratio
         or max.compaction.lag.ms), a round with the same guarantees as :meth:`clean`."""

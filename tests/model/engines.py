@@ -143,6 +143,26 @@ class Engine:
             raise AssertionError(f"Spark job failed: {answer}")
         return dict(answer)
 
+    def external_publish(self) -> dict[str, Any]:
+        """A second writer: a standalone Spark job (the metadata and object stores alone, as
+        ``tiercompact spark-clean`` without ``--server``) publishes a compaction of the remote tier
+        under the leader's epoch; then one pass of the node's metadata follower (its sync interval)."""
+        from cleaner.spark.job import SparkCleanJob
+        from service.config import store_options
+        from service.spark_offload import clean_config
+
+        assert self.node.spark is not None, "a standalone job needs the Spark engine's session"
+        opts = store_options(self.config)
+        job = SparkCleanJob(self.node.spark.session(), rlmm=self.node.metadata, store_url=self.config.remote_url,
+                            store_options=opts, broker_id=self.config.broker_id, clock=self.clock,
+                            config=clean_config(self.config),
+                            views=SparkCleanJob.standalone_views(self.node.metadata, self.config.remote_url, opts))
+        outcome = job.run([self.tp])[self.tp]
+        if outcome.status not in ("cleaned", "nothing-to-clean"):
+            raise AssertionError(f"standalone Spark job: {outcome.as_dict()}")
+        self.node.follower.run_once()
+        return dict(outcome.as_dict())
+
     def background_round(self) -> bool:
         """One iteration of a background cleaner thread of this partition's pool (selection by
         dirty ratio / must-clean, then the round); returns whether it cleaned a log. A failed

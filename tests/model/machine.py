@@ -5,10 +5,11 @@ every step checks both isolation levels against the model.
 Operations: produce (plain, idempotent, transactional; keys from a small pool, tombstones,
 keyless records), retry of a producer's last batch, a fenced (zombie) produce, COMMIT/ABORT
 markers (optionally bumping the producer epoch), roll, forced roll (max.compaction.lag.ms),
-tier, retention, clean, leadership change, close-and-reopen, and the clock advancing; and
+tier, retention, clean, leadership change, close-and-reopen, and the clock advancing;
 transactions driven by the real transaction coordinator (tests/model/coordinator.py):
 InitProducerId, AddPartitionsToTxn + produce, EndTxn, expiry, coordinator restart (also in the
-middle of EndTxn).
+middle of EndTxn); and on the Spark engine a second writer's publish (a standalone job) that the
+node follows.
 """
 
 from __future__ import annotations
@@ -182,9 +183,20 @@ class PartitionMachine(RuleBasedStateMachine):
             self.d.assert_ok()
 
 
+class TwoWriterMachine(PartitionMachine):
+    """The Spark engine's machine: a second writer (a standalone Spark job on the same stores)
+    publishes compactions between steps, which the node must follow."""
+
+    @precondition(_can_spend)
+    @rule()
+    def external_publish(self) -> None:
+        self._spend().external_publish()
+
+
 def machine_for(spec: EngineSpec, *, expensive_budget: int | None = None, stats: dict[str, int] | None = None,
                 **attrs: Any) -> type[PartitionMachine]:
-    """A PartitionMachine class bound to one engine."""
-    return type(f"PartitionMachine_{spec.kind}", (PartitionMachine,),
+    """A PartitionMachine class bound to one engine (the Spark engine's with a second writer)."""
+    base = TwoWriterMachine if spec.kind == "spark" else PartitionMachine
+    return type(f"PartitionMachine_{spec.kind}", (base,),
                 {"spec": spec, "expensive_budget": expensive_budget, "stats": {} if stats is None else stats,
                  **attrs})
