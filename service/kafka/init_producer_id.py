@@ -27,7 +27,7 @@ def allocator_for(node: Any) -> ProducerIdAllocator:
     with _LOCK:
         alloc = _ALLOCATORS.get(node)
         if alloc is None:
-            from metadata.sql_producer_ids import SqlProducerIdBlockStore
+            from metadata.sql.producer_ids import SqlProducerIdBlockStore
 
             store = SqlProducerIdBlockStore(node.config.metadata_url,
                                             lock_timeout_ms=getattr(node.config, "metadata_lock_timeout_ms", 5_000))

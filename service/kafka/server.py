@@ -68,7 +68,7 @@ class KafkaService:
         self.membership: Any = None
 
     def start(self) -> KafkaService:
-        from metadata.sql_cluster import SqlClusterRegistry
+        from metadata.sql.cluster import SqlClusterRegistry
         from service.kafka.cluster import ClusterMembership
 
         self.listener.start()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from metadata.producer_ids import ProducerIdAllocator
-from metadata.sql_producer_ids import SqlProducerIdBlockStore
+from metadata.sql.producer_ids import SqlProducerIdBlockStore
 
 
 def test_ids_are_unique_across_nodes_threads_and_restarts(tmp_path):

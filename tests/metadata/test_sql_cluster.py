@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from metadata.cluster import BrokerRegistration, DuplicateBrokerError
-from metadata.sql_cluster import SqlClusterRegistry
+from metadata.sql.cluster import SqlClusterRegistry
 
 
 def _reg(broker: int, incarnation: str, now: int, port: int = 9092) -> BrokerRegistration:

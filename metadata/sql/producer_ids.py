@@ -13,7 +13,7 @@ from metadata.producer_ids import (
     ProducerIdBlockStore,
     ProducerIdsExhaustedError,
 )
-from metadata.sql_cluster import open_engine
+from metadata.sql.cluster import open_engine
 
 _meta = MetaData()
 
