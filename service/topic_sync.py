@@ -1,14 +1,15 @@
 """Keeps a node's topic registry (the data dir's topics.json, a cache) consistent with the topic
-configs in the metadata store, which every node and Spark job shares (#16)."""
+configs in the metadata store, which every node and Spark job shares."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from log.errors import TiercompactError, TopicExistsError
 from log.log_manager import LogManager, Topic
+from metadata.cluster import ClusterRegistry
 from metadata.topic_configs import StoredTopic, TopicConfigStore
 
 logger = logging.getLogger(__name__)
@@ -92,3 +93,13 @@ def add_partitions(log_manager: LogManager, topics: TopicConfigStore, name: str,
     topic = log_manager.add_partitions(name, count)
     topics.put_topic_config(stored(topic))
     return topic
+
+
+def forget_topic(topics: TopicConfigStore, cluster: ClusterRegistry, name: str,
+                 listeners: Iterable[Callable[[str], None]] = ()) -> None:
+    """After a topic's deletion everywhere: drop its shared config and its Kafka topic id (a topic
+    created again under the name is another topic, with a new id), then tell ``listeners``."""
+    topics.delete_topic_config(name)
+    cluster.forget_topic_id(name)
+    for fn in list(listeners):
+        fn(name)
