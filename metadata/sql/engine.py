@@ -213,7 +213,10 @@ class SqlStore:
             from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
             stmt = sqlite_insert(table)
-        return bool(conn.execute(stmt.values(**values).on_conflict_do_nothing(index_elements=keys)).rowcount == 1)
+        stmt = stmt.values(**values).on_conflict_do_nothing(index_elements=keys)
+        if self._engine.dialect.insert_returning:  # psycopg reports rowcount -1 for this statement
+            return conn.execute(stmt.returning(*(table.c[k] for k in keys))).first() is not None
+        return bool(conn.execute(stmt).rowcount == 1)
 
     def _forget_partition(self, conn: Connection, tp: TopicPartition) -> None:
         """Delete ``tp``'s rows of this store's tables (``delete_partition``, in its transaction).

@@ -14,8 +14,8 @@ def _reg(broker: int, incarnation: str, now: int, port: int = 9092) -> BrokerReg
     return BrokerRegistration(broker, "127.0.0.1", port, incarnation, now)
 
 
-def test_brokers_register_beat_and_expire(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'm.db'}"
+def test_brokers_register_beat_and_expire(shared_store_url: str) -> None:
+    url = shared_store_url
     a, b = SqlClusterRegistry(url), SqlClusterRegistry(url)  # two nodes, one store
     try:
         a.register(_reg(1, "a1", 1_000), session_timeout_ms=500)
@@ -36,8 +36,8 @@ def test_brokers_register_beat_and_expire(tmp_path: Path) -> None:
         b.close()
 
 
-def test_topic_ids_are_stable_and_shared(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'm.db'}"
+def test_topic_ids_are_stable_and_shared(shared_store_url: str) -> None:
+    url = shared_store_url
     a, b = SqlClusterRegistry(url), SqlClusterRegistry(url)
     try:
         tid = a.topic_id("orders")
