@@ -6,16 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 from log.errors import InvalidConfigError
+from metadata.cluster import ClusterRegistry
 from metadata.cluster_sync import ClusterSyncStore
 from metadata.erasures import ErasureReceiptStore
 from metadata.manager import RemoteLogMetadataManager
+from metadata.producer_ids import ProducerIdBlockStore
 from metadata.reports import RoundReportStore
 from metadata.segment_indexes import IndexedSegmentStore, SegmentIndexStore
 from metadata.store import MetadataStore
 from metadata.topic_configs import TopicConfigStore
 
-__all__ = ["ClusterSyncStore", "ErasureReceiptStore", "IndexedSegmentStore", "MetadataStore", "RemoteLogMetadataManager",
-           "RoundReportStore", "SegmentIndexStore", "TopicConfigStore", "load_metadata_manager"]
+__all__ = ["ClusterRegistry", "ClusterSyncStore", "ErasureReceiptStore", "IndexedSegmentStore", "MetadataStore",
+           "ProducerIdBlockStore", "RemoteLogMetadataManager", "RoundReportStore", "SegmentIndexStore", "TopicConfigStore",
+           "load_metadata_manager"]
 
 _SCHEMES = ("sqlite", "postgresql", "postgres")
 

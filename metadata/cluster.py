@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Protocol
 
 from log.errors import TiercompactError
 
@@ -33,10 +33,10 @@ def new_incarnation() -> str:
     return uuid.uuid4().hex
 
 
-class ClusterRegistry(ABC):
-    """Brokers and topic ids shared by every node on the same metadata store."""
+class ClusterRegistry(Protocol):
+    """Brokers and topic ids shared by every node on the same metadata store (SQL:
+    :mod:`metadata.sql.cluster`)."""
 
-    @abstractmethod
     def register(self, reg: BrokerRegistration, *, session_timeout_ms: int) -> None:
         """Add or replace this broker's entry.
 
@@ -45,30 +45,20 @@ class ClusterRegistry(ABC):
                 younger than ``session_timeout_ms``.
         """
 
-    @abstractmethod
     def heartbeat(self, broker_id: int, incarnation: str, now_ms: int) -> bool:
         """Renew the entry; False if it is no longer this incarnation's (another node took the id)."""
 
-    @abstractmethod
     def deregister(self, broker_id: int, incarnation: str) -> None:
         """Remove the entry (a clean stop), if it is still this incarnation's."""
 
-    @abstractmethod
     def brokers(self) -> list[BrokerRegistration]:
         """Every registered broker, live or not, by id."""
 
-    @abstractmethod
     def topic_id(self, topic: str) -> uuid.UUID:
         """The topic's stable id (Kafka's topic UUID), created on first use and the same on every node."""
 
-    @abstractmethod
     def topic_ids(self) -> dict[str, uuid.UUID]:
         """Every topic id known, by topic name."""
 
-    @abstractmethod
     def forget_topic_id(self, topic: str) -> None:
         """Drop a deleted topic's id: a topic created again under the name gets a new one."""
-
-    @abstractmethod
-    def close(self) -> None:
-        """Release the store's connections."""

@@ -10,8 +10,8 @@ the cluster never share an id.
 from __future__ import annotations
 
 import threading
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Protocol
 
 from metadata.errors import MetadataError
 
@@ -38,15 +38,11 @@ class ProducerIdBlock:
         return self.first + self.size - 1
 
 
-class ProducerIdBlockStore(ABC):
-    """The shared counter behind the blocks (SQL: metadata/sql_producer_ids.py)."""
+class ProducerIdBlockStore(Protocol):
+    """The shared counter behind the blocks (SQL: :mod:`metadata.sql.producer_ids`)."""
 
-    @abstractmethod
     def claim_block(self, broker_id: int, size: int) -> ProducerIdBlock:
         """Atomically take the next ``size`` ids for ``broker_id``; no other caller, on any node, gets them."""
-
-    def close(self) -> None:  # noqa: B027 - optional
-        """Release connections."""
 
 
 class ProducerIdAllocator:

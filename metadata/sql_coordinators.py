@@ -9,7 +9,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
 from metadata.coordinators import NO_OWNER, CoordinatorClaim, CoordinatorFencedError, CoordinatorStore
-from metadata.sql_cluster import open_engine
+from metadata.sql.standalone import open_engine
 
 _meta = MetaData()
 

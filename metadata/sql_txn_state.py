@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection
 
 from log.types import TopicPartition
 from metadata.coordinators import TRANSACTION
-from metadata.sql_cluster import open_engine
+from metadata.sql.standalone import open_engine
 from metadata.sql_coordinators import create_tables as create_coordinator_tables
 from metadata.sql_coordinators import fence as fence_write
 from metadata.txn_state import TxnRecord, TxnStateStore

@@ -3,23 +3,26 @@
 Only what opens the store and hands its parts out (the node, the command line) names this; a
 caller takes the narrow protocol it uses: :class:`~metadata.manager.RemoteLogMetadataManager`,
 :class:`~metadata.segment_indexes.SegmentIndexStore`, :class:`~metadata.reports.RoundReportStore`,
-:class:`~metadata.erasures.ErasureReceiptStore`, :class:`~metadata.topic_configs.TopicConfigStore` or
-:class:`~metadata.cluster_sync.ClusterSyncStore`.
+:class:`~metadata.erasures.ErasureReceiptStore`, :class:`~metadata.topic_configs.TopicConfigStore`,
+:class:`~metadata.cluster_sync.ClusterSyncStore`, :class:`~metadata.cluster.ClusterRegistry` or
+:class:`~metadata.producer_ids.ProducerIdBlockStore`.
 """
 
 from __future__ import annotations
 
 from typing import Protocol, Self
 
+from metadata.cluster import ClusterRegistry
 from metadata.cluster_sync import ClusterSyncStore
 from metadata.erasures import ErasureReceiptStore
+from metadata.producer_ids import ProducerIdBlockStore
 from metadata.reports import RoundReportStore
 from metadata.segment_indexes import IndexedSegmentStore
 from metadata.topic_configs import TopicConfigStore
 
 
 class MetadataStore(IndexedSegmentStore, RoundReportStore, ErasureReceiptStore, TopicConfigStore, ClusterSyncStore,
-                    Protocol):
+                    ClusterRegistry, ProducerIdBlockStore, Protocol):
     """Every protocol of the metadata store, over one database; closing it closes them all."""
 
     def __enter__(self) -> Self: ...

@@ -192,33 +192,14 @@ class MetadataFollower:
 
     def registered_brokers(self) -> list[int]:
         """The broker ids in the cluster registry (none when it cannot be read)."""
-        reg = self._registry()
-        if reg is None:
-            return []
         try:
-            return [r.broker_id for r in reg.brokers()]
+            return [r.broker_id for r in self.node.metadata.brokers()]
         except Exception as e:  # noqa: BLE001 - an unreadable registry: the receipt waits on nobody new
             logger.warning("cluster registry unreadable: %s", e)
             return []
 
-    _registry_obj: Any = None
-
-    def _registry(self) -> Any:
-        if self._registry_obj is None:
-            from metadata.sql_cluster import SqlClusterRegistry
-
-            cfg = self.node.config
-            try:
-                self._registry_obj = SqlClusterRegistry(cfg.metadata_url, lock_timeout_ms=cfg.metadata_lock_timeout_ms)
-            except Exception as e:  # noqa: BLE001 - e.g. the store is down: asked again next time
-                logger.warning("cluster registry unavailable: %s", e)
-                return None
-        return self._registry_obj
-
     def close(self) -> None:
-        if self._registry_obj is not None:
-            self._registry_obj.close()
-            self._registry_obj = None
+        """Nothing to release: the registry is the node's metadata store, which the node closes."""
 
 
 def follower_for(node: Any, interval_ms: int) -> tuple[MetadataFollower, Callable[[], None]]:

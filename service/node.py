@@ -93,6 +93,8 @@ class Node:
         self._append_listeners: list[Callable[[TopicPartition], None]] = []
         #: more Prometheus collectors for /metrics (the Kafka listener's)
         self.metric_collectors: list[Any] = []
+        #: called with the name after a topic is deleted everywhere (the Kafka listener's topic id cache)
+        self.topic_deleted_listeners: list[Callable[[str], None]] = []
         #: the Spark offload, with a spark_master: tiered-pool rounds and API requests as jobs
         self.spark = parts.spark
         self.partitions = LogPartitions(self.log_manager)
@@ -336,7 +338,7 @@ class Node:
                     self.remote.delete_partition_data(tp)
             self.log_manager.delete_topic(name)
             if not local_only:
-                self.metadata.delete_topic_config(name)
+                topic_sync.forget_topic(self.metadata, self.metadata, name, self.topic_deleted_listeners)
         finally:
             for tp in tps:
                 manager.forget(tp)

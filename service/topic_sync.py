@@ -5,11 +5,12 @@ topic deletion a node that does not lead the topic was asked for."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from log.errors import TiercompactError, TopicExistsError
 from log.log_manager import LogManager, Topic
+from metadata.cluster import ClusterRegistry
 from metadata.errors import FencedLeaderEpochError
 from metadata.topic_configs import StoredTopic, TopicConfigStore
 from remote.log_manager import COUNTED_BY_RLM
@@ -108,3 +109,13 @@ def not_deleted(e: FencedLeaderEpochError, topic: str) -> FencedLeaderEpochError
                f"DELETE /v1/topics/{topic}?scope=local")
     setattr(out, COUNTED_BY_RLM, getattr(e, COUNTED_BY_RLM, False))
     return out
+
+
+def forget_topic(topics: TopicConfigStore, cluster: ClusterRegistry, name: str,
+                 listeners: Iterable[Callable[[str], None]] = ()) -> None:
+    """After a topic's deletion everywhere: drop its shared config and its Kafka topic id (a topic
+    created again under the name is another topic, with a new id), then tell ``listeners``."""
+    topics.delete_topic_config(name)
+    cluster.forget_topic_id(name)
+    for fn in list(listeners):
+        fn(name)

@@ -20,7 +20,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
-from sqlalchemy import Connection, create_engine, event
+from sqlalchemy import Connection, Table, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
@@ -200,6 +200,23 @@ class SqlStore:
             raise MetadataStoreError("metadata manager is closed")
         with self._errors(what), self._all_lock, self._engine.connect() as conn:
             return fn(conn)
+
+    def _insert_or_ignore(self, conn: Connection, table: Table, values: dict[str, Any], keys: list[str]) -> bool:
+        """Insert a row unless one with the same ``keys`` exists (``ON CONFLICT DO NOTHING``, which
+        waits for a concurrent inserter instead of failing); True if this call inserted it."""
+        stmt: Any
+        if self._engine.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            stmt = pg_insert(table)
+        else:
+            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+            stmt = sqlite_insert(table)
+        stmt = stmt.values(**values).on_conflict_do_nothing(index_elements=keys)
+        if self._engine.dialect.insert_returning:  # psycopg reports rowcount -1 for this statement
+            return conn.execute(stmt.returning(*(table.c[k] for k in keys))).first() is not None
+        return bool(conn.execute(stmt).rowcount == 1)
 
     def _forget_partition(self, conn: Connection, tp: TopicPartition) -> None:
         """Delete ``tp``'s rows of this store's tables (``delete_partition``, in its transaction).

@@ -54,16 +54,7 @@ class SqlLeadership(SqlStore):
     def _ensure_partition(self, conn: Connection, tp: TopicPartition) -> None:
         values = {"topic": tp.topic, "partition_id": tp.partition, "leader_epoch": -1, "broker_id": -1,
                       "fence_token": uuid.uuid4().hex, "updated_ms": self._clock.milliseconds()}
-        stmt: Any
-        if self._engine.dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-            stmt = pg_insert(leaders)
-        else:
-            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-            stmt = sqlite_insert(leaders)
-        conn.execute(stmt.values(**values).on_conflict_do_nothing(index_elements=["topic", "partition_id"]))
+        self._insert_or_ignore(conn, leaders, values, ["topic", "partition_id"])
 
     def _cas(self, conn: Connection, tp: TopicPartition, condition: Any, values: dict[str, Any]) -> bool:
         """Conditionally update the partition's leader row; True if it changed."""

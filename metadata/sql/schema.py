@@ -38,7 +38,7 @@ from sqlalchemy import exc as sa_exc
 from log.errors import InvalidConfigError
 from log.types import TopicPartition
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _meta = MetaData()
 leaders = Table(
@@ -166,9 +166,32 @@ erasure_confirmations = Table(
     Column("confirmed_ms", BigInteger, nullable=False),
     Column("detail", Text, nullable=False),  # JSON: the local files this node dropped
 )
+#: the cluster registry (schema version 6): nodes sharing the store (broker id, listener, heartbeat)
+brokers = Table(
+    "kafka_brokers", _meta,
+    Column("broker_id", Integer, primary_key=True, autoincrement=False),
+    Column("host", String(255), nullable=False),
+    Column("port", Integer, nullable=False),
+    Column("rack", String(255), nullable=True),
+    Column("incarnation", String(64), nullable=False),
+    Column("heartbeat_ms", BigInteger, nullable=False),
+)
+#: Kafka's topic ids (schema version 6): one per topic, forgotten when the topic is deleted
+topic_ids = Table(
+    "kafka_topic_ids", _meta,
+    Column("topic", String(249), primary_key=True),
+    Column("topic_id", String(36), nullable=False),
+)
+#: the producer id counter (schema version 6): one row, the first id of the next block
+producer_id_blocks = Table(
+    "kafka_producer_id_blocks", _meta,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("next_block_start", BigInteger, nullable=False),
+    Column("last_broker_id", Integer, nullable=False),  # who took the last block (for an operator)
+)
 #: tables each schema version added (a store opened at an older version gets them)
 _TABLES_SINCE = {2: (rounds, round_segments), 4: (erasures, erasure_partitions, topic_configs),
-                 5: (erasure_confirmations,)}
+                 5: (erasure_confirmations,), 6: (brokers, topic_ids, producer_id_blocks)}
 #: columns each schema version added to an existing table (ALTER TABLE ... ADD COLUMN, nullable)
 _COLUMNS_SINCE: dict[int, tuple[tuple[Table, str], ...]] = {3: ((segments, "key_index_bytes"),)}
 schema_version = Table(

@@ -5,14 +5,15 @@ Each protocol has its store in this package, all extending :class:`~metadata.sql
 (so the class below shares one engine, one set of locks and one schema among them):
 :mod:`~metadata.sql.segments` (with :mod:`~metadata.sql.leadership`'s fence),
 :mod:`~metadata.sql.segment_indexes`, :mod:`~metadata.sql.reports`,
-:mod:`~metadata.sql.erasures` and :mod:`~metadata.sql.topic_configs`. A new store is one
-protocol module in :mod:`metadata`, one module here added to the bases below, and its tables in
-:mod:`metadata.sql.schema`.
+:mod:`~metadata.sql.erasures`, :mod:`~metadata.sql.topic_configs`, :mod:`~metadata.sql.cluster`
+and :mod:`~metadata.sql.producer_ids`. How to add a store: :mod:`metadata.sql`.
 """
 
 from __future__ import annotations
 
+from metadata.sql.cluster import SqlClusterRegistry
 from metadata.sql.erasures import SqlErasureReceiptStore
+from metadata.sql.producer_ids import SqlProducerIdBlockStore
 from metadata.sql.reports import SqlRoundReportStore
 from metadata.sql.segment_indexes import SqlSegmentIndexStore
 from metadata.sql.segments import SqlSegmentStore
@@ -21,7 +22,8 @@ from metadata.store import MetadataStore
 
 
 class SqlRemoteLogMetadataManager(SqlSegmentStore, SqlSegmentIndexStore, SqlRoundReportStore,
-                                  SqlErasureReceiptStore, SqlTopicConfigStore, MetadataStore):
+                                  SqlErasureReceiptStore, SqlTopicConfigStore, SqlClusterRegistry,
+                                  SqlProducerIdBlockStore, MetadataStore):
     """The whole metadata store over one SQLAlchemy engine (``sqlite:///...``, ``postgresql://...``).
 
     Options: ``clock``, ``lock_timeout_ms``, ``statement_timeout_ms``, ``echo``

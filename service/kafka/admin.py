@@ -128,10 +128,7 @@ def _delete(ctx: RequestContext, request: Any) -> Any:
                 if name is None:
                     raise _Refused(100, f"unknown topic id {topic_id}")  # UNKNOWN_TOPIC_ID
             tid = _topic_id(ctx, name) if ctx.api_version >= 6 else _NO_ID
-            ctx.node.delete_topic(name)
-            forget = getattr(ctx.cluster, "forget_topic_id", None)
-            if forget is not None:
-                forget(name)
+            ctx.node.delete_topic(name)  # forgets the topic's id too
         except Exception as e:  # noqa: BLE001 - every failure is the topic's error code
             code = e.code if isinstance(e, _Refused) else error_code(e)
             out.append(_DResult(name=name, topic_id=topic_id or _NO_ID, error_code=code,

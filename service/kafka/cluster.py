@@ -16,7 +16,10 @@ logger = logging.getLogger(__name__)
 
 
 class ClusterMembership:
-    """Registers ``me`` in ``registry``, renews its heartbeat, and answers which brokers are alive."""
+    """Registers ``me`` in ``registry``, renews its heartbeat, and answers which brokers are alive.
+
+    The registry is the node's metadata store: its owner (the node) closes it, not :meth:`stop`.
+    """
 
     def __init__(self, registry: ClusterRegistry, me: BrokerInfo, *, heartbeat_ms: int = 2_000,
                  session_timeout_ms: int = 9_000, clock: Clock = SYSTEM_CLOCK) -> None:
@@ -29,7 +32,8 @@ class ClusterMembership:
         self._thread: PeriodicTask | None = None
         self._lock = threading.Lock()
         self._cache: tuple[float, list[BrokerRegistration]] | None = None
-        self._topic_ids: dict[str, uuid.UUID] = {}
+        #: topic -> (read at, id): another node may delete the topic and forget its id
+        self._topic_ids: dict[str, tuple[float, uuid.UUID]] = {}
         #: how long a read of the registry serves Metadata requests (it changes at heartbeat pace)
         self.cache_s = min(heartbeat_ms, 1_000) / 1000
 
@@ -60,7 +64,6 @@ class ClusterMembership:
             self.registry.deregister(self.me.broker_id, self.incarnation)
         except Exception as e:  # noqa: BLE001 - the entry then expires after the session timeout
             logger.warning("could not deregister broker %d: %s", self.me.broker_id, e)
-        self.registry.close()
 
     def registrations(self) -> list[BrokerRegistration]:
         """Every registered broker (cached for a moment)."""
@@ -83,16 +86,24 @@ class ClusterMembership:
         return sorted(live, key=lambda b: b.broker_id)
 
     def topic_id(self, topic: str) -> uuid.UUID:
-        found = self._topic_ids.get(topic)
-        if found is None:
-            found = self._topic_ids[topic] = self.registry.topic_id(topic)
-        return found
+        now = time.monotonic()
+        with self._lock:
+            found = self._topic_ids.get(topic)
+        if found is not None and now - found[0] < self.cache_s:
+            return found[1]
+        tid = self.registry.topic_id(topic)
+        with self._lock:
+            self._topic_ids[topic] = (now, tid)
+        return tid
 
     def topic_ids(self) -> dict[str, uuid.UUID]:
         ids = self.registry.topic_ids()
-        self._topic_ids.update(ids)
+        now = time.monotonic()
+        with self._lock:
+            self._topic_ids.update((k, (now, v)) for k, v in ids.items())
         return ids
 
-    def forget_topic_id(self, topic: str) -> None:
-        self._topic_ids.pop(topic, None)
-        self.registry.forget_topic_id(topic)
+    def drop_cached_topic_id(self, topic: str) -> None:
+        """After the topic's deletion (which forgot its stored id): the name gets a new id when created again."""
+        with self._lock:
+            self._topic_ids.pop(topic, None)

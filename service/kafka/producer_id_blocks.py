@@ -14,13 +14,9 @@ _LOCK = threading.Lock()
 
 
 def allocator_for(node: Any) -> ProducerIdAllocator:
-    """The node's allocator, on the node's metadata store (opened on first use)."""
+    """The node's allocator, on the node's metadata store (made on first use)."""
     with _LOCK:
         alloc = _ALLOCATORS.get(node)
         if alloc is None:
-            from metadata.sql_producer_ids import SqlProducerIdBlockStore
-
-            store = SqlProducerIdBlockStore(node.config.metadata_url,
-                                            lock_timeout_ms=getattr(node.config, "metadata_lock_timeout_ms", 5_000))
-            alloc = _ALLOCATORS[node] = ProducerIdAllocator(store, node.broker_id)
+            alloc = _ALLOCATORS[node] = ProducerIdAllocator(node.metadata, node.broker_id)
         return alloc

@@ -153,11 +153,6 @@ class ClusterView:
     def topic_ids(self) -> dict[str, uuid.UUID]:
         return {} if self.membership is None else dict(self.membership.topic_ids())
 
-    def forget_topic_id(self, topic: str) -> None:
-        """After a topic deletion: the name gets a new id when created again."""
-        if self.membership is not None:
-            self.membership.forget_topic_id(topic)
-
 
 @dataclass(frozen=True)
 class RequestHeaderInfo:

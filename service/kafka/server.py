@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import ssl
@@ -68,20 +69,18 @@ class KafkaService:
         self.membership: Any = None
 
     def start(self) -> KafkaService:
-        from metadata.sql_cluster import SqlClusterRegistry
         from service.kafka.cluster import ClusterMembership
 
         self.listener.start()
         self.node.metric_collectors.append(self.metrics)
         try:
             cluster = self.listener.cluster
-            registry = SqlClusterRegistry(self.config.metadata_url,
-                                          lock_timeout_ms=self.config.metadata_lock_timeout_ms)
             self.membership = ClusterMembership(
-                registry, BrokerInfo(cluster.broker_id, cluster.host, cluster.port),
+                self.node.metadata, BrokerInfo(cluster.broker_id, cluster.host, cluster.port),
                 heartbeat_ms=self.config.broker_heartbeat_interval_ms,
                 session_timeout_ms=self.config.broker_session_timeout_ms, clock=self.node.clock).start()
             cluster.membership = self.membership
+            self.node.topic_deleted_listeners.append(self.membership.drop_cached_topic_id)
             from service.kafka.coordinators import Coordinators
 
             self.listener.coordinators = Coordinators(self.node, self.listener, self.membership).start()
@@ -110,5 +109,7 @@ class KafkaService:
         if self.metrics in self.node.metric_collectors:
             self.node.metric_collectors.remove(self.metrics)
         if self.membership is not None:
+            with contextlib.suppress(ValueError):
+                self.node.topic_deleted_listeners.remove(self.membership.drop_cached_topic_id)
             self.membership.stop()
             self.membership = None

@@ -171,6 +171,26 @@ def test_topic_admin_answers_as_kafka(wire: Wire, node: Node) -> None:
     assert "cdc" not in [t.name for t in node.topics()]
 
 
+def test_a_deleted_topic_gets_a_new_id_when_created_again(node: Node) -> None:
+    """The node's metadata store is the cluster registry; deleting a topic (HTTP DELETE and DeleteTopics
+    both run Node.delete_topic) forgets its stored id and the listener's cached one."""
+    from service.kafka.cluster import ClusterMembership
+    from service.kafka.registry import BrokerInfo
+
+    membership = ClusterMembership(node.metadata, BrokerInfo(node.broker_id, "127.0.0.1", 9092), clock=node.clock)
+    node.topic_deleted_listeners.append(membership.drop_cached_topic_id)
+    try:
+        node.create_topic("reborn")
+        first = membership.topic_id("reborn")
+        assert node.metadata.topic_ids()["reborn"] == first
+        node.delete_topic("reborn")
+        assert "reborn" not in node.metadata.topic_ids()
+        node.create_topic("reborn")
+        assert membership.topic_id("reborn") != first
+    finally:
+        node.topic_deleted_listeners.remove(membership.drop_cached_topic_id)
+
+
 def test_fetch_list_offsets_and_epochs(wire: Wire, node: Node) -> None:
     assert _create(wire, "t", {"cleanup.policy": "compact"}).error_code == 0
     _produce(node, "t", 10)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 
 from metadata.producer_ids import ProducerIdAllocator
-from metadata.sql_producer_ids import SqlProducerIdBlockStore
+from metadata.sql.producer_ids import SqlProducerIdBlockStore
 
 
-def test_ids_are_unique_across_nodes_threads_and_restarts(tmp_path):
-    url = f"sqlite:///{tmp_path / 'meta.db'}"
+def test_ids_are_unique_across_nodes_threads_and_restarts(shared_store_url: str) -> None:
+    url = shared_store_url
     stores = [SqlProducerIdBlockStore(url) for _ in range(3)]
     allocs = [ProducerIdAllocator(s, broker_id=i, block_size=7) for i, s in enumerate(stores)]
     got: list[int] = []
@@ -29,5 +29,5 @@ def test_ids_are_unique_across_nodes_threads_and_restarts(tmp_path):
     # a restarted node never reuses an id, even the unused rest of its block
     restarted = ProducerIdAllocator(SqlProducerIdBlockStore(url), broker_id=0, block_size=7)
     assert restarted.next_id() > max(got)
-    for s in stores:
+    for s in [*stores, restarted.store]:
         s.close()

@@ -7,15 +7,15 @@ from pathlib import Path
 import pytest
 
 from metadata.cluster import BrokerRegistration, DuplicateBrokerError
-from metadata.sql_cluster import SqlClusterRegistry
+from metadata.sql.cluster import SqlClusterRegistry
 
 
 def _reg(broker: int, incarnation: str, now: int, port: int = 9092) -> BrokerRegistration:
     return BrokerRegistration(broker, "127.0.0.1", port, incarnation, now)
 
 
-def test_brokers_register_beat_and_expire(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'm.db'}"
+def test_brokers_register_beat_and_expire(shared_store_url: str) -> None:
+    url = shared_store_url
     a, b = SqlClusterRegistry(url), SqlClusterRegistry(url)  # two nodes, one store
     try:
         a.register(_reg(1, "a1", 1_000), session_timeout_ms=500)
@@ -36,8 +36,8 @@ def test_brokers_register_beat_and_expire(tmp_path: Path) -> None:
         b.close()
 
 
-def test_topic_ids_are_stable_and_shared(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'm.db'}"
+def test_topic_ids_are_stable_and_shared(shared_store_url: str) -> None:
+    url = shared_store_url
     a, b = SqlClusterRegistry(url), SqlClusterRegistry(url)
     try:
         tid = a.topic_id("orders")
@@ -49,3 +49,29 @@ def test_topic_ids_are_stable_and_shared(tmp_path: Path) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_a_version_4_store_gets_the_cluster_and_producer_id_tables(tmp_path: Path) -> None:
+    from sqlalchemy import create_engine, delete, insert, inspect
+
+    from metadata.producer_ids import ProducerIdAllocator
+    from metadata.sql import SqlRemoteLogMetadataManager
+    from metadata.sql.schema import SCHEMA_VERSION, brokers, producer_id_blocks, schema_version, topic_ids
+
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    SqlRemoteLogMetadataManager(url).close()
+    engine = create_engine(url)
+    for table in (brokers, topic_ids, producer_id_blocks):
+        table.drop(engine)
+    with engine.begin() as conn:
+        conn.execute(delete(schema_version))
+        conn.execute(insert(schema_version).values(version=4))
+    assert not inspect(engine).has_table("kafka_brokers")
+    with SqlRemoteLogMetadataManager(url) as m:  # one store, one engine: every protocol on it
+        m.register(_reg(1, "a1", 1_000), session_timeout_ms=500)
+        assert [r.broker_id for r in m.brokers()] == [1]
+        assert m.topic_id("orders") == m.topic_ids()["orders"]
+        assert ProducerIdAllocator(m, broker_id=1, block_size=5).next_id() == 0
+    with engine.connect() as conn:
+        assert conn.execute(schema_version.select()).scalars().all() == [SCHEMA_VERSION]
+    engine.dispose()

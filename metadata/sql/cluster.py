@@ -1,0 +1,76 @@
+"""The SQL :class:`~metadata.cluster.ClusterRegistry`: one row per registered broker (``kafka_brokers``)
+and one per topic id (``kafka_topic_ids``)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy import Connection, delete, select, update
+
+from metadata.cluster import BrokerRegistration, DuplicateBrokerError
+from metadata.sql.engine import SqlStore
+from metadata.sql.schema import brokers, topic_ids
+
+
+def _row(r: Any) -> BrokerRegistration:
+    return BrokerRegistration(int(r.broker_id), r.host, int(r.port), r.incarnation, int(r.heartbeat_ms), r.rack)
+
+
+class SqlClusterRegistry(SqlStore):
+    """Brokers and topic ids shared by every node on the store (see :class:`~metadata.cluster.ClusterRegistry`)."""
+
+    def register(self, reg: BrokerRegistration, *, session_timeout_ms: int) -> None:
+        values = {"host": reg.host, "port": reg.port, "rack": reg.rack, "incarnation": reg.incarnation,
+                  "heartbeat_ms": reg.heartbeat_ms}
+
+        def fn(conn: Connection) -> None:
+            old = conn.execute(select(brokers).where(brokers.c.broker_id == reg.broker_id).with_for_update()).first()
+            if old is None:
+                if not self._insert_or_ignore(conn, brokers, {"broker_id": reg.broker_id, **values}, ["broker_id"]):
+                    raise DuplicateBrokerError(f"broker id {reg.broker_id} was registered by another node at the "
+                                               f"same moment; give each node its own --broker-id")
+                return
+            prev = _row(old)
+            if prev.incarnation != reg.incarnation and prev.alive(reg.heartbeat_ms, session_timeout_ms):
+                raise DuplicateBrokerError(
+                    f"broker id {reg.broker_id} is registered by a live node at {prev.host}:{prev.port} (heartbeat "
+                    f"{reg.heartbeat_ms - prev.heartbeat_ms} ms ago); give each node sharing the metadata store "
+                    f"its own --broker-id, or wait {session_timeout_ms} ms after stopping the other one")
+            conn.execute(update(brokers).where(brokers.c.broker_id == reg.broker_id).values(**values))
+
+        self._write_global("register_broker", fn)
+
+    def heartbeat(self, broker_id: int, incarnation: str, now_ms: int) -> bool:
+        stmt = (update(brokers).where(brokers.c.broker_id == broker_id, brokers.c.incarnation == incarnation)
+                .values(heartbeat_ms=now_ms))
+        return bool(self._write_global("broker_heartbeat", lambda c: c.execute(stmt).rowcount) == 1)
+
+    def deregister(self, broker_id: int, incarnation: str) -> None:
+        stmt = delete(brokers).where(brokers.c.broker_id == broker_id, brokers.c.incarnation == incarnation)
+        self._write_global("deregister_broker", lambda c: c.execute(stmt))
+
+    def brokers(self) -> list[BrokerRegistration]:
+        rows = self._read("brokers", lambda c: c.execute(select(brokers).order_by(brokers.c.broker_id)).all())
+        return [_row(r) for r in rows]
+
+    def topic_id(self, topic: str) -> uuid.UUID:
+        stmt = select(topic_ids.c.topic_id).where(topic_ids.c.topic == topic)
+        found = self._read("topic_id", lambda c: c.execute(stmt).scalar_one_or_none())
+        if found is not None:
+            return uuid.UUID(found)
+
+        def fn(conn: Connection) -> str:
+            # another node may name it first: then its id is the one both return
+            self._insert_or_ignore(conn, topic_ids, {"topic": topic, "topic_id": str(uuid.uuid4())}, ["topic"])
+            return str(conn.execute(stmt).scalar_one())
+
+        return uuid.UUID(self._write_global("create_topic_id", fn))
+
+    def topic_ids(self) -> dict[str, uuid.UUID]:
+        rows = self._read("topic_ids", lambda c: c.execute(select(topic_ids.c.topic, topic_ids.c.topic_id)).all())
+        return {r.topic: uuid.UUID(r.topic_id) for r in rows}
+
+    def forget_topic_id(self, topic: str) -> None:
+        self._write_global("forget_topic_id",
+                           lambda c: c.execute(delete(topic_ids).where(topic_ids.c.topic == topic)))
