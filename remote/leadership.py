@@ -4,11 +4,13 @@ leadership: registering, resuming and checking the epoch it acts under (see :mod
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from log.clock import Clock
 from log.local_log import LocalLog
 from log.locks import RANK_RLM_PARTITION, BoundedLock, ordered_rlock
+from log.errors import UnknownTopicOrPartitionError
 from log.log_manager import LogManager
 from log.types import TopicPartition
 from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
@@ -42,6 +44,7 @@ class RemoteLogState:
     _abandoned: dict[TopicPartition, dict[str, RemoteLogSegmentMetadata]]
     _counters: dict[str, int]
     _deleter: SegmentDeleter
+    _topic_deleted: Callable[[str], bool]
     #: how long a request waits for a partition lock background work holds (request_timeout_ms)
     request_timeout_s: float = 30.0
 
@@ -171,6 +174,10 @@ class Leadership(RemoteLogState):
             log = self._log(tp)
             state = self.metadata.leader_state(tp)
             if state is None:
+                if self._topic_deleted(tp.topic):
+                    raise UnknownTopicOrPartitionError(
+                        f"topic {tp.topic!r} was deleted (the metadata store records its deletion): this node's "
+                        f"copy of {tp} is stale and is never registered or uploaded again; a restart drops it")
                 epoch = max(log.leader_epoch, 0)
                 start = next((e.start_offset for e in log.epoch_entries if e.epoch == epoch), log.log_start_offset)
                 try:

@@ -174,6 +174,7 @@ class RemoteLogManager(Tiering, Retention):
         orphan_object_grace_ms: int = 3_600_000,
         cleaner_checkpoint: Callable[[TopicPartition], int | None] = lambda tp: None,
         request_timeout_ms: int = 30_000,
+        topic_deleted: Callable[[str], bool] = lambda topic: False,
     ) -> None:
         self.log_manager = log_manager
         self.metadata = metadata_manager
@@ -197,6 +198,8 @@ class RemoteLogManager(Tiering, Retention):
         self._leaders: dict[TopicPartition, LeaderState] = {}
         self._abandoned: dict[TopicPartition, dict[str, RemoteLogSegmentMetadata]] = {}
         self._copying: set[TopicPartition] = set()  # partitions with an upload in flight
+        #: whether the metadata store records the topic's deletion (a stale copy is never registered)
+        self._topic_deleted = topic_deleted
         #: a request waits at most this long for a partition lock (log.locks.BoundedLock)
         self.request_timeout_s = request_timeout_ms / 1000
         self._counters = {"bytes_uploaded": 0, "segments_copied": 0, "segments_deleted": 0, "copy_failures": 0,

@@ -332,7 +332,7 @@ class Node:
                     self.remote.delete_partition_data(tp)
             self.log_manager.delete_topic(name)
             if not local_only:
-                self.metadata.delete_topic_config(name)
+                self.metadata.record_topic_deletion(name, broker_id=self.broker_id)  # it stays deleted
         finally:
             for tp in tps:
                 manager.forget(tp)

@@ -20,11 +20,20 @@ def stored(topic: Topic) -> StoredTopic:
 
 def sync_at_start(log_manager: LogManager, topics: TopicConfigStore) -> dict[str, list[str]]:
     """At node start: learn the store's topics this node lacks, publish this node's topics the
-    store lacks (a data dir from before #16), and take the store's config where both have the
-    topic and they differ (another node's PATCH). Returns what changed, by kind."""
-    out: dict[str, list[str]] = {"learned": [], "published": [], "updated": []}
+    store lacks (a data dir from before the store kept topic configs), and take the store's config
+    where both have the topic and they differ (another node's PATCH). A local topic the store
+    records as deleted (deleted on another node while this one was down or followed it) is a
+    stale copy: it is dropped, never published again. Returns what changed, by kind."""
+    out: dict[str, list[str]] = {"learned": [], "published": [], "updated": [], "dropped": []}
     shared = {t.name: t for t in topics.list_topic_configs()}
+    deleted = topics.deleted_topics()
     local = {t.name: t for t in log_manager.topics()}
+    for name in [n for n in local if n in deleted and n not in shared]:
+        log_manager.delete_topic(name)
+        del local[name]
+        out["dropped"].append(name)
+        logger.warning("topic %s was deleted at %d (the metadata store records it): this node's stale copy was "
+                       "dropped", name, deleted[name])
     for name, s in shared.items():
         mine = local.get(name)
         try:

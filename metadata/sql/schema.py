@@ -38,7 +38,7 @@ from sqlalchemy import exc as sa_exc
 from log.errors import InvalidConfigError
 from log.types import TopicPartition
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _meta = MetaData()
 leaders = Table(
@@ -156,8 +156,17 @@ topic_configs = Table(
     Column("config", Text, nullable=False),  # JSON object of the overrides
     Column("updated_ms", BigInteger, nullable=False),
 )
+#: topic deletions (schema version 5): a deleted topic stays deleted, also for a node that still
+#: holds a local copy of it (removed when a topic of that name is created again)
+deleted_topics = Table(
+    "tc_deleted_topics", _meta,
+    Column("topic", String(255), primary_key=True),
+    Column("deleted_ms", BigInteger, nullable=False),
+    Column("broker_id", Integer, nullable=False),
+)
 #: tables each schema version added (a store opened at an older version gets them)
-_TABLES_SINCE = {2: (rounds, round_segments), 4: (erasures, erasure_partitions, topic_configs)}
+_TABLES_SINCE = {2: (rounds, round_segments), 4: (erasures, erasure_partitions, topic_configs),
+                 5: (deleted_topics,)}
 #: columns each schema version added to an existing table (ALTER TABLE ... ADD COLUMN, nullable)
 _COLUMNS_SINCE: dict[int, tuple[tuple[Table, str], ...]] = {3: ((segments, "key_index_bytes"),)}
 schema_version = Table(
