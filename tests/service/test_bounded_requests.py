@@ -170,3 +170,36 @@ def test_the_bound_applies_to_requests_only() -> None:
     waiter.join(5)
     assert done.is_set()
     assert error_code(PartitionBusyError("busy")) == REQUEST_TIMED_OUT
+
+
+def test_tier_answers_within_the_bound_while_a_background_copy_uploads_slowly(node: Node) -> None:
+    with TestClient(create_app(node)) as c:
+        r = c.post("/v1/topics", json={"name": "t", "config": {
+            "cleanup.policy": "compact", "segment.bytes": 1024, "remote.storage.enable": True,
+            "local.retention.ms": -1}})
+        assert r.status_code == 201, r.text
+        for i in range(60):
+            assert c.post(f"{P0}/records", json={"records": [{"key": f"k{i}", "value": "x" * 60}]}).status_code == 200
+        assert c.post(f"{P0}/roll").status_code == 200
+        rolled = len(node.log("t", 0).all_segments()) - 1
+        assert rolled >= 3
+        slow = _slow(node, DELAY_S)
+        copied: list[int] = []
+        pass_ = threading.Thread(target=lambda: copied.extend(
+            m.start_offset for m in node.remote.copy_rolled_segments(TP)))
+        pass_.start()
+        try:
+            deadline = time.monotonic() + 5
+            while slow.calls == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            t0 = time.monotonic()
+            r = c.post(f"{P0}/tier")
+            took = time.monotonic() - t0
+            assert r.status_code == 200 and r.json()["copied"] == [], r.text  # the copy in flight does it
+            assert took < TIMEOUT_MS / 1000, f"POST tier waited {took:.2f} s for the background upload"
+        finally:
+            pass_.join(120)
+        assert len(copied) == rolled, "the background copy went on with every rolled segment"
+        slow.delay_s = 0
+        assert c.post(f"{P0}/tier").json()["copied"] == []  # nothing left: no segment was copied twice
+        assert len(node.remote.metadata.list_remote_log_segments(TP)) == rolled
