@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from log.clock import Clock
+from log.errors import UnknownTopicOrPartitionError
 from log.local_log import LocalLog
 from log.locks import RANK_RLM_PARTITION, BoundedLock, ordered_rlock
-from log.errors import UnknownTopicOrPartitionError
 from log.log_manager import LogManager
 from log.types import TopicPartition
 from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError

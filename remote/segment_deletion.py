@@ -15,8 +15,8 @@ a sequence that stopped half-way is simply run again.
 
 from __future__ import annotations
 
-import logging
 import contextlib
+import logging
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass

@@ -15,8 +15,8 @@ Call numbers are 1-based per operation name and count every call, failed or not.
 from __future__ import annotations
 
 import os
-import time
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
