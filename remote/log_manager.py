@@ -69,9 +69,10 @@ deletion, leadership) are serialised by a per-partition lock; different partitio
 in parallel. The lock is never held across object-store calls of a background pass (an
 upload, the deletes of a batch): it is held to plan and around each metadata write, so a
 request on a slow store waits for metadata steps only, and at most ``request_timeout_ms``
-(inside the service's request scope, log.locks.BoundedLock: PartitionBusyError after it). That lock (``remote.partition``) is the outermost of the node's hierarchy
-(log/locks.py): under it the manager calls the cleaner manager (local retention reads the
-cleaner checkpoint), the log registry, the local log and the metadata store, so none of
+(inside the service's request scope, log.locks.BoundedLock: PartitionBusyError after it).
+That lock (``remote.partition``) is the outermost of the node's hierarchy (log/locks.py):
+under it the manager calls the cleaner manager (local retention reads the cleaner
+checkpoint), the log registry, the local log and the metadata store, so none of
 those may call back into the manager while holding its own lock (the tiered cleaner's
 selection asks for the leader epoch only after releasing the cleaner manager's lock).
 Reads take no partition lock: they rely on the LocalLog's lock, the metadata
