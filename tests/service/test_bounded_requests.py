@@ -203,3 +203,38 @@ def test_tier_answers_within_the_bound_while_a_background_copy_uploads_slowly(no
         slow.delay_s = 0
         assert c.post(f"{P0}/tier").json()["copied"] == []  # nothing left: no segment was copied twice
         assert len(node.remote.metadata.list_remote_log_segments(TP)) == rolled
+
+
+def test_the_kafka_port_answers_request_timed_out_within_the_bound(node: Node) -> None:
+    from service.kafka.listener import KafkaListener, KafkaListenerConfig
+    from tests.kafka.test_produce_wire import Wire, answer, batch, produce
+
+    node.start()
+    node.create_topic("t", 1, {"remote.storage.enable": True})
+    node.remote.forget_leader(TP)  # the produce path resolves the leader under the partition lock
+    listener = KafkaListener(node, KafkaListenerConfig(host="127.0.0.1", port=0)).start()
+    wire = Wire(listener.port)
+    held, release = threading.Event(), threading.Event()
+
+    def background() -> None:
+        with node.remote._lock(TP):
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=background)
+    t.start()
+    try:
+        assert held.wait(5)
+        t0 = time.monotonic()
+        p = answer(produce(wire, {"t": {0: batch([(b"k", b"v")])}}), "t")
+        took = time.monotonic() - t0
+        assert p.error_code == REQUEST_TIMED_OUT, p
+        assert took < TIMEOUT_MS / 1000 + 1.0
+        release.set()
+        t.join(5)
+        assert answer(produce(wire, {"t": {0: batch([(b"k", b"v")])}}), "t").error_code == 0  # the retry lands
+    finally:
+        release.set()
+        t.join(5)
+        wire.sock.close()
+        listener.stop()
