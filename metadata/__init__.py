@@ -11,10 +11,10 @@ from metadata.manager import RemoteLogMetadataManager
 from metadata.reports import RoundReportStore
 from metadata.segment_indexes import IndexedSegmentStore, SegmentIndexStore
 from metadata.store import MetadataStore
-from metadata.topic_configs import TopicConfigStore
+from metadata.topic_configs import TopicConfigStore, TopicDeletionStore
 
 __all__ = ["ErasureReceiptStore", "IndexedSegmentStore", "MetadataStore", "RemoteLogMetadataManager",
-           "RoundReportStore", "SegmentIndexStore", "TopicConfigStore", "load_metadata_manager"]
+           "RoundReportStore", "SegmentIndexStore", "TopicConfigStore", "TopicDeletionStore", "load_metadata_manager"]
 
 _SCHEMES = ("sqlite", "postgresql", "postgres")
 

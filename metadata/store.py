@@ -3,7 +3,8 @@
 Only what opens the store and hands its parts out (the node, the command line) names this; a
 caller takes the narrow protocol it uses: :class:`~metadata.manager.RemoteLogMetadataManager`,
 :class:`~metadata.segment_indexes.SegmentIndexStore`, :class:`~metadata.reports.RoundReportStore`,
-:class:`~metadata.erasures.ErasureReceiptStore` or :class:`~metadata.topic_configs.TopicConfigStore`.
+:class:`~metadata.erasures.ErasureReceiptStore`, :class:`~metadata.topic_configs.TopicConfigStore` or
+:class:`~metadata.topic_configs.TopicDeletionStore`.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from typing import Protocol, Self
 from metadata.erasures import ErasureReceiptStore
 from metadata.reports import RoundReportStore
 from metadata.segment_indexes import IndexedSegmentStore
-from metadata.topic_configs import TopicConfigStore
+from metadata.topic_configs import TopicConfigStore, TopicDeletionStore
 
 
-class MetadataStore(IndexedSegmentStore, RoundReportStore, ErasureReceiptStore, TopicConfigStore, Protocol):
+class MetadataStore(IndexedSegmentStore, RoundReportStore, ErasureReceiptStore, TopicConfigStore, TopicDeletionStore,
+                    Protocol):
     """Every protocol of the metadata store, over one database; closing it closes them all."""
 
     def __enter__(self) -> Self: ...

@@ -1,15 +1,15 @@
 """Keeps a node's topic registry (the data dir's topics.json, a cache) consistent with the topic
-configs in the metadata store, which every node and Spark job shares (#16)."""
+configs in the metadata store, which every node and Spark job shares, and to its topic deletions."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from log.errors import TiercompactError, TopicExistsError
 from log.log_manager import LogManager, Topic
-from metadata.topic_configs import StoredTopic, TopicConfigStore
+from metadata.topic_configs import StoredTopic, TopicConfigStore, TopicDeletionStore
 
 logger = logging.getLogger(__name__)
 
@@ -18,7 +18,11 @@ def stored(topic: Topic) -> StoredTopic:
     return StoredTopic(topic.name, topic.partitions, dict(topic.config.overrides))
 
 
-def sync_at_start(log_manager: LogManager, topics: TopicConfigStore) -> dict[str, list[str]]:
+class SharedTopics(TopicConfigStore, TopicDeletionStore, Protocol):
+    """The topic configs and the topic deletions of the metadata store."""
+
+
+def sync_at_start(log_manager: LogManager, topics: SharedTopics) -> dict[str, list[str]]:
     """At node start: learn the store's topics this node lacks, publish this node's topics the
     store lacks (a data dir from before the store kept topic configs), and take the store's config
     where both have the topic and they differ (another node's PATCH). A local topic the store

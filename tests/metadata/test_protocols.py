@@ -11,10 +11,11 @@ from metadata import (
     RoundReportStore,
     SegmentIndexStore,
     TopicConfigStore,
+    TopicDeletionStore,
 )
 from metadata.sql import SqlRemoteLogMetadataManager
 
-SIDE_STORES = (SegmentIndexStore, RoundReportStore, ErasureReceiptStore, TopicConfigStore)
+SIDE_STORES = (SegmentIndexStore, RoundReportStore, ErasureReceiptStore, TopicConfigStore, TopicDeletionStore)
 
 
 def _methods(protocol: type) -> set[str]:
