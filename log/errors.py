@@ -21,6 +21,7 @@ cross it.
     ├── TopicExistsError
     ├── DataDirInUseError             another process holds the data dir's lock
     ├── PartitionOfflineError         a partition's files could not be loaded; it serves nothing
+    ├── PartitionBusyError            a request waited its bound for a partition busy with background I/O
     └── (metadata, remote, cleaner subtrees live in their own packages)
 """
 
@@ -128,6 +129,18 @@ class PartitionOfflineError(TiercompactError):
     The message names the file, what is wrong with it and what to do; the rest of the node
     keeps serving.
     """
+
+
+class PartitionBusyError(TiercompactError):
+    """A request waited ``request.timeout.ms`` for a partition that background work (a copy,
+    retention, a deferred delete on a slow object store) holds: nothing was done. Always
+    retriable (Kafka's REQUEST_TIMED_OUT; HTTP 503 with Retry-After)."""
+
+    retriable = True
+
+    def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class SimulatedCrash(Exception):  # noqa: N818 - raised only by tests' crash hooks

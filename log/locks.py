@@ -64,6 +64,15 @@ where the opposite order was first seen), recorded in :func:`violations`, and ra
 happened not to deadlock this time).
 
 Without the variable the factories return plain ``threading`` locks: no overhead.
+
+Bounded waits (Kafka's ``request.timeout.ms``)
+==============================================
+
+A request never waits unboundedly for a lock that background I/O may hold: the service runs
+each request's work inside :func:`request_scope` (a context variable, so AnyIO's worker
+threads inherit it), and :class:`BoundedLock` (the ``remote.partition`` locks) then waits at
+most its bound before raising :class:`~log.errors.PartitionBusyError`. Background threads
+(outside any request scope) wait as long as it takes.
 """
 
 from __future__ import annotations
@@ -72,8 +81,15 @@ import logging
 import os
 import threading
 import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+from log.errors import PartitionBusyError
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -307,3 +323,54 @@ def ordered_condition(name: str, rank: int | None, lock: Any = None, *, label: s
     if lock is None:
         lock = ordered_rlock(name, rank, label=label, checker=checker)
     return threading.Condition(lock)
+
+
+_IN_REQUEST: ContextVar[bool] = ContextVar("tiercompact_in_request", default=False)
+
+
+def in_request() -> bool:
+    """Whether the current thread (context) does a request's work (see :func:`request_scope`)."""
+    return _IN_REQUEST.get()
+
+
+@contextmanager
+def request_scope() -> Iterator[None]:
+    """Mark the work inside as a request's: its waits on a :class:`BoundedLock` are bounded."""
+    token = _IN_REQUEST.set(True)
+    try:
+        yield
+    finally:
+        _IN_REQUEST.reset(token)
+
+
+def run_as_request(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` inside :func:`request_scope` (for executors that do not copy the context)."""
+    with request_scope():
+        return fn(*args)
+
+
+class BoundedLock:
+    """A context manager over a lock: inside :func:`request_scope` it waits at most
+    ``timeout_s`` and then raises :class:`~log.errors.PartitionBusyError` naming ``what``;
+    elsewhere (background threads) it waits as long as it takes."""
+
+    __slots__ = ("lock", "timeout_s", "what")
+
+    def __init__(self, lock: Any, timeout_s: float, what: str) -> None:
+        self.lock = lock
+        self.timeout_s = timeout_s
+        self.what = what
+
+    def __enter__(self) -> BoundedLock:
+        if _IN_REQUEST.get() and self.timeout_s >= 0:
+            if not self.lock.acquire(True, self.timeout_s):
+                raise PartitionBusyError(
+                    f"{self.what} is busy with background work on the object store (a copy, retention or a "
+                    f"deletion) and stayed so for the request timeout ({self.timeout_s * 1000:.0f} ms, "
+                    f"request_timeout_ms); nothing was done: retry", retry_after_s=max(1, round(self.timeout_s)))
+        else:
+            self.lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()

@@ -14,11 +14,11 @@ from metadata.producer_ids import ProducerIdBlockStore
 from metadata.reports import RoundReportStore
 from metadata.segment_indexes import IndexedSegmentStore, SegmentIndexStore
 from metadata.store import MetadataStore
-from metadata.topic_configs import TopicConfigStore
+from metadata.topic_configs import TopicConfigStore, TopicDeletionStore
 
 __all__ = ["ClusterRegistry", "ClusterSyncStore", "ErasureReceiptStore", "IndexedSegmentStore", "MetadataStore",
            "ProducerIdBlockStore", "RemoteLogMetadataManager", "RoundReportStore", "SegmentIndexStore", "TopicConfigStore",
-           "load_metadata_manager"]
+           "TopicDeletionStore", "load_metadata_manager"]
 
 _SCHEMES = ("sqlite", "postgresql", "postgres")
 

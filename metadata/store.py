@@ -4,8 +4,8 @@ Only what opens the store and hands its parts out (the node, the command line) n
 caller takes the narrow protocol it uses: :class:`~metadata.manager.RemoteLogMetadataManager`,
 :class:`~metadata.segment_indexes.SegmentIndexStore`, :class:`~metadata.reports.RoundReportStore`,
 :class:`~metadata.erasures.ErasureReceiptStore`, :class:`~metadata.topic_configs.TopicConfigStore`,
-:class:`~metadata.cluster_sync.ClusterSyncStore`, :class:`~metadata.cluster.ClusterRegistry` or
-:class:`~metadata.producer_ids.ProducerIdBlockStore`.
+:class:`~metadata.topic_configs.TopicDeletionStore`, :class:`~metadata.cluster_sync.ClusterSyncStore`,
+:class:`~metadata.cluster.ClusterRegistry` or :class:`~metadata.producer_ids.ProducerIdBlockStore`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from metadata.erasures import ErasureReceiptStore
 from metadata.producer_ids import ProducerIdBlockStore
 from metadata.reports import RoundReportStore
 from metadata.segment_indexes import IndexedSegmentStore
-from metadata.topic_configs import TopicConfigStore
+from metadata.topic_configs import TopicConfigStore, TopicDeletionStore
 
 
-class MetadataStore(IndexedSegmentStore, RoundReportStore, ErasureReceiptStore, TopicConfigStore, ClusterSyncStore,
-                    ClusterRegistry, ProducerIdBlockStore, Protocol):
+class MetadataStore(IndexedSegmentStore, RoundReportStore, ErasureReceiptStore, TopicConfigStore, TopicDeletionStore,
+                    ClusterSyncStore, ClusterRegistry, ProducerIdBlockStore, Protocol):
     """Every protocol of the metadata store, over one database; closing it closes them all."""
 
     def __enter__(self) -> Self: ...

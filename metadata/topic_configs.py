@@ -1,5 +1,5 @@
 """Topic configs as the metadata store keeps them, shared by every node and Spark job: the
-value type and the store protocol."""
+value type, the store protocol and the protocol of the topic deletions it remembers."""
 
 from __future__ import annotations
 
@@ -43,3 +43,18 @@ class TopicConfigStore(Protocol):
 
     def delete_topic_config(self, name: str) -> None:
         """Forget a topic's config (a no-op when there is none)."""
+
+
+class TopicDeletionStore(Protocol):
+    """Where topic deletions are remembered, so a deleted topic stays deleted on every node."""
+
+    def record_topic_deletion(self, name: str, *, broker_id: int) -> None:
+        """The topic was deleted (by ``broker_id``): forget its config and remember the deletion,
+        so a stale local copy on any node is never registered, uploaded or published again.
+        Creating a topic of that name again (``put_topic_config`` of a new row) forgets it."""
+
+    def deleted_topics(self) -> dict[str, int]:
+        """Every deleted topic not created again, with the time it was deleted."""
+
+    def topic_deleted_ms(self, name: str) -> int | None:
+        """When ``name`` was deleted, or None if it was not (or was created again)."""

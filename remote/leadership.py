@@ -4,11 +4,13 @@ leadership: registering, resuming and checking the epoch it acts under (see :mod
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from log.clock import Clock
+from log.errors import UnknownTopicOrPartitionError
 from log.local_log import LocalLog
-from log.locks import RANK_RLM_PARTITION, ordered_rlock
+from log.locks import RANK_RLM_PARTITION, BoundedLock, ordered_rlock
 from log.log_manager import LogManager
 from log.types import TopicPartition
 from metadata.errors import FencedLeaderEpochError, NotLeaderForPartitionError
@@ -42,13 +44,18 @@ class RemoteLogState:
     _abandoned: dict[TopicPartition, dict[str, RemoteLogSegmentMetadata]]
     _counters: dict[str, int]
     _deleter: SegmentDeleter
+    _topic_deleted: Callable[[str], bool]
+    #: how long a request waits for a partition lock background work holds (request_timeout_ms)
+    request_timeout_s: float = 30.0
 
-    def _lock(self, tp: TopicPartition) -> Any:
+    def _lock(self, tp: TopicPartition) -> BoundedLock:
+        """The partition's lock; a request waits for it at most ``request_timeout_s``
+        (log.locks.BoundedLock), then gets PartitionBusyError."""
         with self._guard:
             lock = self._tp_locks.get(tp)
             if lock is None:
                 lock = self._tp_locks[tp] = ordered_rlock("remote.partition", RANK_RLM_PARTITION, label=str(tp))
-            return lock
+        return BoundedLock(lock, self.request_timeout_s, f"partition {tp}")
 
     def _bump(self, name: str, n: int = 1) -> None:
         with self._guard:
@@ -62,8 +69,10 @@ class RemoteLogState:
         return max((m.end_offset for m in segs), default=-1)
 
     def _delete_remote(self, md: RemoteLogSegmentMetadata, epoch: int) -> None:
-        """DELETE_SEGMENT_STARTED (fenced) -> delete objects (idempotent) -> FINISHED."""
-        self._deleter.delete(md, epoch)
+        """DELETE_SEGMENT_STARTED (fenced) -> delete objects (idempotent) -> FINISHED; the
+        partition lock is held for the two metadata writes only, never across the object-store
+        calls (a slow store must not keep requests waiting for the partition)."""
+        self._deleter.delete(md, epoch, hold=lambda: self._lock(md.topic_partition))
         with self._guard:
             self._abandoned.get(md.topic_partition, {}).pop(md.id, None)
         self._bump("segments_deleted")
@@ -169,6 +178,10 @@ class Leadership(RemoteLogState):
             log = self._log(tp)
             state = self.metadata.leader_state(tp)
             if state is None:
+                if self._topic_deleted(tp.topic):
+                    raise UnknownTopicOrPartitionError(
+                        f"topic {tp.topic!r} was deleted (the metadata store records its deletion): this node's "
+                        f"copy of {tp} is stale and is never registered or uploaded again; a restart drops it")
                 epoch = max(log.leader_epoch, 0)
                 start = next((e.start_offset for e in log.epoch_entries if e.epoch == epoch), log.log_start_offset)
                 try:

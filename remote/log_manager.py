@@ -66,9 +66,13 @@ circuit breaker is open) ends :meth:`run_once`'s pass; the next pass tries again
 
 Thread-safety: thread-safe. Mutating operations on one partition (copy, retention,
 deletion, leadership) are serialised by a per-partition lock; different partitions proceed
-in parallel. That lock (``remote.partition``) is the outermost of the node's hierarchy
-(log/locks.py): under it the manager calls the cleaner manager (local retention reads the
-cleaner checkpoint), the log registry, the local log and the metadata store, so none of
+in parallel. The lock is never held across object-store calls of a background pass (an
+upload, the deletes of a batch): it is held to plan and around each metadata write, so a
+request on a slow store waits for metadata steps only, and at most ``request_timeout_ms``
+(inside the service's request scope, log.locks.BoundedLock: PartitionBusyError after it).
+That lock (``remote.partition``) is the outermost of the node's hierarchy (log/locks.py):
+under it the manager calls the cleaner manager (local retention reads the cleaner
+checkpoint), the log registry, the local log and the metadata store, so none of
 those may call back into the manager while holding its own lock (the tiered cleaner's
 selection asks for the leader epoch only after releasing the cleaner manager's lock).
 Reads take no partition lock: they rely on the LocalLog's lock, the metadata
@@ -170,6 +174,8 @@ class RemoteLogManager(Tiering, Retention):
         cache_chunk_bytes: int = MiB,
         orphan_object_grace_ms: int = 3_600_000,
         cleaner_checkpoint: Callable[[TopicPartition], int | None] = lambda tp: None,
+        request_timeout_ms: int = 30_000,
+        topic_deleted: Callable[[str], bool] = lambda topic: False,
     ) -> None:
         self.log_manager = log_manager
         self.metadata = metadata_manager
@@ -192,6 +198,11 @@ class RemoteLogManager(Tiering, Retention):
         self._tp_locks: dict[TopicPartition, Any] = {}
         self._leaders: dict[TopicPartition, LeaderState] = {}
         self._abandoned: dict[TopicPartition, dict[str, RemoteLogSegmentMetadata]] = {}
+        self._copying: set[TopicPartition] = set()  # partitions with an upload in flight
+        #: whether the metadata store records the topic's deletion (a stale copy is never registered)
+        self._topic_deleted = topic_deleted
+        #: a request waits at most this long for a partition lock (log.locks.BoundedLock)
+        self.request_timeout_s = request_timeout_ms / 1000
         self._counters = {"bytes_uploaded": 0, "segments_copied": 0, "segments_deleted": 0, "copy_failures": 0,
                           "fenced_operations": 0}
         self._closed = False

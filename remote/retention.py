@@ -32,6 +32,8 @@ class Retention(Leadership):
         FencedLeaderEpochError before any object is touched; a segment readers still see is
         never deleted. A storage failure on one segment does not stop the others; the first
         one is raised at the end (the segment stays DELETE_SEGMENT_STARTED and is retried).
+        The partition lock is held while planning and around each metadata write, never
+        across the object-store calls.
         """
         with self._lock(tp):
             epoch = self.leader_epoch(tp)
@@ -51,26 +53,26 @@ class Retention(Leadership):
                         with self._guard:
                             self._abandoned.get(tp, {}).pop(sid, None)
             lineage_ok = {sid: self.metadata.is_segment_within_leader_epochs(md, tp) for sid, md in todo.items()}
-            deleted: list[str] = []
-            first_error: Exception | None = None
-            for sid, md in sorted(todo.items(), key=lambda kv: (kv[1].start_offset, kv[0])):
-                if md.is_referenced:
-                    continue
-                try:
-                    self._delete_remote(md, epoch)
-                except FencedLeaderEpochError:
-                    raise
-                except TiercompactError as e:
-                    logger.warning("%s: deferred delete of %s failed: %s", tp, sid, e)
-                    first_error = first_error or e
-                    continue
-                logger.info("%s: deleted unreferenced segment %s [%d, %d] (%s%s)", tp, sid, md.start_offset,
-                            md.end_offset, md.state.name if md.superseded_by is None else "superseded",
-                            "" if lineage_ok[sid] else ", outside the current epoch lineage")
-                deleted.append(sid)
-            if first_error is not None:
-                raise first_error
-            return deleted
+        deleted: list[str] = []
+        first_error: Exception | None = None
+        for sid, md in sorted(todo.items(), key=lambda kv: (kv[1].start_offset, kv[0])):
+            if md.is_referenced:
+                continue
+            try:
+                self._delete_remote(md, epoch)
+            except FencedLeaderEpochError:
+                raise
+            except TiercompactError as e:
+                logger.warning("%s: deferred delete of %s failed: %s", tp, sid, e)
+                first_error = first_error or e
+                continue
+            logger.info("%s: deleted unreferenced segment %s [%d, %d] (%s%s)", tp, sid, md.start_offset,
+                        md.end_offset, md.state.name if md.superseded_by is None else "superseded",
+                        "" if lineage_ok[sid] else ", outside the current epoch lineage")
+            deleted.append(sid)
+        if first_error is not None:
+            raise first_error
+        return deleted
 
     def delete_replaced_now(self, tp: TopicPartition, segment_ids: Sequence[str]) -> dict[str, int]:
         """Delete these unreferenced segments now, ahead of the deferred-delete loop (an
@@ -90,13 +92,13 @@ class Retention(Leadership):
                 tp, include_superseded=True,
                 states=[S.COPY_SEGMENT_FINISHED, S.DELETE_SEGMENT_STARTED])  # never an upload in flight
                 if m.id in wanted and not m.is_referenced]
-            out: dict[str, int] = {}
-            for md in sorted(todo, key=lambda m: (m.start_offset, m.id)):
-                self._delete_remote(md, epoch)
-                out[md.id] = self.clock.milliseconds()
-                logger.info("%s: deleted replaced segment %s [%d, %d] now (erasure)", tp, md.id, md.start_offset,
-                            md.end_offset)
-            return out
+        out: dict[str, int] = {}
+        for md in sorted(todo, key=lambda m: (m.start_offset, m.id)):
+            self._delete_remote(md, epoch)  # the partition lock around the metadata writes only
+            out[md.id] = self.clock.milliseconds()
+            logger.info("%s: deleted replaced segment %s [%d, %d] now (erasure)", tp, md.id, md.start_offset,
+                        md.end_offset)
+        return out
 
     def recover_orphans(self, tp: TopicPartition) -> list[str]:
         """At startup: delete every unfinished upload of ``tp`` now (no grace period)."""
@@ -183,13 +185,13 @@ class Retention(Leadership):
                 segs, now, retention_ms, retention_bytes,
                 total_bytes=sum(m.segment_size_in_bytes for m in segs) + local_only,
                 size=lambda m: m.segment_size_in_bytes, max_timestamp=lambda m: m.max_timestamp_ms)
-            deleted: list[str] = []
-            for md in breached:
-                self._delete_remote(md, epoch)
-                deleted.append(md.id)
-            if breached:
-                end = max(m.end_offset for m in breached)
-                with log.lock:
-                    local = [s for s in log.all_segments()[:-1] if s.read_next_offset() - 1 <= end]
-                    log.delete_segments(local)
-            return deleted
+        deleted: list[str] = []
+        for md in breached:
+            self._delete_remote(md, epoch)  # the partition lock around the metadata writes only
+            deleted.append(md.id)
+        if breached:
+            end = max(m.end_offset for m in breached)
+            with self._lock(tp), log.lock:
+                local = [s for s in log.all_segments()[:-1] if s.read_next_offset() - 1 <= end]
+                log.delete_segments(local)
+        return deleted

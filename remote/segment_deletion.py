@@ -15,10 +15,12 @@ a sequence that stopped half-way is simply run again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from log.clock import Clock
 from metadata.errors import FencedLeaderEpochError
@@ -57,9 +59,11 @@ class SegmentDeleter:
     on_fenced: Callable[[FencedLeaderEpochError, RemoteLogSegmentMetadata], None] | None = None
     on_objects_deleted: Callable[[RemoteLogSegmentMetadata], None] | None = None
 
-    def delete(self, md: RemoteLogSegmentMetadata, leader_epoch: int, *, tombstone: bool = True) -> None:
+    def delete(self, md: RemoteLogSegmentMetadata, leader_epoch: int, *, tombstone: bool = True,
+               hold: Callable[[], AbstractContextManager[Any]] | None = None) -> None:
         """DELETE_SEGMENT_STARTED (fenced) -> delete objects (idempotent) -> FINISHED;
-        ``tombstone=False``: the objects only.
+        ``tombstone=False``: the objects only. ``hold()`` (the caller's partition lock) is
+        entered around each metadata write only, not around the object-store calls.
 
         Raises:
             FencedLeaderEpochError: ``leader_epoch`` was superseded; nothing was deleted.
@@ -67,11 +71,13 @@ class SegmentDeleter:
                 and the sequence may be run again.
         """
         sid = md.remote_log_segment_id
+        held = hold or contextlib.nullcontext
         if tombstone:
             try:
-                self.metadata.update_remote_log_segment_state(
-                    sid, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, leader_epoch=leader_epoch,
-                    event_timestamp_ms=self.clock.milliseconds(), broker_id=self.broker_id)
+                with held():
+                    self.metadata.update_remote_log_segment_state(
+                        sid, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, leader_epoch=leader_epoch,
+                        event_timestamp_ms=self.clock.milliseconds(), broker_id=self.broker_id)
             except FencedLeaderEpochError as e:
                 if self.on_fenced is not None:
                     self.on_fenced(e, md)
@@ -80,9 +86,10 @@ class SegmentDeleter:
         if self.on_objects_deleted is not None:
             self.on_objects_deleted(md)
         if tombstone:
-            self.metadata.update_remote_log_segment_state(
-                sid, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, leader_epoch=leader_epoch,
-                event_timestamp_ms=self.clock.milliseconds(), broker_id=self.broker_id)
+            with held():
+                self.metadata.update_remote_log_segment_state(
+                    sid, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, leader_epoch=leader_epoch,
+                    event_timestamp_ms=self.clock.milliseconds(), broker_id=self.broker_id)
 
     def remove_uploads(self, uploads: Iterable[RemoteLogSegmentMetadata], leader_epoch: int, *,
                        tombstone: Callable[[RemoteLogSegmentMetadata], bool], what: str) -> None:

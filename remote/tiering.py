@@ -27,34 +27,56 @@ logger = logging.getLogger(__name__)
 
 
 class Tiering(Leadership):
-    """Copies a partition's rolled segments, oldest first, under the partition's lock."""
+    """Copies a partition's rolled segments, oldest first, one upload in flight per partition."""
 
     _staging: Path
+    _copying: set[TopicPartition]
 
     def copy_rolled_segments(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
         """Copy every rolled, stable, not yet covered segment, oldest first; returns the new
-        (COPY_SEGMENT_FINISHED) metadata. A failure abandons that upload and raises."""
-        with self._lock(tp):
-            log = self._log(tp)
-            if not log.config.remote_storage_enable:
-                return []
-            epoch = self.leader_epoch(tp)
-            highest = self._highest_remote_offset(tp)
-            copied: list[RemoteLogSegmentMetadata] = []
-            for seg in log.all_segments()[:-1]:
-                if seg.size == 0:
-                    continue
-                nxt = seg.read_next_offset()
-                if nxt - 1 <= highest:
-                    continue
-                if nxt > log.last_stable_offset:
-                    break  # later segments are above the LSO too
+        (COPY_SEGMENT_FINISHED) metadata. A failure abandons that upload and raises.
+
+        The partition lock is held to pick each segment, not across its upload (a slow store
+        must not keep requests waiting for the partition): one copy per partition is in flight
+        at a time, and a second caller meanwhile returns what it copied so far (the copy in
+        flight goes on with the rest)."""
+        copied: list[RemoteLogSegmentMetadata] = []
+        while True:
+            with self._lock(tp):
+                log = self._log(tp)
+                if not log.config.remote_storage_enable:
+                    return copied
+                with self._guard:
+                    if tp in self._copying:
+                        return copied
+                epoch = self.leader_epoch(tp)
+                seg = self._next_to_copy(log, self._highest_remote_offset(tp))
+                if seg is None:
+                    return copied
+                with self._guard:
+                    self._copying.add(tp)
+            try:
                 md = self._copy_segment(tp, log, seg, epoch)
-                if md is None:  # replaced by the cleaner meanwhile: the next run copies its successor
-                    break
-                copied.append(md)
-                highest = md.end_offset
-            return copied
+            finally:
+                with self._guard:
+                    self._copying.discard(tp)
+            if md is None:  # replaced by the cleaner meanwhile: the next run copies its successor
+                return copied
+            copied.append(md)
+
+    @staticmethod
+    def _next_to_copy(log: LocalLog, highest: int) -> LogSegment | None:
+        """The oldest rolled segment above ``highest`` (the remote tier's end), if it is stable."""
+        for seg in log.all_segments()[:-1]:
+            if seg.size == 0:
+                continue
+            nxt = seg.read_next_offset()
+            if nxt - 1 <= highest:
+                continue
+            if nxt > log.last_stable_offset:
+                return None  # later segments are above the LSO too
+            return seg
+        return None
 
     def _stage(self, log: LocalLog, seg: LogSegment, into: Path) -> tuple[LogSegmentData, int, int] | None:
         """Link the segment's files into ``into`` under the log's lock; (data, size, next offset)."""

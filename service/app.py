@@ -14,6 +14,7 @@ how ``tiercompact serve`` turns uvicorn's SIGTERM/SIGINT handling into a gracefu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -26,6 +27,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from log.errors import TiercompactError
+from log.locks import request_scope
 from service.errors import error_body, install_error_handlers
 from service.metrics import make_registry, render
 from service.node import Node
@@ -173,10 +175,13 @@ class TiercompactAPI(FastAPI):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         lane = self.fast_lane
-        if lane is not None and scope["type"] == "http" and not self.root_path:
-            await lane(scope, receive, send)
-        else:
-            await super().__call__(scope, receive, send)
+        # the request scope (a context variable AnyIO's worker threads inherit): a wait for a
+        # partition busy with background I/O is bounded by request_timeout_ms (log.locks)
+        with request_scope() if scope["type"] == "http" else contextlib.nullcontext():
+            if lane is not None and scope["type"] == "http" and not self.root_path:
+                await lane(scope, receive, send)
+            else:
+                await super().__call__(scope, receive, send)
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The app without the fast lane: what the lane hands requests on to."""

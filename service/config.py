@@ -75,6 +75,11 @@ class ServiceConfig(BaseModel):
                            description="This node's broker id (Kafka int32, 0..2147483647), recorded with the "
                                        "leader epochs it registers: a node resumes only epochs registered to its "
                                        "own id. Nodes sharing a metadata store need distinct ids.")
+    request_timeout_ms: int = Field(30_000, ge=1, le=3_600_000,
+                                    description="Longest wait of a request (HTTP or Kafka) for a partition that "
+                                                "background work holds (Kafka's request.timeout.ms); past it the "
+                                                "request answers 503 with Retry-After (REQUEST_TIMED_OUT on the "
+                                                "Kafka port) and did nothing.")
     metadata_lock_timeout_ms: int = Field(5_000, ge=1, le=2**31 - 1,
                                           description="Longest wait for a metadata-store lock (PostgreSQL "
                                                       "lock_timeout, SQLite busy timeout); past it the request "

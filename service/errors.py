@@ -52,6 +52,7 @@ from log.errors import (
     LogSegmentOffsetOverflowError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
+    PartitionBusyError,
     PartitionOfflineError,
     RecordTooLargeError,
     TiercompactError,
@@ -127,6 +128,7 @@ STATUS: dict[type[TiercompactError], int] = {
     TopicExistsError: 409,
     DataDirInUseError: 503,
     PartitionOfflineError: 503,  # this partition's files are damaged; the rest of the node serves
+    PartitionBusyError: 503,  # waited request_timeout_ms for a partition busy with background I/O (Retry-After)
     # metadata
     MetadataError: 500,
     FencedLeaderEpochError: 409,

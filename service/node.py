@@ -339,6 +339,7 @@ class Node:
             self.log_manager.delete_topic(name)
             if not local_only:
                 topic_sync.forget_topic(self.metadata, self.metadata, name, self.topic_deleted_listeners)
+                self.metadata.record_topic_deletion(name, broker_id=self.broker_id)  # it stays deleted
         finally:
             for tp in tps:
                 manager.forget(tp)

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from log.locks import RANK_LEAF, ordered_lock
+from log.locks import RANK_LEAF, ordered_lock, request_scope
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +89,10 @@ class RequestThreads:
         return await fut
 
     def _work(self) -> None:
+        with request_scope():  # every job here is a request's: its partition-lock waits are bounded
+            self._serve()
+
+    def _serve(self) -> None:
         get, lock = self._queue.get, self._lock
         while True:
             item = get()

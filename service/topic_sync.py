@@ -1,18 +1,18 @@
 """Keeps a node's topic registry (the data dir's topics.json, a cache) consistent with the topic
-configs in the metadata store, which every node and Spark job shares; and words the refusal of a
-topic deletion a node that does not lead the topic was asked for."""
+configs in the metadata store, which every node and Spark job shares, and to its topic deletions; and
+words the refusal of a topic deletion a node that does not lead the topic was asked for."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from log.errors import TiercompactError, TopicExistsError
 from log.log_manager import LogManager, Topic
 from metadata.cluster import ClusterRegistry
 from metadata.errors import FencedLeaderEpochError
-from metadata.topic_configs import StoredTopic, TopicConfigStore
+from metadata.topic_configs import StoredTopic, TopicConfigStore, TopicDeletionStore
 from remote.log_manager import COUNTED_BY_RLM
 
 logger = logging.getLogger(__name__)
@@ -22,13 +22,26 @@ def stored(topic: Topic) -> StoredTopic:
     return StoredTopic(topic.name, topic.partitions, dict(topic.config.overrides))
 
 
-def sync_at_start(log_manager: LogManager, topics: TopicConfigStore) -> dict[str, list[str]]:
+class SharedTopics(TopicConfigStore, TopicDeletionStore, Protocol):
+    """The topic configs and the topic deletions of the metadata store."""
+
+
+def sync_at_start(log_manager: LogManager, topics: SharedTopics) -> dict[str, list[str]]:
     """At node start: learn the store's topics this node lacks, publish this node's topics the
-    store lacks (a data dir from before #16), and take the store's config where both have the
-    topic and they differ (another node's PATCH). Returns what changed, by kind."""
-    out: dict[str, list[str]] = {"learned": [], "published": [], "updated": []}
+    store lacks (a data dir from before the store kept topic configs), and take the store's config
+    where both have the topic and they differ (another node's PATCH). A local topic the store
+    records as deleted (deleted on another node while this one was down or followed it) is a
+    stale copy: it is dropped, never published again. Returns what changed, by kind."""
+    out: dict[str, list[str]] = {"learned": [], "published": [], "updated": [], "dropped": []}
     shared = {t.name: t for t in topics.list_topic_configs()}
+    deleted = topics.deleted_topics()
     local = {t.name: t for t in log_manager.topics()}
+    for name in [n for n in local if n in deleted and n not in shared]:
+        log_manager.delete_topic(name)
+        del local[name]
+        out["dropped"].append(name)
+        logger.warning("topic %s was deleted at %d (the metadata store records it): this node's stale copy was "
+                       "dropped", name, deleted[name])
     for name, s in shared.items():
         mine = local.get(name)
         try:

@@ -156,7 +156,8 @@ def build_parts(config: ServiceConfig, clock: Clock) -> NodeParts:
                          offload=offload if with_spark else None)
     remote = RemoteLogManager(log_manager, metadata, storage_manager, broker_id=config.broker_id, clock=clock,
                               cache_dir=data_dir / REMOTE_CACHE_DIR, cache_bytes=config.remote_cache_bytes,
-                              cleaner_checkpoint=cleaner_checkpoint)
+                              cleaner_checkpoint=cleaner_checkpoint, request_timeout_ms=config.request_timeout_ms,
+                              topic_deleted=lambda topic: metadata.topic_deleted_ms(topic) is not None)
     jobs = JobRegistry()
     # topic configs live in the metadata store, shared by every node and Spark job
     topic_sync.sync_at_start(log_manager, metadata)

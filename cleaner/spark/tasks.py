@@ -36,6 +36,7 @@ from typing import Any
 from cleaner.cleaner import CleanContext, clean_into, finish_cleaned_segment, renamed_corruption
 from cleaner.offset_map import OffsetMap
 from cleaner.stats import CleanerStats
+from cleaner.tiered.sources import fetch_verified
 from cleaner.transactions import CleanedTransactionMetadata
 from log.checkpoint import LeaderEpochCheckpointFile
 from log.errors import CorruptRecordError
@@ -294,7 +295,7 @@ def run_scan(task: ScanTask, temp_dir: str | os.PathLike[str] | None = None) -> 
     tmp = Path(tempfile.mkdtemp(prefix="tiercompact-scan-", dir=temp_dir))
     try:
         path = tmp / f"{ref.start_offset:020d}.log"
-        n += rsm.fetch_log_segment_to_file(md, path)
+        n += fetch_verified(rsm, md, path)  # damaged on the way: fetched once more, as remote reads do
         seg = LogSegment(tmp, ref.start_offset)
         try:
             with _named(path, f"remote segment {rsm.object_key(md)}"):
@@ -544,7 +545,7 @@ def run_rewrite(task: RewriteTask, entries: Iterable[tuple[bytes, int]],
             for ref, aborted in zip(task.sources, task.aborted, strict=True):
                 path = src_dir / f"{ref.start_offset:020d}.log"
                 if not (task.use_kept and take_kept(ref.segment_id, path)):
-                    downloaded += rsm.fetch_log_segment_to_file(ref.metadata(), path)
+                    downloaded += fetch_verified(rsm, ref.metadata(), path)  # damaged: fetched once more
                 src = LogSegment(src_dir, ref.start_offset, index_interval_bytes=task.index_interval_bytes)
                 try:
                     txn.add_aborted(aborted_from_plain(t) for t in aborted)

@@ -9,6 +9,7 @@ from pathlib import Path
 from cleaner.log_to_clean import CleanRatios
 from cleaner.round_metadata import TieredMetadata
 from cleaner.tiered.plan import TieredRoundPlan, plan_round
+from log.errors import UnknownTopicOrPartitionError
 from log.local_log import LocalLog
 from log.types import TopicPartition
 from metadata.errors import NotLeaderForPartitionError
@@ -83,8 +84,8 @@ def tiered_log_to_clean(ctx: TieredContext, tp: TopicPartition, log: LocalLog, c
     another broker leads the partition (that broker cleans it; this one is a follower)."""
     try:
         epoch = ctx.leader_epoch(tp)
-    except NotLeaderForPartitionError:
-        return None
+    except (NotLeaderForPartitionError, UnknownTopicOrPartitionError):
+        return None  # another broker leads it, or the topic was deleted (a stale local copy)
     plan = plan_round(tp, log, ctx.rlmm, leader_epoch=epoch, local_checkpoint=checkpoint, now=now)
     if plan is None:
         return None

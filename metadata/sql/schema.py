@@ -38,7 +38,7 @@ from sqlalchemy import exc as sa_exc
 from log.errors import InvalidConfigError
 from log.types import TopicPartition
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _meta = MetaData()
 leaders = Table(
@@ -189,9 +189,17 @@ producer_id_blocks = Table(
     Column("next_block_start", BigInteger, nullable=False),
     Column("last_broker_id", Integer, nullable=False),  # who took the last block (for an operator)
 )
+#: topic deletions (schema version 7): a deleted topic stays deleted, also for a node that still
+#: holds a local copy of it (removed when a topic of that name is created again)
+deleted_topics = Table(
+    "tc_deleted_topics", _meta,
+    Column("topic", String(255), primary_key=True),
+    Column("deleted_ms", BigInteger, nullable=False),
+    Column("broker_id", Integer, nullable=False),
+)
 #: tables each schema version added (a store opened at an older version gets them)
 _TABLES_SINCE = {2: (rounds, round_segments), 4: (erasures, erasure_partitions, topic_configs),
-                 5: (erasure_confirmations,), 6: (brokers, topic_ids, producer_id_blocks)}
+                 5: (erasure_confirmations,), 6: (brokers, topic_ids, producer_id_blocks), 7: (deleted_topics,)}
 #: columns each schema version added to an existing table (ALTER TABLE ... ADD COLUMN, nullable)
 _COLUMNS_SINCE: dict[int, tuple[tuple[Table, str], ...]] = {3: ((segments, "key_index_bytes"),)}
 schema_version = Table(

@@ -1,12 +1,12 @@
 """The SQL :class:`~metadata.topic_configs.TopicConfigStore`: one row per topic with its partition
-count and config overrides as JSON."""
+count and config overrides as JSON, and one per deleted topic."""
 
 from __future__ import annotations
 
 from sqlalchemy import Connection, delete, insert, select, update
 
 from metadata.sql.engine import SqlStore
-from metadata.sql.schema import topic_configs
+from metadata.sql.schema import deleted_topics, topic_configs
 from metadata.topic_configs import StoredTopic
 
 
@@ -22,6 +22,7 @@ class SqlTopicConfigStore(SqlStore):
             done = conn.execute(update(topic_configs).where(topic_configs.c.topic == topic.name).values(**values))
             if not done.rowcount:
                 conn.execute(insert(topic_configs).values(topic=topic.name, **values))
+                conn.execute(delete(deleted_topics).where(deleted_topics.c.topic == topic.name))
 
         self._write_global("put_topic_config", fn)
 
@@ -39,3 +40,21 @@ class SqlTopicConfigStore(SqlStore):
         self._write_global("delete_topic_config",
                            lambda c: c.execute(delete(topic_configs).where(topic_configs.c.topic == name)))
 
+
+    def record_topic_deletion(self, name: str, *, broker_id: int) -> None:
+        def fn(conn: Connection) -> None:
+            conn.execute(delete(topic_configs).where(topic_configs.c.topic == name))
+            conn.execute(delete(deleted_topics).where(deleted_topics.c.topic == name))
+            conn.execute(insert(deleted_topics).values(topic=name, deleted_ms=self._clock.milliseconds(),
+                                                       broker_id=broker_id))
+
+        self._write_global("record_topic_deletion", fn)
+
+    def deleted_topics(self) -> dict[str, int]:
+        rows = self._read("deleted_topics", lambda c: c.execute(select(deleted_topics)).all())
+        return {r.topic: int(r.deleted_ms) for r in rows}
+
+    def topic_deleted_ms(self, name: str) -> int | None:
+        stmt = select(deleted_topics.c.deleted_ms).where(deleted_topics.c.topic == name)
+        row = self._read("topic_deleted_ms", lambda c: c.execute(stmt).first())
+        return None if row is None else int(row[0])

@@ -13,6 +13,7 @@ from log.errors import (
     InvalidConfigError,
     InvalidRequestError,
     OffsetOutOfRangeError,
+    PartitionBusyError,
     PartitionOfflineError,
     TiercompactError,
     TopicExistsError,
@@ -47,6 +48,8 @@ _CODES: list[tuple[type[BaseException], int]] = [
     (TopicExistsError, TOPIC_ALREADY_EXISTS),
     (InvalidConfigError, INVALID_CONFIG),
     (PartitionOfflineError, KAFKA_STORAGE_ERROR),
+    # waited request.timeout.ms for a partition busy with background I/O: retriable
+    (PartitionBusyError, REQUEST_TIMED_OUT),
     # a node that does not hold the current leader epoch does not lead the partition
     (FencedLeaderEpochError, NOT_LEADER_OR_FOLLOWER),
     (CorruptRecordError, CORRUPT_MESSAGE),

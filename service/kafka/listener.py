@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.api_header import RequestHeader, ResponseHeader
 
+from log.locks import run_as_request
 from log.types import TopicPartition
 from service.kafka import registry
 from service.kafka.registry import ClusterView, ConnectionState, RequestContext, RequestHeaderInfo
@@ -246,7 +247,8 @@ class KafkaListener:
 
     async def run_blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+        # request scope: a wait for a partition busy with background I/O is bounded (log.locks)
+        return await loop.run_in_executor(self._pool, functools.partial(run_as_request, fn, *args))
 
     # ---- connections -----------------------------------------------------------------
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

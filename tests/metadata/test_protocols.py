@@ -14,10 +14,12 @@ from metadata import (
     RoundReportStore,
     SegmentIndexStore,
     TopicConfigStore,
+    TopicDeletionStore,
 )
 from metadata.sql import SqlRemoteLogMetadataManager
 
-SIDE_STORES = (SegmentIndexStore, RoundReportStore, ErasureReceiptStore, TopicConfigStore, ClusterSyncStore)
+SIDE_STORES = (SegmentIndexStore, RoundReportStore, ErasureReceiptStore, TopicConfigStore, TopicDeletionStore,
+               ClusterSyncStore)
 #: the Kafka listener's stores, on the same database
 KAFKA_STORES = (ClusterRegistry, ProducerIdBlockStore)
 

@@ -43,6 +43,8 @@ from typing import Any
 import httpx
 
 from tests.soak.client import PROBE_TOPIC, REQUEST_TIMEOUT_S, TOPICS, client_main
+from tests.soak.logscan import scan_log as _scan_log
+from tests.soak.logscan import server_exceptions
 from tests.support.fault_proxy import FaultProxy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,10 +68,13 @@ class SoakConfig:
     kill_every_s: tuple[float, float] = (15.0, 25.0)
     faults: bool = True
     fault_window_s: tuple[float, float] = (3.0, 9.0)
-    fault_kinds: tuple[str, ...] = ("refuse", "503", "delay", "truncate")
+    # "slow": every S3 call answers late but correctly (no error: the breaker stays closed), while
+    # requests must still answer within the node's request_timeout_ms (below the client's bound)
+    fault_kinds: tuple[str, ...] = ("refuse", "503", "delay", "slow", "truncate")
     truncate_heads: bool = True  # cut HEAD responses too in truncate mode
     server_flags: dict[str, Any] = field(default_factory=lambda: {
-        "cleaner-backoff-ms": 1000, "tiering-interval-ms": 2000, "roll-check-interval-ms": 1000})
+        "cleaner-backoff-ms": 1000, "tiering-interval-ms": 2000, "roll-check-interval-ms": 1000,
+        "request-timeout-ms": 10_000})
 
 
 def log(msg: str) -> None:
@@ -222,52 +227,6 @@ def _probe(url: str) -> list[str]:
             except httpx.HTTPError:
                 pass
     return hung
-
-
-def _scan_log(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return {}
-    return {"lock_order_violations": text.count("lock-order violation"), "tracebacks": text.count("Traceback"),
-            "errors": len(re.findall(r" ERROR ", text)), "fatal_dump": "Current thread" in text or
-            "Thread 0x" in text}
-
-
-_PROJECT_FRAME = re.compile(r'^\s*File "[^"]*/(?:log|remote|metadata|cleaner|service)/([^"]+)", line (\d+), in (\S+)')
-_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit)):?(.*)$")
-
-
-def server_exceptions(path: Path) -> list[dict[str, Any]]:
-    """Distinct tracebacks in a server log: the exception, the project frames, how often, and
-    the request line logged before it (for the report of a failure)."""
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return []
-    found: dict[tuple[str, str], dict[str, Any]] = {}
-    context = ""
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if " ERROR " in line or " WARNING " in line:
-            context = line[:300]
-        if line.startswith("Traceback (most recent call last):"):
-            frames: list[str] = []
-            j = i + 1
-            while j < len(lines) and (lines[j].startswith(" ") or not lines[j].strip()):
-                m = _PROJECT_FRAME.match(lines[j])
-                if m:
-                    frames.append(f"{m.group(1)}:{m.group(2)} {m.group(3)}")
-                j += 1
-            exc = lines[j][:300] if j < len(lines) else "?"
-            m = _EXC_LINE.match(exc)
-            key = (m.group(1) if m else exc[:80], frames[-1] if frames else "")
-            entry = found.setdefault(key, {"exception": exc, "frames": frames[-12:], "count": 0, "context": context})
-            entry["count"] += 1
-            i = j
-        i += 1
-    return sorted(found.values(), key=lambda e: -e["count"])
 
 
 def _temp_files(data_dir: Path) -> list[str]:

@@ -62,3 +62,16 @@ def test_truncate_heads_switch(proxied: tuple[FaultProxy, Any]) -> None:
     with pytest.raises(Exception):  # noqa: B017 - a cut header block: botocore's outcome varies
         head = s3.head_object(Bucket="proxy-test", Key="k")
         assert head["ContentLength"] == 1000
+
+
+def test_slow_answers_every_request_late_and_correctly(proxied: tuple[FaultProxy, Any]) -> None:
+    """``slow`` delays each request on a kept-alive connection, not just the connection's first."""
+    proxy, s3 = proxied
+    proxy.set_mode("slow", delay_s=0.4)
+    t0 = time.monotonic()
+    for _ in range(3):
+        assert _get(s3) == b"x" * 1000
+    s3.put_object(Bucket="proxy-test", Key="k2", Body=b"y" * 100)
+    assert time.monotonic() - t0 >= 4 * 0.4
+    proxy.set_mode("pass")
+    assert _get(s3) == b"x" * 1000 and proxy.stats()["faults"]["slow"] >= 1  # type: ignore[index]

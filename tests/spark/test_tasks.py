@@ -128,3 +128,33 @@ def test_rewrite_uploads_a_key_index_beside_the_new_segment(tmp_path):
         assert len(KeyIndex.from_bytes(raw)) > 0
     finally:
         w.close()
+
+
+def test_a_download_damaged_in_transit_is_fetched_again_by_scan_and_rewrite_tasks(tmp_path):
+    """One bit flipped on the way from the store (once per object) is fetched once more, as
+    remote reads and the in-process tiered round do, instead of failing the task."""
+    import os
+
+    from cleaner.spark import tasks
+    from cleaner.spark.tasks import run_rewrite
+    from remote.storage_manager import RemoteStorageManager
+    from tests.support.faults import FaultyObjectStore
+
+    w, tp = _world(tmp_path)
+    spec = StoreSpec.of(w.store.url, {"faulty": True})
+    try:
+        md = w.rlmm.list_remote_log_segments(tp)[0]
+        ref = SegmentRef.of(md)
+        clean = run_scan(ScanTask(1, StoreSpec.of(w.store.url), ref, 0))
+        faulty = FaultyObjectStore(w.store).inject("get_to_file", "flip", times=1, key_contains=".log")
+        tasks._STORES[(os.getpid(), spec)] = RemoteStorageManager(faulty)
+        assert run_scan(ScanTask(1, spec, ref, 0)).keys == clean.keys
+        assert [f for _o, _k, f in faulty.log].count("flip") == 1  # the fault really fired
+        faulty.inject("get_to_file", "flip", times=1, key_contains=".log")
+        task = RewriteTask(0, spec, "c" * 32, (ref,), ((),), 1, 0, md.end_offset + 1, md.end_offset, (), TxnState(),
+                           0.01, 4096, 65536)
+        res = run_rewrite(task, [])
+        assert [f for _o, _k, f in faulty.log].count("flip") == 2 and res.size > 0
+    finally:
+        tasks._STORES.pop((os.getpid(), spec), None)
+        w.close()

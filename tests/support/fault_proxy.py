@@ -12,6 +12,9 @@ Modes, decided per accepted connection (``p`` is the probability a connection is
 * ``503``: the request head is read and answered ``503 ServiceUnavailable`` (S3's XML error
   body), then the connection is closed;
 * ``delay``: the connection is forwarded after ``delay_s`` seconds (a slow, not dead, store);
+* ``slow``: every request on the connection is forwarded after ``delay_s`` seconds and answered
+  correctly (an S3 that answers every call late but without an error: a circuit breaker stays
+  closed);
 * ``truncate``: the request is forwarded, and the response is cut: headers plus half of the
   body when it has one (half of the headers when not, unless ``truncate_heads`` is False),
   then the connection is closed;
@@ -33,7 +36,7 @@ import threading
 import time
 from collections import Counter
 
-MODES = ("pass", "refuse", "503", "delay", "truncate", "corrupt")
+MODES = ("pass", "refuse", "503", "delay", "slow", "truncate", "corrupt")
 _S3_503 = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>ServiceUnavailable</Code>'
            b"<Message>injected by FaultProxy</Message><RequestId>faultproxy</RequestId></Error>")
 
@@ -184,7 +187,7 @@ class FaultProxy:
             if mode in ("truncate", "corrupt"):
                 self._exchange(client, upstream, mode)
             else:
-                self._pipe(client, upstream)
+                self._pipe(client, upstream, slow_s=delay if mode == "slow" else 0.0)
         except OSError:
             pass
         finally:
@@ -194,10 +197,13 @@ class FaultProxy:
                     with contextlib.suppress(OSError):
                         s.close()
 
-    def _pipe(self, a: socket.socket, b: socket.socket) -> None:
+    def _pipe(self, a: socket.socket, b: socket.socket, *, slow_s: float = 0.0) -> None:
+        """Bytes both ways; with ``slow_s``, the first bytes the client (``a``) sends after an
+        answer (a new request) wait ``slow_s`` first."""
         a.settimeout(None)
         b.settimeout(None)
         peers = {a: b, b: a}
+        new_request = True
         while not self._stopped.is_set():
             try:
                 ready, _, _ = select.select([a, b], [], [], 0.5)
@@ -210,6 +216,10 @@ class FaultProxy:
                     return
                 if not data:
                     return
+                if slow_s:
+                    if s is a and new_request and self._stopped.wait(slow_s):
+                        return
+                    new_request = s is b
                 try:
                     peers[s].sendall(data)
                 except OSError:

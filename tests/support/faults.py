@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -173,4 +174,53 @@ class FaultyObjectStore(ForwardingObjectStore):
         kind = self._fault("list", prefix)
         if kind is not None and kind != "truncate":
             self._raise(kind, "list", prefix)
+        return self.inner.list(prefix)
+
+
+class SlowObjectStore(ForwardingObjectStore):
+    """Answers every call correctly, but only after ``delay_s`` (an S3 that is slow, not down:
+    no error, so a circuit breaker stays closed). ``delay_s`` may be changed at any time."""
+
+    def __init__(self, inner: ObjectStore, delay_s: float) -> None:
+        super().__init__(inner)
+        self.delay_s = delay_s
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def _wait(self) -> None:
+        with self._lock:
+            self.calls += 1
+        if self.delay_s > 0:
+            time.sleep(self.delay_s)
+
+    def put(self, key: str, data: PutData) -> int:
+        self._wait()
+        return self.inner.put(key, data)
+
+    def get(self, key: str) -> bytes:
+        self._wait()
+        return self.inner.get(key)
+
+    def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
+        self._wait()
+        return self.inner.get_range(key, start, end_exclusive)
+
+    def get_to_file(self, key: str, path: str | os.PathLike[str], start: int = 0, end: int | None = None) -> int:
+        self._wait()
+        return self.inner.get_to_file(key, path, start, end)
+
+    def size(self, key: str) -> int:
+        self._wait()
+        return self.inner.size(key)
+
+    def exists(self, key: str) -> bool:
+        self._wait()
+        return self.inner.exists(key)
+
+    def delete(self, key: str) -> None:
+        self._wait()
+        self.inner.delete(key)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        self._wait()
         return self.inner.list(prefix)
