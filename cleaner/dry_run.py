@@ -144,10 +144,11 @@ def _local_plan(lc: LogCleaner, tp: TopicPartition, log: LocalLog) -> dict[str, 
 
 # ---- tiered -------------------------------------------------------------------------------------
 
-class _ReadOnlyMetadata:
-    """The metadata store as a dry run sees it: reads go through, writes are dropped."""
+class _ReadOnly:
+    """A store as a dry run sees it: attribute reads go to ``inner``; subclasses bind their
+    write methods to :meth:`_drop`."""
 
-    def __init__(self, inner: TieredMetadata) -> None:
+    def __init__(self, inner: Any) -> None:
         self._inner = inner
 
     def __getattr__(self, name: str) -> Any:
@@ -156,22 +157,19 @@ class _ReadOnlyMetadata:
     def _drop(self, *args: Any, **kw: Any) -> None:
         return None
 
+
+class _ReadOnlyMetadata(_ReadOnly):
+    """The metadata store as a dry run sees it: reads go through, writes are dropped."""
+
+    _drop = _ReadOnly._drop
     publish_compaction = publish_cleaner_offsets = add_remote_log_segment_metadata = add_remote_log_segments = _drop
     update_remote_log_segment_state = put_bloom_filter = set_key_index = record_compaction_report = _drop
 
 
-class _ReadOnlyStorage:
+class _ReadOnlyStorage(_ReadOnly):
     """The remote storage manager as a dry run sees it: fetches go through, writes are dropped."""
 
-    def __init__(self, inner: RemoteStorageManager) -> None:
-        self._inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def _drop(self, *args: Any, **kw: Any) -> None:
-        return None
-
+    _drop = _ReadOnly._drop
     copy_log_segment_data = delete_log_segment_data = put_key_index = _drop
 
     def fetch_segment_state(self, md: RemoteLogSegmentMetadata) -> RemoteSegmentState:

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from log.config import LONG_MAX
 from log.local_log import LocalLog
 from log.segment import LogSegment
 from log.types import TopicPartition
-
-LONG_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)

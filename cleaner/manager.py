@@ -256,14 +256,7 @@ class LogCleanerManager:
     def done_deleting(self, tps: list[TopicPartition]) -> None:
         with self._lock:
             for tp in tps:
-                state = self._states.get(tp)
-                if state is IN_PROGRESS:
-                    del self._states[tp]
-                elif state is ABORTED:
-                    self._states[tp] = paused(1)
-                    self._cond.notify_all()
-                else:
-                    raise CleanerStateError(f"done deleting in state {state}", tp)
+                self._end_round(tp, "deleting")
 
     # ---- completing a round ------------------------------------------------------------
     def done_cleaning(self, tp: TopicPartition, end_offset: int | None) -> None:
@@ -272,16 +265,20 @@ class LogCleanerManager:
         ``end_offset`` None means the round failed: no checkpoint is written.
         """
         with self._lock:
-            state = self._states.get(tp)
-            if state is IN_PROGRESS:
-                if end_offset is not None:
-                    self.update_checkpoints(add=(tp, end_offset))
-                del self._states[tp]
-            elif state is ABORTED:
-                self._states[tp] = paused(1)
-                self._cond.notify_all()
-            else:
-                raise CleanerStateError(f"done cleaning in state {state}", tp)
+            if self._states.get(tp) is IN_PROGRESS and end_offset is not None:
+                self.update_checkpoints(add=(tp, end_offset))
+            self._end_round(tp, "cleaning")
+
+    def _end_round(self, tp: TopicPartition, what: str) -> None:
+        """IN_PROGRESS -> none, ABORTED -> PAUSED(1) (waking abort_and_pause); under the lock."""
+        state = self._states.get(tp)
+        if state is IN_PROGRESS:
+            del self._states[tp]
+        elif state is ABORTED:
+            self._states[tp] = paused(1)
+            self._cond.notify_all()
+        else:
+            raise CleanerStateError(f"done {what} in state {state}", tp)
 
     def mark_uncleanable(self, tp: TopicPartition, reason: str | None = None) -> None:
         with self._lock:

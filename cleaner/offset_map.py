@@ -75,10 +75,13 @@ class OffsetMap(abc.ABC):
     def size(self) -> int:
         """Number of distinct keys in the map."""
 
+    #: kept by every implementation's put and clear (and update_latest_offset)
+    _latest: int
+
     @property
-    @abc.abstractmethod
     def latest_offset(self) -> int:
         """The last offset given to :meth:`put` or :meth:`update_latest_offset`; -1 when cleared."""
+        return self._latest
 
     @abc.abstractmethod
     def put(self, key: bytes, offset: int) -> None:
@@ -96,9 +99,9 @@ class OffsetMap(abc.ABC):
     def clear(self) -> None:
         """Remove every entry and reset ``latest_offset`` to -1."""
 
-    @abc.abstractmethod
     def update_latest_offset(self, offset: int) -> None:
         """Set ``latest_offset`` without adding an entry (the cleaner skips over offset gaps)."""
+        self._latest = offset
 
     @property
     def utilization(self) -> float:
@@ -191,10 +194,6 @@ class SkimpyOffsetMap(OffsetMap):
         return self._size
 
     @property
-    def latest_offset(self) -> int:
-        return self._latest
-
-    @property
     def memory_bytes(self) -> int:
         return self._h0.nbytes + self._h1.nbytes + self._off.nbytes
 
@@ -207,9 +206,6 @@ class SkimpyOffsetMap(OffsetMap):
         self._latest = -1
         self.collisions = 0
         self.lookups = 0
-
-    def update_latest_offset(self, offset: int) -> None:
-        self._latest = offset
 
     def put(self, key: bytes, offset: int) -> None:
         if self._size >= self._slots:  # Kafka refuses even an overwrite here
@@ -402,10 +398,6 @@ class CompactOffsetMap(OffsetMap):
         return int(self.table.size)
 
     @property
-    def latest_offset(self) -> int:
-        return self._latest
-
-    @property
     def memory_bytes(self) -> int:
         """Bytes of table allocated now (<= slots x 16)."""
         return int(self.table.memory_bytes)
@@ -448,9 +440,6 @@ class CompactOffsetMap(OffsetMap):
         if entry is None or entry[0]() is not segment or not entry[1]:
             return None
         return entry[1]
-
-    def update_latest_offset(self, offset: int) -> None:
-        self._latest = offset
 
     def put(self, key: bytes, offset: int) -> None:
         st = self.table.put(key, offset, self.slots)

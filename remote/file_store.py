@@ -25,7 +25,7 @@ from remote.errors import (
     RemoteStorageError,
     RemoteStorageIOError,
 )
-from remote.object_store import ObjectStore, PutData, open_put_data, split_checksum, validate_key
+from remote.object_store import ObjectStore, PutData, open_upload, validate_key
 
 TMP_DIR = ".tiercompact-tmp"
 TMP_PREFIX = ".tmp-"  # temp files are ".tmp-<pid>-<random>": clear_temp keeps a live process's
@@ -149,11 +149,7 @@ class FileObjectStore(ObjectStore):
 
     def put(self, key: str, data: PutData) -> int:
         path = self._path(key)
-        source, expected = split_checksum(data)
-        try:
-            stream, _size, owned = open_put_data(source)
-        except OSError as e:
-            raise RemoteStorageIOError(f"cannot read upload source for {key!r}: {e}", key=key) from None
+        stream, owned, expected = open_upload(key, data)
         try:
             return atomic_write_from(path, stream, tmp_dir=self._tmp, verify=True, expected_crc32c=expected,
                                      key=key)

@@ -27,6 +27,7 @@ from typing import BinaryIO
 
 from log.errors import InvalidRequestError
 from log.record.crc32c import crc32c
+from remote.errors import RemoteStorageIOError
 
 Source = bytes | bytearray | memoryview | BinaryIO | str | os.PathLike[str]
 
@@ -104,6 +105,18 @@ def open_put_data(data: PutData) -> tuple[BinaryIO, int | None, bool]:
         size = None
     return data, size, False
 
+
+
+def open_upload(key: str, data: PutData) -> tuple[BinaryIO, bool, int | None]:
+    """``put``'s first step in every store: (stream to read, whether we opened it (close it
+    after), the caller's expected CRC-32C or None); an unreadable source is a
+    RemoteStorageIOError naming ``key``."""
+    source, expected = split_checksum(data)
+    try:
+        stream, _size, owned = open_put_data(source)
+    except OSError as e:
+        raise RemoteStorageIOError(f"cannot read upload source for {key!r}: {e}", key=key) from None
+    return stream, owned, expected
 
 class ObjectStore(ABC):
     """A flat key -> bytes store (see the module docstring for the shared contract)."""

@@ -48,7 +48,7 @@ from remote.errors import (
     RemoteStorageTransientError,
 )
 from remote.file_store import atomic_write_from
-from remote.object_store import ObjectStore, PutData, open_put_data, split_checksum, validate_key
+from remote.object_store import ObjectStore, PutData, open_upload, validate_key
 
 T = TypeVar("T")
 MiB = 1024 * 1024
@@ -248,11 +248,7 @@ class S3ObjectStore(ObjectStore):
 
     def put(self, key: str, data: PutData) -> int:
         full = self._full(key)
-        source, expected = split_checksum(data)
-        try:
-            stream, size, owned = open_put_data(source)
-        except OSError as e:
-            raise RemoteStorageIOError(f"cannot read upload source for {key!r}: {e}", key=key) from None
+        stream, owned, expected = open_upload(key, data)
         try:
             head = stream.read(self.multipart_threshold + 1)
             if len(head) <= self.multipart_threshold:

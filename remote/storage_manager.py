@@ -269,6 +269,15 @@ class RemoteStorageManager:
 
     # ------------------------------------------------------------------ fetch
 
+    def _log_range(
+        self, md: RemoteLogSegmentMetadata, start_position: int, end_position: int | None
+    ) -> tuple[str, int, int]:
+        """(the log object's key, the end position clamped to the segment, bytes to read)."""
+        end = md.segment_size_in_bytes if end_position is None else min(end_position, md.segment_size_in_bytes)
+        if start_position < 0 or end < start_position:
+            raise InvalidRequestError(f"invalid position range [{start_position}, {end_position})")
+        return self.object_key(md), end, end - start_position
+
     def fetch_log_segment(
         self, md: RemoteLogSegmentMetadata, start_position: int, end_position: int | None = None
     ) -> bytes:
@@ -279,11 +288,7 @@ class RemoteStorageManager:
             RemoteStorageError: the read failed after retries or returned fewer bytes than
                 the segment holds.
         """
-        end = md.segment_size_in_bytes if end_position is None else min(end_position, md.segment_size_in_bytes)
-        if start_position < 0 or end < start_position:
-            raise InvalidRequestError(f"invalid position range [{start_position}, {end_position})")
-        key = self.object_key(md)
-        want = end - start_position
+        key, end, want = self._log_range(md, start_position, end_position)
 
         def read() -> bytes:
             data = self.store.get_range(key, start_position, end)
@@ -298,11 +303,7 @@ class RemoteStorageManager:
         end_position: int | None = None,
     ) -> int:
         """Like :meth:`fetch_log_segment` but streams into ``path`` (atomically); returns bytes written."""
-        end = md.segment_size_in_bytes if end_position is None else min(end_position, md.segment_size_in_bytes)
-        if start_position < 0 or end < start_position:
-            raise InvalidRequestError(f"invalid position range [{start_position}, {end_position})")
-        key = self.object_key(md)
-        want = end - start_position
+        key, end, want = self._log_range(md, start_position, end_position)
 
         def read() -> int:
             n = self.store.get_to_file(key, path, start_position, end)

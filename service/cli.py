@@ -25,10 +25,13 @@ import urllib.parse
 import urllib.request
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from log.errors import DataDirInUseError, TiercompactError
 from service.config import ServiceConfig, ServiceConfigError, load_config, options_reference_markdown
+
+if TYPE_CHECKING:
+    from service.node import Node
 
 #: the ServiceConfig options a one-off ``clean`` / ``spark-clean`` on a data dir uses: where the
 #: data and the stores are, this node's identity, the cleaner's sizing; the rest only matter to
@@ -75,6 +78,15 @@ def _add_server_flags(p: argparse.ArgumentParser) -> None:
                    help=f"how long to wait for the service's answer, with --server (default {SERVER_TIMEOUT_S:g})")
 
 
+def _partition_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, *, help: str,
+                      description: str) -> argparse.ArgumentParser:
+    """A subcommand that names one partition: ``NAME TOPIC PARTITION``."""
+    p = sub.add_parser(name, allow_abbrev=False, help=help, description=description)
+    p.add_argument("topic")
+    p.add_argument("partition", type=int)
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tiercompact", allow_abbrev=False,
                                      description="Kafka-style log compaction for tiered logs.")
@@ -83,13 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", allow_abbrev=False, help="run the HTTP admin API and background cleaning/tiering")
     _add_option_flags(serve)
 
-    clean = sub.add_parser(
-        "clean", allow_abbrev=False, help="run one cleaning pass on a partition and print its stats (JSON)",
+    clean = _partition_parser(
+        sub, "clean", help="run one cleaning pass on a partition and print its stats (JSON)",
         description="Run one cleaning pass on a partition and print its stats (JSON). Beside a running "
                     "`tiercompact serve`, which owns the data dir, use --server URL to send the clean to it; "
                     "without --server the command opens the data dir itself (the service must be stopped).")
-    clean.add_argument("topic")
-    clean.add_argument("partition", type=int)
     clean.add_argument("--dry-run", action="store_true",
                        help="print the round's plan (segments to download, rewrite and skip, bytes, records "
                             "reclaimable) and change nothing")
@@ -114,14 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
                       (*DATA_DIR_OPTIONS, "spark_master", "spark_conf", "spark_ship_packages",
                        "spark_split_partition_bytes"))
 
-    report = sub.add_parser(
-        "report", allow_abbrev=False, help="print a partition's compaction rounds, newest first",
+    report = _partition_parser(
+        sub, "report", help="print a partition's compaction rounds, newest first",
         description="Print the reports of a partition's compaction rounds (local, tiered and Spark; completed, "
                     "failed, aborted or fenced), newest first: per segment the action taken, records removed by "
                     "reason, bytes in and out, downloads, uploads and requests. With --server URL it asks a running "
                     "service; without, it reads the metadata store itself (safe beside a running service).")
-    report.add_argument("topic")
-    report.add_argument("partition", type=int)
     report.add_argument("--limit", type=int, default=20, help="most rounds to print (default 20)")
     report.add_argument("--before", metavar="ROUND_ID", default=None,
                         help="only rounds recorded before this one (page back)")
@@ -227,13 +235,22 @@ def _check_server_flags(args: argparse.Namespace) -> None:
                                  f"service uses its own: drop them, or drop --server")
 
 
-def _data_dir_in_use(e: DataDirInUseError, args: argparse.Namespace, command: str) -> int:
-    partition = f" {args.partition}" if command == "clean" else ""
-    print(f"error: {e}", file=sys.stderr)
-    print(f"hint: a running tiercompact service owns this data dir; send the {command} to it with\n"
-          f"  tiercompact {command} {args.topic}{partition} --server http://HOST:PORT [--token TOKEN]",
-          file=sys.stderr)
-    return 1
+def _open_local_node(args: argparse.Namespace, what: str, usage: str) -> Node | None:
+    """The Node over the configured data dir, for a command run without ``--server``; None (after
+    a hint to send the ``what`` to the service with ``tiercompact {usage} --server``) when a running
+    service owns the data dir."""
+    from service.node import Node
+
+    config = _load(args)
+    _check_data_dir(config)
+    logging.basicConfig(level=config.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return Node(config)
+    except DataDirInUseError as e:
+        print(f"error: {e}", file=sys.stderr)
+        print(f"hint: a running tiercompact service owns this data dir; send the {what} to it with\n"
+              f"  tiercompact {usage} --server http://HOST:PORT [--token TOKEN]", file=sys.stderr)
+        return None
 
 
 def _check_data_dir(config: ServiceConfig) -> None:
@@ -253,15 +270,9 @@ def cmd_clean(args: argparse.Namespace) -> int:
         query = "dry_run=true" if args.dry_run else "wait=true"
         _print_json(_server_request(args, "POST", f"/v1/topics/{topic}/partitions/{args.partition}/clean?{query}"))
         return 0
-    from service.node import Node
-
-    config = _load(args)
-    _check_data_dir(config)
-    logging.basicConfig(level=config.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    try:
-        node = Node(config)
-    except DataDirInUseError as e:
-        return _data_dir_in_use(e, args, "clean")
+    node = _open_local_node(args, "clean", f"clean {args.topic} {args.partition}")
+    if node is None:
+        return 1
     with node:
         if args.dry_run:
             from cleaner.dry_run import dry_run
@@ -370,17 +381,9 @@ def cmd_erase(args: argparse.Namespace) -> int:
             receipt = _server_request(args, "GET", path)
     else:
         from service.fields import decode_field
-        from service.node import Node
 
-        config = _load(args)
-        _check_data_dir(config)
-        logging.basicConfig(level=config.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-        try:
-            node = Node(config)
-        except DataDirInUseError as e:
-            print(f"error: {e}", file=sys.stderr)
-            print(f"hint: a running tiercompact service owns this data dir; send the erasure to it with\n"
-                  f"  tiercompact erase {args.topic} KEY... --server http://HOST:PORT [--token TOKEN]", file=sys.stderr)
+        node = _open_local_node(args, "erasure", f"erase {args.topic} KEY...")
+        if node is None:
             return 1
         with node:
             keys = [decode_field(k, body["encoding"], f"KEY {k!r}") for k in args.keys]

@@ -219,10 +219,6 @@ class DigestOffsetMap(OffsetMap):
     def size(self) -> int:
         return len(self._d)
 
-    @property
-    def latest_offset(self) -> int:
-        return self._latest
-
     def put(self, key: bytes, offset: int) -> None:
         self._d[key_digest(key)] = offset
         self._latest = offset
@@ -237,9 +233,6 @@ class DigestOffsetMap(OffsetMap):
     def clear(self) -> None:
         self._d.clear()
         self._latest = -1
-
-    def update_latest_offset(self, offset: int) -> None:
-        self._latest = offset
 
     def digests(self) -> list[bytes]:
         return list(self._d)

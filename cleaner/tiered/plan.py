@@ -7,11 +7,10 @@ from dataclasses import dataclass, field
 
 from cleaner.tiered.view import PartitionView, partition_view
 from log.local_log import LocalLog
+from log.record.varint import INT32_MAX
 from log.types import TopicPartition
 from metadata.manager import RemoteLogMetadataManager
 from metadata.types import RemoteLogSegmentMetadata
-
-INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)

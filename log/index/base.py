@@ -95,3 +95,25 @@ class EntryFile:
         self.close()
         self._entries = []
         self.path.unlink(missing_ok=True)
+
+
+class SegmentIndex(EntryFile):
+    """An index of the segment at ``base_offset`` whose entries ascend by their first field,
+    kept also as the list ``_keys`` (for bisecting) through appends, truncation and reset."""
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        self.base_offset = base_offset
+        super().__init__(path)
+        self._keys = [e[0] for e in self._entries]
+
+    def _append_entry(self, *fields: int) -> None:
+        super()._append_entry(*fields)
+        self._keys.append(fields[0])
+
+    def _truncate_entries(self, keep: int) -> None:
+        super()._truncate_entries(keep)
+        del self._keys[keep:]
+
+    def reset(self) -> None:
+        super().reset()
+        self._keys = []

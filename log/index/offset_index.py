@@ -15,21 +15,15 @@ from __future__ import annotations
 
 import bisect
 import struct
-from pathlib import Path
 
 from log.errors import CorruptIndexError, LogSegmentOffsetOverflowError
-from log.index.base import EntryFile
+from log.index.base import SegmentIndex
 
 INT32_MAX = 2**31 - 1
 
 
-class OffsetIndex(EntryFile):
+class OffsetIndex(SegmentIndex):
     entry = struct.Struct(">ii")
-
-    def __init__(self, path: Path, base_offset: int) -> None:
-        self.base_offset = base_offset
-        super().__init__(path)
-        self._rel = [e[0] for e in self._entries]
 
     def _check(self, entries: list[tuple[int, ...]]) -> None:
         last_rel, last_pos = -1, -1
@@ -47,15 +41,14 @@ class OffsetIndex(EntryFile):
 
     def append(self, offset: int, position: int) -> None:
         rel = self.relative(offset)
-        if self._rel and rel <= self._rel[-1]:
+        if self._keys and rel <= self._keys[-1]:
             raise CorruptIndexError(f"offset index append out of order: {offset} after "
-                                    f"{self._rel[-1] + self.base_offset}", source=str(self.path))
+                                    f"{self._keys[-1] + self.base_offset}", source=str(self.path))
         self._append_entry(rel, position)
-        self._rel.append(rel)
 
     def lookup(self, target: int) -> tuple[int, int]:
         """(offset, position) of the greatest entry with offset <= target, else (base, 0)."""
-        i = bisect.bisect_right(self._rel, target - self.base_offset) - 1
+        i = bisect.bisect_right(self._keys, target - self.base_offset) - 1
         if i < 0:
             return self.base_offset, 0
         rel, pos = self._entries[i]
@@ -63,14 +56,9 @@ class OffsetIndex(EntryFile):
 
     @property
     def last_offset(self) -> int:
-        return self.base_offset + self._rel[-1] if self._rel else self.base_offset
+        return self.base_offset + self._keys[-1] if self._keys else self.base_offset
 
     def truncate_to(self, offset: int) -> None:
         """Remove entries with offset >= ``offset``."""
-        keep = bisect.bisect_left(self._rel, offset - self.base_offset)
+        keep = bisect.bisect_left(self._keys, offset - self.base_offset)
         self._truncate_entries(keep)
-        del self._rel[keep:]
-
-    def reset(self) -> None:
-        super().reset()
-        self._rel = []

@@ -15,19 +15,13 @@ from __future__ import annotations
 
 import bisect
 import struct
-from pathlib import Path
 
 from log.errors import CorruptIndexError
-from log.index.base import EntryFile
+from log.index.base import SegmentIndex
 
 
-class TimeIndex(EntryFile):
+class TimeIndex(SegmentIndex):
     entry = struct.Struct(">qi")
-
-    def __init__(self, path: Path, base_offset: int) -> None:
-        self.base_offset = base_offset
-        super().__init__(path)
-        self._ts = [e[0] for e in self._entries]
 
     def _check(self, entries: list[tuple[int, ...]]) -> None:
         last_ts, last_rel = -(2**63), -1
@@ -38,13 +32,12 @@ class TimeIndex(EntryFile):
 
     def maybe_append(self, timestamp: int, offset: int) -> None:
         """Append (timestamp, offset) if the timestamp is larger than the last entry's."""
-        if timestamp < 0 or (self._ts and timestamp <= self._ts[-1]):
+        if timestamp < 0 or (self._keys and timestamp <= self._keys[-1]):
             return
         rel = offset - self.base_offset
         if self._entries and rel < self._entries[-1][1]:
             return
         self._append_entry(timestamp, rel)
-        self._ts.append(timestamp)
 
     @property
     def last_entry(self) -> tuple[int, int]:
@@ -56,7 +49,7 @@ class TimeIndex(EntryFile):
 
     def lookup(self, timestamp: int) -> int:
         """The offset from which records with timestamp >= ``timestamp`` may appear."""
-        i = bisect.bisect_left(self._ts, timestamp) - 1
+        i = bisect.bisect_left(self._keys, timestamp) - 1
         if i < 0:
             return self.base_offset
         return self.base_offset + self._entries[i][1]
@@ -67,8 +60,3 @@ class TimeIndex(EntryFile):
         while keep and self._entries[keep - 1][1] >= rel:
             keep -= 1
         self._truncate_entries(keep)
-        del self._ts[keep:]
-
-    def reset(self) -> None:
-        super().reset()
-        self._ts = []

@@ -113,50 +113,41 @@ def _iter_fileobj(
     pos = 0  # position in chunk
     while True:
         avail = len(chunk) - pos
-        if avail < HEADER_SIZE_UP_TO_MAGIC:
-            if not eof:
-                chunk = chunk[pos:]
-                file_pos += pos
-                pos = 0
-                read_more(max(buffer_size, HEADER_SIZE_UP_TO_MAGIC) - len(chunk))
+        size = HEADER_SIZE_UP_TO_MAGIC  # what must be buffered to go on: the header, then the batch
+        if avail >= size:
+            length, magic = unpack(chunk, pos + 8)
+            if length < MIN_BATCH_LENGTH:
+                raise CorruptRecordError(
+                    f"record batch length {length} is smaller than the minimum {MIN_BATCH_LENGTH}",
+                    source=source,
+                    position=file_pos + pos,
+                )
+            if magic != MAGIC_VALUE_V2:
+                raise CorruptRecordError(
+                    f"record batch has magic {magic}, expected {MAGIC_VALUE_V2}",
+                    source=source,
+                    position=file_pos + pos,
+                )
+            size = length + LOG_OVERHEAD
+            if size <= avail:
+                yield file_pos + pos, RecordBatch(memoryview(chunk)[pos : pos + size])
+                pos += size
                 continue
-            if avail == 0:
-                return
-            if allow_truncated_tail:
-                return
-            raise CorruptRecordError(
-                f"truncated record batch header: {avail} bytes left", source=source, position=file_pos + pos
-            )
-        length, magic = unpack(chunk, pos + 8)
-        if length < MIN_BATCH_LENGTH:
-            raise CorruptRecordError(
-                f"record batch length {length} is smaller than the minimum {MIN_BATCH_LENGTH}",
-                source=source,
-                position=file_pos + pos,
-            )
-        if magic != MAGIC_VALUE_V2:
-            raise CorruptRecordError(
-                f"record batch has magic {magic}, expected {MAGIC_VALUE_V2}",
-                source=source,
-                position=file_pos + pos,
-            )
-        size = length + LOG_OVERHEAD
-        if size > avail:
-            if not eof:
-                chunk = chunk[pos:]
-                file_pos += pos
-                pos = 0
-                read_more(max(buffer_size, size) - len(chunk))
-                continue
-            if allow_truncated_tail:
-                return
-            raise CorruptRecordError(
-                f"truncated record batch: {size} bytes declared, {avail} available",
-                source=source,
-                position=file_pos + pos,
-            )
-        yield file_pos + pos, RecordBatch(memoryview(chunk)[pos : pos + size])
-        pos += size
+        if not eof:
+            chunk = chunk[pos:]
+            file_pos += pos
+            pos = 0
+            read_more(max(buffer_size, size) - len(chunk))
+            continue
+        if avail == 0 or allow_truncated_tail:
+            return
+        raise CorruptRecordError(
+            f"truncated record batch header: {avail} bytes left"
+            if avail < HEADER_SIZE_UP_TO_MAGIC
+            else f"truncated record batch: {size} bytes declared, {avail} available",
+            source=source,
+            position=file_pos + pos,
+        )
 
 
 def read_batch_at(fileobj: BinaryIO, position: int, *, source: str | None = None) -> RecordBatch:

@@ -59,7 +59,10 @@ def size_of_varint(n: int) -> int:
     return size
 
 
-def _decode(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int, what: str) -> tuple[int, int]:
+def _decode(
+    buf: bytes | bytearray | memoryview, pos: int, max_bytes: int, what: str, lo: int, hi: int
+) -> tuple[int, int]:
+    """The multi-byte case: at most ``max_bytes`` bytes, the value within ``lo..hi``."""
     start = pos
     z = 0
     shift = 0
@@ -75,7 +78,10 @@ def _decode(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int, what:
                 raise CorruptRecordError(f"{what} longer than {max_bytes} bytes", position=start)
     except IndexError:
         raise CorruptRecordError(f"truncated {what}", position=start) from None
-    return (z >> 1) ^ -(z & 1), pos
+    value = (z >> 1) ^ -(z & 1)
+    if not lo <= value <= hi:
+        raise CorruptRecordError(f"{what} out of int{hi.bit_length() + 1} range", position=start)
+    return value, pos
 
 
 def decode_varint(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
@@ -83,10 +89,7 @@ def decode_varint(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[in
     b = buf[pos] if pos < len(buf) else 0x80
     if b < 0x80:
         return (b >> 1) ^ -(b & 1), pos + 1
-    value, new_pos = _decode(buf, pos, 5, "varint")
-    if not INT32_MIN <= value <= INT32_MAX:
-        raise CorruptRecordError("varint out of int32 range", position=pos)
-    return value, new_pos
+    return _decode(buf, pos, 5, "varint", INT32_MIN, INT32_MAX)
 
 
 def decode_varlong(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
@@ -94,7 +97,4 @@ def decode_varlong(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[i
     b = buf[pos] if pos < len(buf) else 0x80
     if b < 0x80:
         return (b >> 1) ^ -(b & 1), pos + 1
-    value, new_pos = _decode(buf, pos, 10, "varlong")
-    if not INT64_MIN <= value <= INT64_MAX:
-        raise CorruptRecordError("varlong out of int64 range", position=pos)
-    return value, new_pos
+    return _decode(buf, pos, 10, "varlong", INT64_MIN, INT64_MAX)

@@ -162,19 +162,21 @@ def _alter(ctx: RequestContext, request: Any, incremental: bool) -> list[tuple[i
     return out
 
 
-@kafka_api(AlterConfigsRequest, min_version=0, max_version=2)
-async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
-    done = await ctx.run(_alter, ctx, request, False)
-    item = AlterConfigsResponse.AlterConfigsResourceResponse
-    return AlterConfigsResponse(throttle_time_ms=0, responses=[
+async def _alter_response(ctx: RequestContext, request: Any, incremental: bool, response: Any) -> Any:
+    """Run the alteration off the event loop and answer in ``response``'s shape (the two APIs
+    share one per-resource response layout)."""
+    done = await ctx.run(_alter, ctx, request, incremental)
+    item = response.AlterConfigsResourceResponse
+    return response(throttle_time_ms=0, responses=[
         item(error_code=code, error_message=msg, resource_type=r.resource_type, resource_name=r.resource_name)
         for code, msg, r in done])
+
+
+@kafka_api(AlterConfigsRequest, min_version=0, max_version=2)
+async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
+    return await _alter_response(ctx, request, False, AlterConfigsResponse)
 
 
 @kafka_api(IncrementalAlterConfigsRequest, min_version=0, max_version=1)
 async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
-    done = await ctx.run(_alter, ctx, request, True)
-    item = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
-    return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=[
-        item(error_code=code, error_message=msg, resource_type=r.resource_type, resource_name=r.resource_name)
-        for code, msg, r in done])
+    return await _alter_response(ctx, request, True, IncrementalAlterConfigsResponse)
