@@ -92,7 +92,7 @@ def _pct(xs: list[float], p: float) -> float:
 class ServeProcess:
     """``tiercompact serve`` in its own process; stopped with SIGTERM (stop_s, exit_code)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, extra_args: tuple[str, ...] = ()) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -103,7 +103,8 @@ class ServeProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "service.cli", "serve", "--data-dir", str(root / "data"), "--port",
                  str(self.port), "--cleaner-threads", "2", "--tiering-interval-ms", "500",
-                 "--roll-check-interval-ms", "200", "--cleaner-backoff-ms", "200", "--log-level", "warning"],
+                 "--roll-check-interval-ms", "200", "--cleaner-backoff-ms", "200", "--log-level", "warning",
+                 *(extra_args or ("--kafka-port", "0"))],
                 stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=Path(__file__).resolve().parents[1])
         self.stop_s: float | None = None
         self.exit_code: int | None = None
@@ -130,8 +131,8 @@ class ServeProcess:
 
 
 @contextlib.contextmanager
-def serve(root: Path) -> Iterator[ServeProcess]:
-    srv = ServeProcess(root)
+def serve(root: Path, extra_args: tuple[str, ...] = ()) -> Iterator[ServeProcess]:
+    srv = ServeProcess(root, extra_args)
     try:
         srv.wait_ready()
         yield srv
