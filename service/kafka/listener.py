@@ -61,7 +61,7 @@ class _Outbox:
         self.sent = asyncio.Event()
 
     async def put(self, answer: Any) -> None:
-        if isinstance(answer, bytes | bytearray):
+        if isinstance(answer, bytes | bytearray | Framed):
             self.unsent += len(answer)
         await self.queue.put(answer)
 
@@ -136,6 +136,23 @@ class AppendNotifier:
                     waiting.discard(fut)
                     if not waiting:
                         del self._waiters[tp]
+
+
+class Framed(list):  # type: ignore[type-arg]
+    """An encoded answer as buffers written one after the other (size prefix and header, then the body's
+    pieces: a Fetch's stored batches are sent as read, never joined into one copy); ``len`` is its bytes."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, pieces: list[bytes | memoryview]) -> None:
+        super().__init__(pieces)
+        self.size = sum(len(p) for p in pieces)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bool__(self) -> bool:
+        return True
 
 
 class _Closed(Exception):
@@ -346,11 +363,14 @@ class KafkaListener:
         return self._encode(await pending, ctx, request, flexible, started)
 
     def _encode(self, response: Any, ctx: RequestContext, request: Any, flexible: bool,
-                started: float) -> bytes | None:
+                started: float) -> bytes | Framed | None:
         if self.metrics is not None:
             self.metrics.observe_request(ctx, response, time.perf_counter() - started, request)
         if response is None:
             return None
+        pieces = getattr(response, "encode_pieces", None)
+        if pieces is not None:  # a large Fetch: its stored batches go out as they were read
+            return _frame_pieces(ctx.header.correlation_id, pieces(version=ctx.api_version), flexible=flexible)
         return _frame(ctx.header.correlation_id, response.encode(version=ctx.api_version), flexible=flexible)
 
     async def _write_answers(self, answers: _Outbox, writer: asyncio.StreamWriter) -> None:
@@ -369,12 +389,15 @@ class KafkaListener:
             answer = await answers.queue.get()
             if answer is None:
                 return
-            counted = isinstance(answer, bytes | bytearray)
+            counted = isinstance(answer, bytes | bytearray | Framed)
             if not counted:
                 answer = await answer
                 if answer is None:
                     continue
-            writer.write(answer)
+            if isinstance(answer, Framed):
+                writer.writelines(answer)
+            else:
+                writer.write(answer)
             await writer.drain()
             answers.written(len(answer) if counted else 0)
 
@@ -386,6 +409,12 @@ class KafkaListener:
 def _frame(correlation_id: int, body: bytes | bytearray, *, flexible: bool) -> bytes:
     header = ResponseHeader(correlation_id=correlation_id).encode(flexible=flexible)
     return b"".join((struct.pack(">i", len(header) + len(body)), header, body))
+
+
+def _frame_pieces(correlation_id: int, body: list[bytes | memoryview], *, flexible: bool) -> Framed:
+    header = ResponseHeader(correlation_id=correlation_id).encode(flexible=flexible)
+    size = len(header) + sum(len(p) for p in body)
+    return Framed([struct.pack(">i", size) + bytes(header), *body])
 
 
 def _unsupported_api_versions() -> bytes:
