@@ -48,6 +48,9 @@ API_VERSIONS_KEY = 18
 UNSUPPORTED_VERSION = 35
 #: answers queued per connection before the listener stops reading more of its requests
 PIPELINE_DEPTH = 32
+#: a connection's read buffer (asyncio pauses reading at twice this): room for a whole produce batch of a
+#: client's default batch sizes, so a large request is not read in many pause/resume rounds
+STREAM_LIMIT = 1 << 20
 #: encoded answers a connection may have unsent (a client that does not read) before its next request waits
 MAX_UNSENT_BYTES = 4 * 1024 * 1024
 
@@ -218,7 +221,7 @@ class KafkaListener:
     async def _serve(self) -> None:
         self._stopping = asyncio.Event()
         self._server = await asyncio.start_server(self._on_connection, self.config.host, self.config.port,
-                                                  ssl=self.config.ssl_context, limit=1 << 16, backlog=1024)
+                                                  ssl=self.config.ssl_context, limit=STREAM_LIMIT, backlog=1024)
         if not self.config.advertised_port:
             self.cluster.port = self.port
         logger.info("Kafka listener on %s:%d (advertised %s:%d)", self.config.host, self.port,
