@@ -4,8 +4,9 @@ One ``tiercompact serve`` process (HTTP API plus the Kafka listener on free port
 confluent-kafka in a separate process (:mod:`bench.kafka_client`, one process per phase). For 1 and 8 partitions:
 produce 1 KiB records (lz4, acks=all, linger.ms=5) as fast as the producer goes, then at half that rate for the
 produce latency (p50/p99, librdkafka's per-message figure), then 100-byte records; consume the 1 KiB topic from
-local segments, then roll and tier every partition through the HTTP API (``local.retention.ms`` is 1 ms, so the
-local copies go) and consume it again from the remote segments. Each phase reports MB/s, records/s and the
+local segments, then turn on ``remote.storage.enable`` with a ``local.retention.ms`` of 1 ms (PATCH of its config:
+nothing is uploaded in the background while the local phases run), roll and tier every partition through the HTTP
+API (the local copies go) and consume it again from the remote segments. Each phase reports MB/s, records/s and the
 server's CPU seconds (psutil on the server's pid) per GB; the HTTP API's produce and read figures (the throughput
 phases of ``bench service``) are measured against the same server in the same run. The targets per server
 CPU-second are checked and the JSON says whether each is met. BENCH_QUICK=1 runs every phase briefly.
@@ -87,12 +88,17 @@ def _phase(server: psutil.Process, spec: dict[str, Any]) -> dict[str, Any]:
     return r
 
 
-def _create(c: httpx.Client, name: str, partitions: int, remote: bool) -> None:
+def _create(c: httpx.Client, name: str, partitions: int) -> None:
     config: dict[str, Any] = {"cleanup.policy": "delete", "retention.ms": -1, "retention.bytes": -1,
                               "segment.bytes": 256 * 1024 * 1024}
-    if remote:
-        config.update({"remote.storage.enable": True, "local.retention.ms": 1, "local.retention.bytes": -1})
     c.post("/v1/topics", json={"name": name, "partitions": partitions, "config": config}).raise_for_status()
+
+
+def _make_remote(c: httpx.Client, name: str) -> None:
+    """Tier the topic from now on, keeping no local copy of a tiered segment (set after the local phases, so no
+    upload runs in the background while they are measured)."""
+    c.patch(f"/v1/topics/{name}/config", json={"config": {
+        "remote.storage.enable": True, "local.retention.ms": 1, "local.retention.bytes": -1}}).raise_for_status()
 
 
 def _tier_all(c: httpx.Client, topic: str, partitions: int) -> int:
@@ -124,8 +130,8 @@ def run_partitions(srv: bench_service.ServeProcess, bootstrap: str, partitions: 
                    c: httpx.Client) -> dict[str, Any]:
     server = psutil.Process(srv.proc.pid)
     big, small = f"kib-{partitions}", f"small-{partitions}"
-    _create(c, big, partitions, remote=True)
-    _create(c, small, partitions, remote=False)
+    _create(c, big, partitions)
+    _create(c, small, partitions)
     common = {"bootstrap": bootstrap, "partitions": partitions}
     warm = 0.5 if quick() else 1.0
     peak = _phase(server, {**common, "action": "produce", "topic": big, "value_bytes": 1024 - 16,
@@ -136,6 +142,7 @@ def run_partitions(srv: bench_service.ServeProcess, bootstrap: str, partitions: 
                               "seconds": seconds, "rate": 0, "warmup": warm})
     total = sum(c.get(f"/v1/topics/{big}/partitions/{p}").json()["log_end_offset"] for p in range(partitions))
     local = _phase(server, {**common, "action": "consume", "topic": big, "records": total})
+    _make_remote(c, big)
     left = _tier_all(c, big, partitions)
     remote = _phase(server, {**common, "action": "consume", "topic": big, "records": total})
     remote["segments_left_local"] = left
