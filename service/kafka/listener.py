@@ -362,7 +362,7 @@ class KafkaListener:
         return self._encode(result, ctx, request, resp_flexible, started)
 
     async def _finish(self, pending: Any, ctx: RequestContext, request: Any, flexible: bool,
-                      started: float) -> bytes | None:
+                      started: float) -> bytes | Framed | None:
         return self._encode(await pending, ctx, request, flexible, started)
 
     def _encode(self, response: Any, ctx: RequestContext, request: Any, flexible: bool,
