@@ -92,7 +92,7 @@ def _pct(xs: list[float], p: float) -> float:
 class ServeProcess:
     """``tiercompact serve`` in its own process; stopped with SIGTERM (stop_s, exit_code)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, extra_args: tuple[str, ...] = (), shortened: bool = True) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -102,8 +102,10 @@ class ServeProcess:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "service.cli", "serve", "--data-dir", str(root / "data"), "--port",
-                 str(self.port), "--cleaner-threads", "2", "--tiering-interval-ms", "500",
-                 "--roll-check-interval-ms", "200", "--cleaner-backoff-ms", "200", "--log-level", "warning"],
+                 str(self.port), "--cleaner-threads", "2", "--log-level", "warning",
+                 *(("--tiering-interval-ms", "500", "--roll-check-interval-ms", "200", "--cleaner-backoff-ms", "200")
+                   if shortened else ()),
+                 *(extra_args or ("--kafka-port", "0"))],
                 stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=Path(__file__).resolve().parents[1])
         self.stop_s: float | None = None
         self.exit_code: int | None = None
@@ -130,8 +132,9 @@ class ServeProcess:
 
 
 @contextlib.contextmanager
-def serve(root: Path) -> Iterator[ServeProcess]:
-    srv = ServeProcess(root)
+def serve(root: Path, extra_args: tuple[str, ...] = (), shortened: bool = True) -> Iterator[ServeProcess]:
+    """``shortened``: the cleaner's and tiering loop's intervals cut short (the load test's background work)."""
+    srv = ServeProcess(root, extra_args, shortened)
     try:
         srv.wait_ready()
         yield srv

@@ -261,8 +261,53 @@ def _service() -> list[str]:
                if "sigterm_stop_s" in d else " (load generator and server share one Python process).")]
 
 
+_KAFKA_PHASES = (("produce_1kib", "produce 1 KiB records"), ("produce_1kib_half_rate", "produce 1 KiB at half that rate"),
+                 ("produce_100b", "produce 100 B records"), ("fetch_local", "consume from local segments"),
+                 ("fetch_remote", "consume from remote segments"))
+
+
+def _kafka() -> list[str]:
+    d = _load("kafka")
+    if d is None:
+        return ["**Kafka listener** (`bench kafka`): _not measured yet_"]
+    t, m, met = d["targets"], d["measured"], d["targets_met"]
+    out = [f"**Kafka listener** (`bench kafka`){_scale(d)}: one `tiercompact serve` process, {d['client']}, "
+           f"{d['seconds_per_phase']} s a phase. Server CPU is the whole server process's while the phase runs "
+           f"(its idle share, {d['server_idle_cpu_share']} of a core, included; the net figure takes it off); "
+           "latencies are librdkafka's, from `produce()` to the acknowledgement (acks=all waits for the fsync).",
+           "", "| partitions | phase | MB/s | records/s | server CPU-s per GB | MB per server CPU-s (net of idle) "
+           "| p50 / p99 ms | load average before |", "|---|---|---|---|---|---|---|---|"]
+    for key, res in d["results"].items():
+        parts = key.split("_")[0]
+        for phase, label in _KAFKA_PHASES:
+            r = res[phase]
+            lat = f"{r['p50_ms']} / {r['p99_ms']}" if "p99_ms" in r else "-"
+            out.append(f"| {parts} | {label} | {_n(r['mb_per_s'], 1)} | {_n(r['records_per_s'])} | "
+                       f"{_n(r['server_cpu_s_per_gb'], 1)} | {_n(r['mb_per_server_cpu_s'], 1)} "
+                       f"({_n(r['mb_per_server_cpu_s_net_of_idle'], 1)}) | {lat} | {r['loadavg_before']} |")
+    h = d["http"]
+    out += ["", f"The HTTP API in the same run ({h['records_per_request']} records of {h['record_bytes']} B a request, "
+            f"{h['produce']['clients']} clients, {h['partitions']} partitions):", "",
+            "| request | MB/s | records/s | p50 / p99 ms | MB per server CPU-s |", "|---|---|---|---|---|"]
+    for kind in ("produce", "read"):
+        r = h[kind]
+        out.append(f"| HTTP {kind} | {_n(r['mb_per_s'], 1)} | {_n(r['records_per_sec'])} | {r['p50_ms']} / "
+                   f"{r['p99_ms']} | {_n(r['mb_per_server_cpu_s'], 1)} |")
+    verdict = lambda k: "met" if met[k] else "not met"  # noqa: E731
+    out += ["", f"Targets (the worse of 1 and 8 partitions): produce >= {_n(t['produce_mb_per_cpu_s'])} MB of "
+            f"1 KiB records per server CPU-second: {_n(m['produce_mb_per_cpu_s'], 1)}, "
+            f"{verdict('produce_mb_per_cpu_s')}; fetch from local segments >= {_n(t['fetch_local_mb_per_cpu_s'])} "
+            f"MB per server CPU-second: {_n(m['fetch_local_mb_per_cpu_s'], 1)}, {verdict('fetch_local_mb_per_cpu_s')}; "
+            f"p99 produce latency at half load <= {t['p99_produce_ms_at_half_load']} ms: "
+            f"{m['p99_produce_ms_at_half_load']} ms, {verdict('p99_produce_ms_at_half_load')}."]
+    if d.get("transactions") is None:
+        out.append("Transactions (transactions/s of 100 records, commit latency): not measured, the listener "
+                   "has no transaction coordinator yet.")
+    return out
+
+
 def report() -> str:
-    parts = [_format(), _cleaner(), _fastpath(), _remote(), _tiered(), _spark(), _service()]
+    parts = [_format(), _cleaner(), _fastpath(), _remote(), _tiered(), _spark(), _service(), _kafka()]
     return "\n\n".join("\n".join(p) for p in parts) + "\n"
 
 
@@ -291,6 +336,16 @@ def summary() -> str:
             r = t[kind]
             rows.append(f"| HTTP {kind}, {r['records_per_request']} records a request, {r['clients']} clients "
                         f"(`service`) | {_n(r['requests_per_sec'])} requests/s, p99 {r['p99_ms']} ms |")
+    d = _load("kafka")
+    if d:
+        for key in ("1_partitions", "8_partitions"):
+            res = d["results"].get(key)
+            if res:
+                p, f = res["produce_1kib"], res["fetch_local"]
+                rows.append(f"| Kafka produce 1 KiB (lz4, acks=all) / consume, {key.split('_')[0]} partition(s), "
+                            f"confluent-kafka (`kafka`) | {_n(p['mb_per_s'], 1)} / {_n(f['mb_per_s'], 1)} MB/s; "
+                            f"{_n(p['mb_per_server_cpu_s'])} / {_n(f['mb_per_server_cpu_s'])} MB per server CPU-s; "
+                            f"p99 {res['produce_1kib_half_rate']['p99_ms']} ms at half load |")
     d = _load("spark")
     if d:
         v = (d.get("variants") or {"disk": d})

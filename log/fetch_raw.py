@@ -33,12 +33,24 @@ _SLACK = 64 * 1024  # read past the budget so a small next batch need not wait f
 
 @dataclass(frozen=True, slots=True)
 class RawBatches:
-    """Whole stored batches: ``data`` (empty when nothing is readable; a view of the bytes read
-    when one read holds them all, so they are copied once more only where they are sent) and
-    ``next_offset``, the offset after the last batch returned (the fetch offset itself when none was)."""
+    """Whole stored batches: ``chunks``, the buffers read one after the other (none when nothing is
+    readable; views of the bytes each read returned, so a sender may write them without joining
+    them) and ``next_offset``, the offset after the last batch returned (the fetch offset itself
+    when none was). ``data`` is the batches as one buffer."""
 
-    data: bytes | memoryview
+    chunks: tuple[bytes | memoryview, ...]
     next_offset: int
+
+    @property
+    def data(self) -> bytes | memoryview:
+        return join_chunks(self.chunks)
+
+
+def join_chunks(chunks: tuple[bytes | memoryview, ...]) -> bytes | memoryview:
+    """The chunks as one buffer (the only one itself; b"" for none)."""
+    if len(chunks) == 1:
+        return chunks[0]
+    return b"".join(chunks)
 
 
 def walk_batches(buf: bytes | memoryview, offset: int, budget: int, *, min_one: bool,
@@ -147,5 +159,4 @@ def _read_raw(log: LocalLog, offset: int, max_bytes: int, min_one: bool, max_off
             nxt = seg_next
         if done:
             break
-    data: bytes | memoryview = parts[0] if len(parts) == 1 else b"".join(parts)
-    return RawBatches(data, nxt)
+    return RawBatches(tuple(parts), nxt)

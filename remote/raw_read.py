@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from log.errors import OffsetOutOfRangeError
-from log.fetch_raw import read_raw
+from log.fetch_raw import join_chunks, read_raw
 from log.index.txn_index import AbortedTxn
 from log.local_log import LocalLog
 from log.offset_lookup import (
@@ -37,12 +37,17 @@ _SCAN_BYTES = 1 << 20
 class PartitionFetch:
     """One partition's Fetch answer: the stored bytes and the offsets a FetchResponse carries."""
 
-    data: bytes | memoryview
+    #: the stored batches as the buffers read (log/fetch_raw.py's RawBatches.chunks); ``data`` joins them
+    chunks: tuple[bytes | memoryview, ...]
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
     #: read_committed only (None for read_uncommitted): transactions aborted within the range read
     aborted: list[AbortedTxn] | None
+
+    @property
+    def data(self) -> bytes | memoryview:
+        return join_chunks(self.chunks)
 
 
 class RawTieredRead:
@@ -78,20 +83,20 @@ class RawTieredRead:
             raise OffsetOutOfRangeError(f"offset {offset} is out of range for {log.topic_partition}: valid offsets "
                                         f"are [{start}, {hw}]")
         upper = lso if committed else hw
-        empty = PartitionFetch(b"", hw, lso, start, [] if committed else None)
+        empty = PartitionFetch((), hw, lso, start, [] if committed else None)
         if offset >= upper:
             return empty
         local_start = log.log_start_offset
         if offset < local_start and self.read_path is not None:
             res = self._fetch_remote(log, offset, max_bytes, committed, min_one, lso, local_start)
             if res is not None:
-                return PartitionFetch(res[0], hw, lso, start, res[1])
+                return PartitionFetch((res[0],) if res[0] else (), hw, lso, start, res[1])
             offset = local_start  # nothing remote at or after the offset: the next data is local
         raw = read_raw(log, offset, max_bytes, min_one=min_one, max_offset=lso if committed else None)
         aborted = None
         if committed:
-            aborted = log.collect_aborted_transactions(offset, raw.next_offset) if raw.data else []
-        return PartitionFetch(raw.data, hw, lso, start, aborted)
+            aborted = log.collect_aborted_transactions(offset, raw.next_offset) if raw.chunks else []
+        return PartitionFetch(raw.chunks, hw, lso, start, aborted)
 
     def _fetch_remote(self, log: LocalLog, offset: int, max_bytes: int, committed: bool, min_one: bool, lso: int,
                       local_start: int) -> tuple[bytes, list[AbortedTxn] | None] | None:

@@ -141,16 +141,40 @@ def _read(ctx: RequestContext, wants: list[_Want], max_bytes: int, committed: bo
                                   last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
                                   records=b""))
             continue
-        if res.data:
+        records = _records(res.chunks)
+        if records:
             first = False
-            budget -= len(res.data)
-            total += len(res.data)
+            budget -= len(records)
+            total += len(records)
         aborted = None if res.aborted is None else [
             _Aborted(producer_id=t.producer_id, first_offset=t.first_offset) for t in res.aborted]
         out.append(_Partition(partition_index=w.partition, error_code=NONE, high_watermark=res.high_watermark,
                               last_stable_offset=res.last_stable_offset, log_start_offset=res.log_start_offset,
-                              aborted_transactions=aborted, records=res.data))
+                              aborted_transactions=aborted, records=records))
     return out, total
+
+
+class _Chunks:
+    """A partition's stored batches read in several pieces: sent one after the other when the answer is
+    spliced (SplicedFetchResponse), joined otherwise; ``len`` is their bytes."""
+
+    __slots__ = ("chunks", "size")
+
+    def __init__(self, chunks: tuple[bytes | memoryview, ...]) -> None:
+        self.chunks = chunks
+        self.size = sum(len(c) for c in chunks)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+def _records(chunks: tuple[bytes | memoryview, ...]) -> bytes | memoryview | _Chunks:
+    if not chunks:
+        return b""
+    return chunks[0] if len(chunks) == 1 else _Chunks(chunks)
 
 
 @kafka_api(FetchRequest, min_version=4, max_version=12)
@@ -203,7 +227,7 @@ def _response(wants: list[_Want], parts: list[Any]) -> Any:
         size = len(part.records or b"")
         if size >= SPLICE_MIN_BYTES:
             spliced = True
-        elif isinstance(part.records, memoryview):
+        elif isinstance(part.records, memoryview | _Chunks):
             part.records = bytes(part.records)
         topics[-1].partitions.append(part)
     response = FetchResponse(throttle_time_ms=0, error_code=NONE, session_id=0, responses=topics)
@@ -225,6 +249,10 @@ class SplicedFetchResponse:
         return getattr(self.response, name)
 
     def encode(self, version: int | None = None) -> bytes:
+        return b"".join(self.encode_pieces(version))
+
+    def encode_pieces(self, version: int | None = None) -> list[bytes | memoryview]:
+        """The encoded message as buffers to send one after the other (the stored batches are not copied)."""
         prefix = os.urandom(12)
         swapped: list[tuple[Any, Any]] = []
         try:
@@ -247,10 +275,10 @@ class SplicedFetchResponse:
                 pieces += [view[pos:at - 1], _uvarint(len(data) + 1)]
             else:  # BYTES: int32 length
                 pieces += [view[pos:at - 4], struct.pack(">i", len(data))]
-            pieces.append(data)
+            pieces += data.chunks if isinstance(data, _Chunks) else (data,)
             pos = at + _MARKER_BYTES
         pieces.append(view[pos:])
-        return b"".join(pieces)
+        return pieces
 
 
 def _uvarint(n: int) -> bytes:

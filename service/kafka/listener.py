@@ -49,6 +49,9 @@ API_VERSIONS_KEY = 18
 UNSUPPORTED_VERSION = 35
 #: answers queued per connection before the listener stops reading more of its requests
 PIPELINE_DEPTH = 32
+#: a connection's read buffer (asyncio pauses reading at twice this): room for a whole produce batch of a
+#: client's default batch sizes, so a large request is not read in many pause/resume rounds
+STREAM_LIMIT = 1 << 20
 #: encoded answers a connection may have unsent (a client that does not read) before its next request waits
 MAX_UNSENT_BYTES = 4 * 1024 * 1024
 
@@ -62,7 +65,7 @@ class _Outbox:
         self.sent = asyncio.Event()
 
     async def put(self, answer: Any) -> None:
-        if isinstance(answer, bytes | bytearray):
+        if isinstance(answer, bytes | bytearray | Framed):
             self.unsent += len(answer)
         await self.queue.put(answer)
 
@@ -139,6 +142,23 @@ class AppendNotifier:
                         del self._waiters[tp]
 
 
+class Framed(list):  # type: ignore[type-arg]
+    """An encoded answer as buffers written one after the other (size prefix and header, then the body's
+    pieces: a Fetch's stored batches are sent as read, never joined into one copy); ``len`` is its bytes."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, pieces: list[bytes | memoryview]) -> None:
+        super().__init__(pieces)
+        self.size = sum(len(p) for p in pieces)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bool__(self) -> bool:
+        return True
+
+
 class _Closed(Exception):
     """The connection must close (protocol violation, limit, or the peer went away)."""
 
@@ -204,7 +224,7 @@ class KafkaListener:
     async def _serve(self) -> None:
         self._stopping = asyncio.Event()
         self._server = await asyncio.start_server(self._on_connection, self.config.host, self.config.port,
-                                                  ssl=self.config.ssl_context, limit=1 << 16, backlog=1024)
+                                                  ssl=self.config.ssl_context, limit=STREAM_LIMIT, backlog=1024)
         if not self.config.advertised_port:
             self.cluster.port = self.port
         logger.info("Kafka listener on %s:%d (advertised %s:%d)", self.config.host, self.port,
@@ -346,15 +366,18 @@ class KafkaListener:
         return self._encode(result, ctx, request, resp_flexible, started)
 
     async def _finish(self, pending: Any, ctx: RequestContext, request: Any, flexible: bool,
-                      started: float) -> bytes | None:
+                      started: float) -> bytes | Framed | None:
         return self._encode(await pending, ctx, request, flexible, started)
 
     def _encode(self, response: Any, ctx: RequestContext, request: Any, flexible: bool,
-                started: float) -> bytes | None:
+                started: float) -> bytes | Framed | None:
         if self.metrics is not None:
             self.metrics.observe_request(ctx, response, time.perf_counter() - started, request)
         if response is None:
             return None
+        pieces = getattr(response, "encode_pieces", None)
+        if pieces is not None:  # a large Fetch: its stored batches go out as they were read
+            return _frame_pieces(ctx.header.correlation_id, pieces(version=ctx.api_version), flexible=flexible)
         return _frame(ctx.header.correlation_id, response.encode(version=ctx.api_version), flexible=flexible)
 
     async def _write_answers(self, answers: _Outbox, writer: asyncio.StreamWriter) -> None:
@@ -373,12 +396,15 @@ class KafkaListener:
             answer = await answers.queue.get()
             if answer is None:
                 return
-            counted = isinstance(answer, bytes | bytearray)
+            counted = isinstance(answer, bytes | bytearray | Framed)
             if not counted:
                 answer = await answer
                 if answer is None:
                     continue
-            writer.write(answer)
+            if isinstance(answer, Framed):
+                writer.writelines(answer)
+            else:
+                writer.write(answer)
             await writer.drain()
             answers.written(len(answer) if counted else 0)
 
@@ -390,6 +416,12 @@ class KafkaListener:
 def _frame(correlation_id: int, body: bytes | bytearray, *, flexible: bool) -> bytes:
     header = ResponseHeader(correlation_id=correlation_id).encode(flexible=flexible)
     return b"".join((struct.pack(">i", len(header) + len(body)), header, body))
+
+
+def _frame_pieces(correlation_id: int, body: list[bytes | memoryview], *, flexible: bool) -> Framed:
+    header = ResponseHeader(correlation_id=correlation_id).encode(flexible=flexible)
+    size = len(header) + sum(len(p) for p in body)
+    return Framed([struct.pack(">i", size) + bytes(header), *body])
 
 
 def _unsupported_api_versions() -> bytes:

@@ -1,0 +1,119 @@
+"""The Kafka load client of ``bench kafka``: one confluent-kafka producer or consumer in this process, driven by a
+JSON spec (argv[1]) and answering one JSON line on stdout.
+
+``{"action": "produce", "bootstrap", "topic", "partitions", "value_bytes", "seconds", "rate"}`` sends records of
+``value_bytes`` (16-byte keys, spread round-robin over the partitions) for ``seconds``, as fast as the producer's
+queue lets it (``rate`` 0) or paced at ``rate`` records/s, with lz4, acks=all and linger.ms=5; it answers the
+records and bytes acknowledged, the elapsed time and the produce latencies' percentiles (librdkafka's own
+per-message latency: from ``produce()`` to the acknowledgement).
+
+``{"action": "consume", "bootstrap", "topic", "partitions", "records"}`` reads every partition from offset 0
+until ``records`` records arrived and answers the bytes, records and elapsed time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+
+
+def _pct(xs: list[float], p: float) -> float:
+    if not xs:
+        return 0.0
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def produce(spec: dict[str, Any]) -> dict[str, Any]:
+    p = Producer({"bootstrap.servers": spec["bootstrap"], "compression.type": "lz4", "acks": "all",
+                  "linger.ms": 5, "enable.idempotence": False, "queue.buffering.max.kbytes": 65536,
+                  "batch.size": 1_000_000, "message.max.bytes": 2_000_000})
+    value = os.urandom(spec["value_bytes"] // 2).hex().encode()[:spec["value_bytes"]]
+    value = value + b"x" * (spec["value_bytes"] - len(value))
+    parts = spec["partitions"]
+    done = {"records": 0, "bytes": 0, "errors": 0}
+    latencies: list[float] = []
+    measuring = [False]
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            done["errors"] += 1
+            return
+        if measuring[0]:
+            done["records"] += 1
+            done["bytes"] += len(msg.value()) + 16
+            lat = msg.latency()
+            if lat is not None:
+                latencies.append(lat)
+
+    rate = spec.get("rate", 0)
+    i = 0
+
+    def send_for(seconds: float) -> None:
+        nonlocal i
+        t0 = time.perf_counter()
+        deadline = t0 + seconds
+        while True:
+            now = time.perf_counter()
+            if now >= deadline:
+                return
+            if rate:
+                due = t0 + i_local[0] / rate
+                if due > now:
+                    p.poll(min(due - now, 0.001))
+                    continue
+            try:
+                p.produce(spec["topic"], value, key=b"key-%012d" % (i % 1_000_000), partition=i % parts,
+                          on_delivery=on_delivery)
+                i += 1
+                i_local[0] += 1
+            except BufferError:
+                p.poll(0.005)
+                continue
+            if i % 256 == 0:
+                p.poll(0)
+
+    i_local = [0]
+    send_for(spec.get("warmup", 1.0))  # warm-up: connections, metadata, the server's first segments
+    p.flush(60)
+    i_local[0] = 0
+    measuring[0] = True
+    t0 = time.perf_counter()
+    send_for(spec["seconds"])
+    left = p.flush(60)
+    elapsed = time.perf_counter() - t0
+    return {"records": done["records"], "bytes": done["bytes"], "seconds": elapsed, "errors": done["errors"],
+            "unflushed": left, "sent_records": i_local[0],
+            "p50_ms": round(_pct(latencies, 50) * 1000, 2), "p99_ms": round(_pct(latencies, 99) * 1000, 2),
+            "max_ms": round(max(latencies, default=0.0) * 1000, 2)}
+
+
+def consume(spec: dict[str, Any]) -> dict[str, Any]:
+    c = Consumer({"bootstrap.servers": spec["bootstrap"], "group.id": "bench", "enable.auto.commit": False,
+                  "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 8_388_608,
+                  "fetch.wait.max.ms": 100, "queued.max.messages.kbytes": 262144})
+    c.assign([TopicPartition(spec["topic"], p, OFFSET_BEGINNING) for p in range(spec["partitions"])])
+    want = spec["records"]
+    got = size = 0
+    t0 = time.perf_counter()
+    deadline = t0 + spec.get("timeout", 300)
+    while got < want and time.perf_counter() < deadline:
+        for m in c.consume(10_000, 1.0):
+            if m.error():
+                raise KafkaException(m.error())
+            got += 1
+            size += len(m.value() or b"") + len(m.key() or b"")
+    elapsed = time.perf_counter() - t0
+    c.close()
+    return {"records": got, "bytes": size, "seconds": elapsed, "complete": got >= want}
+
+
+if __name__ == "__main__":
+    spec = json.loads(sys.argv[1])
+    answer = produce(spec) if spec["action"] == "produce" else consume(spec)
+    print(json.dumps(answer), flush=True)
