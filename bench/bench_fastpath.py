@@ -1,4 +1,4 @@
-"""The compiled record kernels (#13): local cleaning per CPU-second against its ceiling.
+"""The compiled record kernels: local cleaning per CPU-second against its ceiling.
 
 For 100-byte and 1-KiB values, uncompressed, lz4, zstd and gzip, one child process per workload
 (so peak RSS is the workload's own) builds a log of 1000-record batches with 16-byte keys over
@@ -238,12 +238,12 @@ def _key_hash_costs(n: int) -> dict[str, float]:
     return out
 
 
-#: issue #13's compressed-workload figures before the kernels (100-byte values, MB per CPU-s)
+#: the compressed-workload figures before the compiled kernels (100-byte values, MB per CPU-s)
 OLD_COMPRESSED_MB_S = {"gzip": 16, "zstd": 22, "lz4": 31}
 
 
 def _targets(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Issue #13's targets against this run's figures (compiled kernels)."""
+    """The kernels' targets against this run's figures (compiled kernels)."""
     by = {(r["value_bytes"], r["codec"]): r for r in results}
     out: dict[str, Any] = {}
     small = by.get((100, "none"))

@@ -1,4 +1,4 @@
-"""Issue 2 bench: LocalLog append and read throughput, 1M records (16 B keys, 100 B values).
+"""Format bench: LocalLog append and read throughput, 1M records (16 B keys, 100 B values).
 
 Appends pre-built producer batches of 1000 records (what a produce request carries)
 through LocalLog.append_batches (validation, CRC check, offset assignment, rolls),

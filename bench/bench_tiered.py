@@ -349,7 +349,7 @@ def _plan_once(rlmm: Any, rsm: RemoteStorageManager, dirty: np.ndarray, now: int
 
 def plan_bench(root: Path, segments: int = PLAN_SEGMENTS, keys_per_segment: int = PLAN_KEYS_PER_SEGMENT,
                dirty_keys: int = PLAN_DIRTY_KEYS, holding: int = PLAN_HOLDING) -> dict[str, Any]:
-    """Planning a round over ``segments`` remote segments (issue 14's target: <= 2 s for 10,000).
+    """Planning a round over ``segments`` remote segments (target: <= 2 s for 10,000).
 
     SQLite metadata on local disk, each segment with its bloom filter (fpp 1%) and its key
     index in the read cache (as the copies leave them); ``dirty_keys`` exact dirty keys of

@@ -1,4 +1,4 @@
-"""Where a partition still holds records of given keys, over both tiers (erasures, #15).
+"""Where a partition still holds records of given keys, over both tiers (erasures).
 
 :class:`KeyLocator` answers, for keys each with an offset bound (the erasure's tombstone),
 which segments hold a record of the key below the bound: local segments (their ``.log`` is

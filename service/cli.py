@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_option_flags(report.add_argument_group("without --server: the stores to open"), DATA_DIR_OPTIONS)
 
     erase = sub.add_parser(
-        "erase", allow_abbrev=False, help="erase keys by a deadline and print the receipt (#15)",
+        "erase", allow_abbrev=False, help="erase keys by a deadline and print the receipt",
         description="Append a tombstone for each KEY and erase the keys' older values from local disk and the "
                     "object store by the deadline; prints the receipt (JSON). --wait drives the erasure (or, with "
                     "--server URL, waits for the running service) until its values are removed.")
@@ -286,7 +286,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
 def cmd_spark_clean(args: argparse.Namespace) -> int:
     """Offload a clean of the topic's tiered partitions to Spark: through the service with
     ``--server`` (it submits to its Spark master and adopts the result), else standalone: the
-    driver runs here against the metadata store and the object store, never a data dir (#16)."""
+    driver runs here against the metadata store and the object store, never a data dir."""
     _check_server_flags(args)
     if args.server is not None:
         if args.master is not None:
@@ -359,7 +359,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_erase(args: argparse.Namespace) -> int:
-    """Erase keys (#15): through the service with ``--server``, else on the data dir directly
+    """Erase keys: through the service with ``--server``, else on the data dir directly
     (the service must be stopped); prints the receipt. Exit 1 if --wait ends unfinished or failed."""
     import time
 

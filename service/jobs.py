@@ -36,7 +36,7 @@ class Job:
     stats: dict[str, Any] | None = None
     error: str | None = None
     done: threading.Event = field(default_factory=threading.Event, repr=False)
-    #: "clean" (POST .../clean?wait=false) or "spark-clean" (a Spark offload job, #16)
+    #: "clean" (POST .../clean?wait=false) or "spark-clean" (a Spark offload job)
     kind: str = "clean"
     engine: str = "in-process"
     #: every partition of the job (a Spark job may clean several; ``partition`` is the first)

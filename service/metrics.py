@@ -55,7 +55,7 @@ GAUGES: dict[str, str] = {
                               "OfflinePartitionsCount).",
     REMOTE_STORE_UNAVAILABLE: "1 while the object store is treated as down (its circuit breaker is open: calls "
                               "fail at once with 503 and Retry-After), else 0.",
-    ERASURES_PENDING_COUNT: "Key erasures whose older values are not yet all gone (state pending, #15).",
+    ERASURES_PENDING_COUNT: "Key erasures whose older values are not yet all gone (state pending).",
     ERASURES_AT_RISK_COUNT: "Pending key erasures with less than a tenth of their window left, or overdue "
                             "(GET /v1/cleaner lists them).",
     ERASURES_OVERDUE_COUNT: "Pending key erasures past their deadline_ms.",

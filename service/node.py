@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from cleaner.erasure_workflow import ErasureService
@@ -56,7 +54,7 @@ from service.wiring import REMOTE_CACHE_DIR, TIERED_TEMP_DIR, NodeParts, build_p
 logger = logging.getLogger(__name__)
 
 #: decode_field and encode_field stay importable from here (they live in service.fields)
-__all__ = ["REMOTE_CACHE_DIR", "TIERED_TEMP_DIR", "Node", "NodeParts", "data_dir_of", "decode_field", "encode_field"]
+__all__ = ["REMOTE_CACHE_DIR", "TIERED_TEMP_DIR", "Node", "NodeParts", "decode_field", "encode_field"]
 
 ONLINE, OFFLINE = "online", "offline"  # a partition's state in GET .../partitions/{p}
 MAX_EMPTY_PAGES = 1000
@@ -597,7 +595,3 @@ class Node:
 
     def cleaner_status(self) -> dict[str, Any]:
         return self.cleaner.status()
-
-
-def data_dir_of(path: str | os.PathLike[str]) -> Path:
-    return Path(path).expanduser().resolve()

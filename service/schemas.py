@@ -305,7 +305,7 @@ class CleanerStatus(BaseModel):
                                           "batch: the file or object and the byte position).")
     last_runs: list[dict[str, Any]]
     erasures_at_risk: list[dict[str, Any]] = Field(
-        default_factory=list, description="Pending key erasures (#15) with less than a tenth of their window left "
+        default_factory=list, description="Pending key erasures with less than a tenth of their window left "
                                           "or overdue: id, topic, deadline_ms, time_left_ms, overdue, partitions.")
     partitions_at_risk: list[str] = Field(default_factory=list,
                                           description="Partitions of the erasures at risk (topic-partition).")
@@ -319,7 +319,7 @@ class Error(BaseModel):
     error: str
 
 
-# ---- round reports and dry runs (#14) ------------------------------------------------------
+# ---- round reports and dry runs -----------------------------------------------------------
 
 class RemovedByReason(BaseModel):
     superseded: int = Field(description="Records dropped because a later record of the same key was mapped.")
@@ -398,7 +398,7 @@ class DryRunPlan(BaseModel):
     records_removed: RemovedByReason
 
 
-# ---- erasures (#15) ---------------------------------------------------------------------------
+# ---- erasures --------------------------------------------------------------------------------
 
 class ErasureRequest(_Request):
     keys: list[Text] = Field(min_length=1, max_length=1000, description="Keys to erase (in `encoding`).")

@@ -146,7 +146,7 @@ def test_the_suite_runs_with_checking_on() -> None:
 # ---- the node's real lock paths ------------------------------------------------------------------
 
 def test_tiered_cleaner_selection_and_tiering_on_the_same_partitions_do_not_deadlock(tmp_path) -> None:
-    """Issue #12's freeze: the tiered cleaner's selection held the cleaner manager's lock and
+    """A freeze: the tiered cleaner's selection held the cleaner manager's lock and
     waited for the RemoteLogManager's partition lock (the plan needs the leader epoch), while
     tiering held the partition lock and waited for the manager's lock (local retention of a
     compacted topic is gated on the cleaner checkpoint). Run both, plus rounds, produce/roll

@@ -1,4 +1,4 @@
-"""The per-segment key bloom filter: one more segment index (seed 004 "Bloom Filter Index").
+"""The per-segment key bloom filter: one more segment index (the tiered-compaction KIP draft's "Bloom Filter Index").
 
 The tiered cleaner asks "could this remote segment hold any key of my offset map?" before
 downloading it; a "no" lets it skip the segment and carry its metadata forward. The
@@ -46,7 +46,7 @@ use scheme 2; scheme 1 blobs stay readable.
 Size overhead: a filter sized for ``n`` keys at false-positive rate ``p`` takes
 ``n * ln(1/p) / ln(2)^2`` bits,
 about 9.6 bits = 1.2 bytes per key at p = 1%, 1.8 bytes at 0.1%. For 100-byte records
-that is ~1.2% of the segment size (seed 004: "~1-2%"); :func:`bloom_size_bytes` computes it.
+that is ~1.2% of the segment size (the tiered-compaction KIP draft: "~1-2%"); :func:`bloom_size_bytes` computes it.
 Sizing uses the segment's exact data-record count (from batch headers, no decompression),
 an upper bound on its distinct keys, so the filter never exceeds its capacity.
 """
@@ -89,7 +89,7 @@ def key_digest(key: bytes) -> bytes:
 
 
 def estimate_expected_keys(segment_bytes: int, avg_record_bytes: float) -> int:
-    """Seed 004's estimate of a segment's key cardinality: size / average record size."""
+    """The tiered-compaction KIP draft's estimate of a segment's key cardinality: size / average record size."""
     if avg_record_bytes <= 0:
         raise InvalidRequestError(f"average record size must be > 0, got {avg_record_bytes}")
     return max(1, math.ceil(segment_bytes / avg_record_bytes))

@@ -1,4 +1,4 @@
-"""/v1/topics/{topic}/partitions/{p}/compactions: the partition's round reports (#14).
+"""/v1/topics/{topic}/partitions/{p}/compactions: the partition's round reports.
 
 Every cleaning round (local, tiered, Spark; completed, failed, aborted or fenced) leaves a
 report in the metadata store; this lists them newest first, ``limit`` at a time, ``before``

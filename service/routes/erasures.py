@@ -1,4 +1,4 @@
-"""/v1/topics/{topic}/erasures and /v1/erasures: erase keys by a deadline, with a receipt (#15)."""
+"""/v1/topics/{topic}/erasures and /v1/erasures: erase keys by a deadline, with a receipt."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""/v1/topics/{topic}/spark-clean: a Spark offload job submitted by the service (#16)."""
+"""/v1/topics/{topic}/spark-clean: a Spark offload job submitted by the service."""
 
 from __future__ import annotations
 

@@ -234,7 +234,7 @@ def test_control_keys_are_not_compared_with_the_map(make_log, clock: MockClock) 
 
 
 def test_map_messages_read_counts_only_records_mapped_before_the_map_filled(make_log, clock: MockClock) -> None:
-    """Regression (#17): with a full map, map_records_read counted the whole chunk read, not
+    """Regression: with a full map, map_records_read counted the whole chunk read, not
     the records mapped (Kafka's indexMessagesRead is per record, up to the one that did not fit)."""
     log = make_log()
     for i in range(20):

@@ -1,4 +1,4 @@
-"""KAFKA-20036 (#17): a segment whose offsets overflow its base offset's 32-bit range (as an
+"""KAFKA-20036: a segment whose offsets overflow its base offset's 32-bit range (as an
 old Kafka could write) was marked uncleanable forever. It is split, then cleaned."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""producer.id.expiration.ms (#17): idle producers are forgotten as Kafka's
+"""producer.id.expiration.ms: idle producers are forgotten as Kafka's
 removeExpiredProducers does, and the cleaner then drops their last batch."""
 
 from __future__ import annotations

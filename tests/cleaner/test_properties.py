@@ -1,4 +1,4 @@
-"""Seed 002's compaction guarantees, checked against a replay model over random workloads."""
+"""Kafka's documented compaction guarantees, checked against a replay model over random workloads."""
 
 from __future__ import annotations
 

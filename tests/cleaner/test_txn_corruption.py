@@ -1,4 +1,4 @@
-"""The cleaner never turns a corrupt batch into a valid one (issue #11).
+"""The cleaner never turns a corrupt batch into a valid one.
 
 A rebuilt batch gets a fresh CRC, so filtering a batch whose stored CRC does not match its
 bytes would "launder" the corruption. Every source batch is verified first; a mismatch stops

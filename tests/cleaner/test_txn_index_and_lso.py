@@ -1,4 +1,4 @@
-"""The transaction index's search rules and the LSO it records (issue #11).
+"""The transaction index's search rules and the LSO it records.
 
 * Kafka's ``TransactionIndex.collectAbortedTxns`` judges completeness on every entry, not only
   on the entries that match the searched range.

@@ -1,4 +1,4 @@
-"""Erasure receipts in the metadata store (#15): stored, read back, listed, updated per
+"""Erasure receipts in the metadata store: stored, read back, listed, updated per
 partition (fenced by the leader epoch when given), kept across reopen and schema upgrade;
 on every backend (SQLite memory/file, PostgreSQL)."""
 

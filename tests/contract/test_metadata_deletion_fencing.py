@@ -1,4 +1,4 @@
-"""Contract: deleting a partition's remote state is a fenced operation (issue #12 item 2),
+"""Contract: deleting a partition's remote state is a fenced operation,
 on every metadata backend (SQLite memory/file, forced rowcount/re-read fencing, PostgreSQL
 marked ``postgres``)."""
 

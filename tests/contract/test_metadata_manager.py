@@ -166,7 +166,7 @@ def test_zombie_cannot_start_deleting_or_finish_an_upload(mdm: SqlRemoteLogMetad
     assert [s.remote_log_segment_id for s in mdm.unreferenced_segments(TP)] == [pending.remote_log_segment_id]
 
 
-# ---------------------------------------------------------------- compaction and seed 004
+# ---------------------------------------------------------------- compaction and the tiered-compaction KIP draft
 
 
 def test_publish_compaction_swaps_segments_atomically(mdm: SqlRemoteLogMetadataManager) -> None:
@@ -249,7 +249,7 @@ def test_cleaner_offsets_never_go_backwards_and_lower_epochs_are_final(mdm: SqlR
 
 @pytest.mark.parametrize("order", ["new_leader_first", "zombie_first"])
 def test_seed_004_zombie_table(mdm: SqlRemoteLogMetadataManager, order: str) -> None:
-    """Seed 004's table: A (LE-0) publishes Seg-0 at CO-100, B takes over at LE-1 and
+    """The tiered-compaction KIP draft's table: A (LE-0) publishes Seg-0 at CO-100, B takes over at LE-1 and
     publishes Seg-2 {LE-0->100, LE-1->155}; zombie A publishes Seg-1 {LE-0->123}. Seg-1 is
     rejected and readers never see it, whatever the arrival order."""
     a_broker, b_broker = 1, 2

@@ -1,4 +1,4 @@
-"""Topic configs in the metadata store (#16): every backend keeps, replaces, lists and forgets them,
+"""Topic configs in the metadata store: every backend keeps, replaces, lists and forgets them,
 and two managers on one store (two nodes, or a node and a Spark job) see the same configs."""
 
 from __future__ import annotations

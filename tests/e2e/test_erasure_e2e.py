@@ -1,4 +1,4 @@
-"""Erase keys by a deadline, with a receipt (#15), against a real ``tiercompact serve`` process.
+"""Erase keys by a deadline, with a receipt, against a real ``tiercompact serve`` process.
 
 With the file store and with moto's S3 server, values written uncompressed and compressed: a
 key whose old values sit in a remote-only segment (plus the replaced object it came from, not

@@ -1,4 +1,4 @@
-"""Zombie leaders with two real ``tiercompact serve`` processes (issue #12).
+"""Zombie leaders with two real ``tiercompact serve`` processes.
 
 Broker A (``--broker-id 0``) and broker B (``--broker-id 1``) run as separate processes
 with their own data dirs and ports, sharing one metadata store (a SQLite file, or

@@ -1,4 +1,4 @@
-"""One bad file must not take down the node (issue 12, items 9 and 11).
+"""One bad file must not take down the node.
 
 A damaged partition directory takes only that partition offline, with a reason that names
 the file and what to do; a corrupt cleaner-offset-checkpoint reads as empty and is

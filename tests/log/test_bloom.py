@@ -112,7 +112,7 @@ def test_size_overhead_is_about_1_2_bytes_per_key_at_one_percent():
     n = 100_000
     size = bloom_size_bytes(n, 0.01)
     assert 1.1 * n < size < 1.3 * n
-    # 100-byte records: ~1.2% of the segment (seed 004 "~1-2%")
+    # 100-byte records: ~1.2% of the segment (the tiered-compaction KIP draft "~1-2%")
     assert size / (n * 100) < 0.02
     assert estimate_expected_keys(1 << 20, 100) == 10486
 

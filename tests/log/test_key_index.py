@@ -136,7 +136,7 @@ def test_scan_keys_restricts_to_an_offset_range_and_reads_the_horizon(tmp_path):
 
 
 def test_index_size_is_within_the_targets():
-    # 8 bytes per keyed record: <= 8.5% of 100-byte records, <= 1% of 1-KB records (issue #14)
+    # 8 bytes per keyed record: <= 8.5% of 100-byte records, <= 1% of 1-KB records
     for value, limit in ((100, 0.085), (1000, 0.01)):
         b = RecordBatchBuilder(0)
         for j in range(100):

@@ -176,7 +176,7 @@ def test_a_data_dir_has_one_owner(tmp_path):
 
 
 def test_retention_rolls_and_deletes_an_expired_active_segment(make_log, clock):
-    """Regression (#11): a record older than retention.ms lived until the active segment rolled
+    """Regression: a record older than retention.ms lived until the active segment rolled
     (segment.ms, 7 days by default). Kafka's deletableSegments includes the active segment."""
     log = make_log(cleanup_policy="delete", segment_bytes=1 << 20, retention_ms=10_000)
     for i in range(5):
@@ -208,7 +208,7 @@ def test_retention_never_touches_an_empty_active_segment(make_log, clock):
 
 
 def test_offset_index_has_no_entry_for_the_first_batch_as_in_kafka(make_log):
-    """Regression (#17): the first batch of a segment always got an entry at position 0, so a
+    """Regression: the first batch of a segment always got an entry at position 0, so a
     re-cleaned Kafka segment's .index was 8 bytes where Kafka's is empty. Kafka's
     LogSegment.append indexes only after index.interval.bytes (and recover() the same)."""
     log = make_log(index_interval_bytes=4096)
@@ -252,7 +252,7 @@ def test_index_files_exist_even_when_empty_and_a_missing_one_is_rebuilt(tmp_path
 
 
 def test_a_read_stops_once_max_records_are_read_not_at_max_bytes(make_log):
-    """#13: a page of 100 records scanned max_fetch_bytes (8 MiB) although it stopped at once."""
+    """Regression: a page of 100 records scanned max_fetch_bytes (8 MiB) although it stopped at once."""
     log = make_log(segment_bytes=1 << 30)
     for i in range(200):
         log.append_records([_kv(i), _kv(i + 1000)])  # 2-record batches
@@ -266,7 +266,7 @@ def test_a_read_stops_once_max_records_are_read_not_at_max_bytes(make_log):
 
 
 def test_a_marker_that_bumps_the_epoch_resets_the_producers_sequences(make_log):
-    """Regression (#11, found by the model state machine): after an ABORT/COMMIT marker at a
+    """Regression (found by the model state machine): after an ABORT/COMMIT marker at a
     new producer epoch, the producer's first batch at that epoch (sequence 0) was rejected as
     out of order. Kafka's maybeUpdateProducerEpoch clears the old epoch's batch metadata."""
     log = make_log()

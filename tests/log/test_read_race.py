@@ -1,4 +1,4 @@
-"""Local reads racing with segment replacement (issue #12 item 4).
+"""Local reads racing with segment replacement.
 
 A read takes the segment list under the log's lock and reads the files without it; the
 cleaner's swap renames the replaced segment to ``.deleted`` and deletes it. Before the fix

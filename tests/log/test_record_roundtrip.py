@@ -136,7 +136,7 @@ def test_lz4_frames_have_independent_blocks() -> None:
 
 
 def test_lz4_frame_descriptor_is_kafkas() -> None:
-    """Regression (#17): recompressed LZ4 batches set the block-checksum flag (FLG 0x70).
+    """Regression: recompressed LZ4 batches set the block-checksum flag (FLG 0x70).
     Kafka's KafkaLZ4BlockOutputStream writes FLG 0x60, BD 0x40 (64 KiB blocks), and the header
     checksum byte for that descriptor is 0x82; no checksum follows any block."""
     data = b"abc" * 100_000

@@ -1,5 +1,5 @@
 """Zombie leaders on in-process nodes sharing one metadata store and one object store
-(issue #12 items 1 and 2).
+.
 
 Broker A (id 0) leads a tiered compacted partition at epoch 0, cleans it ({LE-0 -> CO_a}),
 then leadership moves to broker B (id 1, a replica of A's log) at epoch 1, which cleans

@@ -1,4 +1,4 @@
-"""Bounded metadata transactions (issue #12 item 6).
+"""Bounded metadata transactions.
 
 A stalled old leader holding the partition's fence row (PostgreSQL) or SQLite's write lock
 must not block the new leader's POST leadership indefinitely: the wait is bounded by the

@@ -1,4 +1,4 @@
-"""Pure metadata rules: value-object invariants, the state machine, seed 004's vector
+"""Pure metadata rules: value-object invariants, the state machine, the tiered-compaction KIP draft's vector
 validation and Kafka's isRemoteSegmentWithinLeaderEpochs (no database)."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ answers two questions:
       produced (with the right visibility)  ⊇  observed  ⊇  must-keep
 
   where ``observed`` must also be in offset order with every record unchanged (offset, key,
-  value, timestamp). A record is must-keep when any of these holds (seed 002, Kafka's
+  value, timestamp). A record is must-keep when any of these holds (Kafka's
   LogCleaner as in shared/reference A.3-A.8):
 
   1. no clean so far could touch it: it was at/after the clean's first uncleanable offset

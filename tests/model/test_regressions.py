@@ -50,7 +50,7 @@ def run(d: Driver, *steps: tuple[Any, ...]) -> None:
         d.assert_ok()
 
 
-# ---- issue #11's reproductions --------------------------------------------------------------------
+# ---- transaction reproductions --------------------------------------------------------------------
 
 @ALL_ENGINES
 def test_issue11_abort_marker_in_a_later_segment_keeps_the_committed_value(make_driver: Any, kind: str) -> None:

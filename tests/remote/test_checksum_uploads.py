@@ -1,4 +1,4 @@
-"""Uploads are verified by checksum before anything is published (issue #11).
+"""Uploads are verified by checksum before anything is published.
 
 A body damaged on its way to the store used to pass the size-only check: the segment was
 published and its local copy deleted, leaving data no one could read. Now every upload

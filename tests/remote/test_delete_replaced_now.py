@@ -1,4 +1,4 @@
-"""RemoteLogManager.delete_replaced_now (erasures, #15): only the named replaced segments go,
+"""RemoteLogManager.delete_replaced_now (erasures): only the named replaced segments go,
 at once and validated (fenced); referenced segments and other replaced ones keep their schedule."""
 
 from __future__ import annotations

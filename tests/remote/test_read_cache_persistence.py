@@ -1,4 +1,4 @@
-"""The remote read cache keeps its (immutable) entries across restarts (#14): re-adopted at
+"""The remote read cache keeps its (immutable) entries across restarts: re-adopted at
 start, checked, LRU by byte budget; a damaged file is dropped, never served."""
 
 from __future__ import annotations

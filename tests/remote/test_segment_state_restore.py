@@ -1,6 +1,6 @@
 """KIP-405 LogSegmentData: producer snapshot + leader-epoch checkpoint with every remote
 segment, and a node that lost its data dir restoring producer state and epochs from them
-(issue #11: "a node that loses its data dir forgets every producer")."""
+(a node that loses its data dir must not forget every producer)."""
 
 from __future__ import annotations
 

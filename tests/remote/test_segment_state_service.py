@@ -1,5 +1,5 @@
 """Through the HTTP API: a node that lost its data dir serves an idempotent producer as the
-original node would (issue #11, KIP-405 LogSegmentData restore)."""
+original node would (KIP-405 LogSegmentData restore)."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def test_a_new_node_recognises_a_retried_batch_of_a_producer_seen_only_in_remote
 
     node = _node(tmp_path, "data-new")
     with TestClient(create_app(node)) as c:
-        # topic configs live in the shared metadata store (#16): the new node knows the topic at once
+        # topic configs live in the shared metadata store: the new node knows the topic at once
         assert c.get("/v1/topics/orders").json()["config"]["cleanup.policy"] == "compact,delete"
         assert c.post("/v1/topics", json={"name": "orders", "partitions": 1, "config": CFG}).status_code == 409
         retried = _produce(c, 29, seq - 2)  # the producer never saw the ack of its last batch

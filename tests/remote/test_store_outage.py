@@ -1,4 +1,4 @@
-"""With the object store down, answer within a bound (issue #12 item 8).
+"""With the object store down, answer within a bound.
 
 ``POST .../tier`` used to block 50-320 s before its 503: botocore's retries times our S3
 retries times the RemoteStorageManager's, for every object of the segment and again for the

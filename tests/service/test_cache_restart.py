@@ -1,4 +1,4 @@
-"""A node restart empties its temp dirs but keeps the remote read cache (#14): the key indexes
+"""A node restart empties its temp dirs but keeps the remote read cache: the key indexes
 written through at copy time are re-adopted, so the next round need not fetch them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``tiercompact erase TOPIC KEY... [--wait]`` (#15): on a data dir (a local, non-tiered
+"""``tiercompact erase TOPIC KEY... [--wait]``: on a data dir (a local, non-tiered
 partition: the local cleaner's round and the replaced ``.deleted`` files) and through a
 running service with ``--server URL --token T``."""
 

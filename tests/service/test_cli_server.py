@@ -1,4 +1,4 @@
-"""The CLI beside a running service, and its smaller sharp edges (issue 12, item 12).
+"""The CLI beside a running service, and its smaller sharp edges.
 
 A real ``tiercompact serve`` subprocess owns a data dir; ``tiercompact clean --server``
 cleans through its HTTP API, a local ``clean`` on that dir fails with a hint that works,
@@ -80,7 +80,7 @@ def test_local_clean_on_a_served_data_dir_hints_at_server(server: tuple[str, Pat
 def test_server_and_data_dir_flags_do_not_mix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["clean", "t", "0", "--server", "http://127.0.0.1:1", "--data-dir", str(tmp_path)]) == 2
     assert "--data-dir" in capsys.readouterr().err
-    # spark-clean goes through the service's API now (#16); its local-store flags still do not mix
+    # spark-clean goes through the service's API now; its local-store flags still do not mix
     assert main(["spark-clean", "t", "--server", "http://127.0.0.1:1", "--data-dir", str(tmp_path)]) == 2
     assert "--data-dir" in capsys.readouterr().err
     assert main(["spark-clean", "t", "--server", "http://127.0.0.1:1", "--master", "local[1]"]) == 2

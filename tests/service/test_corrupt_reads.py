@@ -1,4 +1,4 @@
-"""Regression (#11): a local read served a batch whose stored CRC did not match its bytes
+"""Regression: a local read served a batch whose stored CRC did not match its bytes
 (200 with the corrupt value). A read must report the corruption, naming file and position."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Erasures in process (#15): deadlines watched (GET /v1/cleaner, metrics), an erasure during a
+"""Erasures in process: deadlines watched (GET /v1/cleaner, metrics), an erasure during a
 leadership change (the superseded leader's work is rejected, the new leader finishes it from
 the receipt in the shared metadata store), and the tombstones' own removal (``complete``)."""
 

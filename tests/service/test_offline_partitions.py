@@ -1,4 +1,4 @@
-"""A damaged partition goes offline; the rest of the node serves (issue 12, items 9 and 11).
+"""A damaged partition goes offline; the rest of the node serves.
 
 Each test builds a node, damages a file while it is stopped, starts a node again on the
 same data dir and checks, through the real app, what an operator sees.

@@ -31,7 +31,7 @@ def test_spark_clean_cli_cleans_every_partition_and_writes_the_checkpoint(spark,
     assert [(o["partition"], o["status"]) for o in out] == [(0, "cleaned"), (1, "cleaned")]
     assert all(o["end_offset"] == 24 and o["records_retained"] < o["records_read"] for o in out)
     with Node(cfg) as node:
-        # a standalone job never opens the data dir (#16): the node takes the checkpoint from the
+        # a standalone job never opens the data dir: the node takes the checkpoint from the
         # metadata store's cleaner-offset vector
         for tp in node.log_manager.all_logs():
             assert node.metadata.resolve_cleaner_checkpoint(tp) == 24

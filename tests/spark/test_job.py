@@ -94,7 +94,7 @@ def test_many_partitions_in_one_job(spark, tmp_path, mode):
         # one job: the shared stages ran once, over all partitions
         assert [s for s in stages if s[0] != "before-publish"] == [("planned", 4), ("scanned", 4), ("rewritten", 4)]
         _assert_same(a, b)
-        for tp, out in outcomes.items():  # the driver left a report of each partition's round (#14)
+        for tp, out in outcomes.items():  # the driver left a report of each partition's round
             (r,) = b.rlmm.list_compaction_reports(tp)
             assert (r.engine, r.outcome, r.leader_epoch) == ("spark", "completed", out.leader_epoch)
             assert (r.checkpoint_before, r.checkpoint_after) == (out.first_dirty_offset, b.checkpoints[tp])
@@ -151,7 +151,7 @@ def test_leadership_moved_during_the_job_fences_it(spark, tmp_path, stage, mode)
         assert b.rlmm.cleaner_offsets(tp) == {}
         assert tp not in b.checkpoints
         assert b.read_all() == read_before
-        (r,) = b.rlmm.list_compaction_reports(tp)  # a fenced round leaves its report (#14)
+        (r,) = b.rlmm.list_compaction_reports(tp)  # a fenced round leaves its report
         assert (r.engine, r.outcome, r.checkpoint_after) == ("spark", "fenced", None)
         other.close()
     finally:
@@ -173,7 +173,7 @@ def test_a_failing_job_publishes_nothing_and_leaks_nothing(spark, tmp_path, mode
             spark_job(spark, b, config=mode_config(mode), on_stage=boom).run([tp])
         assert b.object_keys() == keys_before
         assert b.rlmm.cleaner_offsets(tp) == {}
-        (r,) = b.rlmm.list_compaction_reports(tp)  # a failed round leaves its report (#14)
+        (r,) = b.rlmm.list_compaction_reports(tp)  # a failed round leaves its report
         assert (r.engine, r.outcome, r.checkpoint_after) == ("spark", "failed", None)
         assert "driver lost" in (r.error or "")
     finally:

@@ -1,4 +1,4 @@
-"""Spark offload without a data dir and from a serving node (#16), on the run's one Spark session.
+"""Spark offload without a data dir and from a serving node, on the run's one Spark session.
 
 * A standalone job (metadata store + object store only, topic config from the store) writes the
   in-process engine's bytes; one whose newest remote snapshot shows a transaction still open
@@ -240,7 +240,7 @@ def test_tiered_pool_offloads_and_the_node_keeps_serving(spark: Any, tmp_path: P
 
 
 def test_key_index_rules_out_what_the_bloom_filter_cannot(spark: Any, tmp_path: Path, mode: str) -> None:
-    """#14 in the Spark driver: with a useless bloom filter (fpp 0.5) the exact key index still
+    """The exact key index in the Spark driver: with a useless bloom filter (fpp 0.5) the exact key index still
     skips every clean segment that holds no updated key; same bytes as the in-process round."""
     cfg = {"remote.compaction.bloom.fpp": 0.5}
     a = make_world(tmp_path / "a", _file_store(tmp_path / "sa"), config=cfg)

@@ -1,4 +1,4 @@
-"""A real ``tiercompact serve`` offloading to a real Spark deployment (#16).
+"""A real ``tiercompact serve`` offloading to a real Spark deployment.
 
 One server process for the module: moto's S3 server over HTTP, PostgreSQL when
 TIERCOMPACT_TEST_POSTGRES_URL is set (else a SQLite file), and ``local-cluster[2,1,1024]``, which

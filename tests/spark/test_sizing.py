@@ -1,4 +1,4 @@
-"""The Spark rewrite stage's sizing rule (#16): groups packed into tasks of enough bytes."""
+"""The Spark rewrite stage's sizing rule: groups packed into tasks of enough bytes."""
 
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ def test_digest_offset_map_answers_by_key():
 
 
 def test_rewrite_uploads_a_key_index_beside_the_new_segment(tmp_path):
-    """A Spark rewrite task uploads the new segment's exact key index (#14) and reports its size,
+    """A Spark rewrite task uploads the new segment's exact key index and reports its size,
     which the driver records in the segment's metadata."""
     from cleaner.spark.tasks import run_rewrite
     from log.index.key_index import KeyIndex, build_segment_key_index

@@ -1,4 +1,4 @@
-"""Issue #11's transaction reproductions on the Spark engine: the driver collects aborted
+"""The transaction reproductions on the Spark engine: the driver collects aborted
 transactions forward over both tiers and hands the map and every rewrite task the complete set.
 
 Partition 0: the ABORT marker lies in the local active segment, above the remote tier.

@@ -1,4 +1,4 @@
-"""After a restart the key indexes cached on local disk are used again (#14): the round fetches
+"""After a restart the key indexes cached on local disk are used again: the round fetches
 no key index object that was cached before the restart, and a damaged cached index is
 dropped and fetched, never trusted."""
 

@@ -1,4 +1,4 @@
-"""The tiered round decides the clean region with the exact key index (#14): bloom first, then
+"""The tiered round decides the clean region with the exact key index: bloom first, then
 the index; only segments holding a superseded record are downloaded and rewritten."""
 
 from __future__ import annotations

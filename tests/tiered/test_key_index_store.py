@@ -1,4 +1,4 @@
-"""Key index objects beside remote segments: built on copy, listed in metadata, cached (#14)."""
+"""Key index objects beside remote segments: built on copy, listed in metadata, cached."""
 
 from __future__ import annotations
 

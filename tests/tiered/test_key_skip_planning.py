@@ -1,4 +1,4 @@
-"""Planning a round over many remote segments (#14): bloom filters read in batched queries,
+"""Planning a round over many remote segments: bloom filters read in batched queries,
 key index look-ups vectorised, the bloom probe skipped only when it cannot rule anything out;
 every decision the same as deciding segment by segment."""
 

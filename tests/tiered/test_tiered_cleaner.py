@@ -35,7 +35,7 @@ def test_tiered_clean_keeps_final_state_offsets_and_order(make_world, policy):
     before = w.read_all()
     if policy == "compact,delete":
         assert w.log.log_start_offset > 0  # local copies expired: the data is remote
-    else:  # seed 004: compact-only local copies stay until they are below the cleaner checkpoint
+    else:  # the tiered-compaction KIP draft: compact-only local copies stay until they are below the cleaner checkpoint
         assert w.log.log_start_offset == 0
     stats = w.clean()
     after = w.read_all()
@@ -159,7 +159,7 @@ def _follower_of(a, make_world):
 @BOTH_STORES
 @pytest.mark.parametrize("order", ["zombie_publish_first", "leader_publish_first"])
 def test_zombie_table_of_seed_004(make_world, order):
-    """Seed 004's table. A (epoch 0) finishes a compaction: {LE-0 -> CO_a}. A stalls mid-round;
+    """The tiered-compaction KIP draft's table. A (epoch 0) finishes a compaction: {LE-0 -> CO_a}. A stalls mid-round;
     B becomes leader (epoch 1), resolves {LE-0 -> CO_a} and cleans further: {LE-0 -> CO_a,
     LE-1 -> CO_b}. A wakes up and publishes its pending round. Whatever the arrival order,
     A's publish is rejected and changes nothing a reader sees; its uploads leave no object."""

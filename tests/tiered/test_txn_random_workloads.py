@@ -1,4 +1,4 @@
-"""Seeded random transactional workloads on a tiered partition (issue #11: "random transactional
+"""Seeded random transactional workloads on a tiered partition ("random transactional
 workloads break a tiered topic within 5-104 steps").
 
 Each step produces (plain records, tombstones, transactional records of three producers), writes

@@ -1,4 +1,4 @@
-"""'Keep each producer's last batch' uses producer state that covers the whole log (issue #11).
+"""'Keep each producer's last batch' uses producer state that covers the whole log.
 
 A producer whose batches live only in remote segments must be protected by a tiered round just
 as a local one is: the round reads the log's producer state (log.producer_state), which the

@@ -1,4 +1,4 @@
-"""Issue #11's transaction reproductions, through the HTTP app of a real Node on the tiered engine.
+"""The transaction reproductions, through the HTTP app of a real Node on the tiered engine.
 
 Each runs on the file:// store and on moto's S3 server. The cause: a tiered rewrite gave each
 source segment only its own transaction index and the map pass read only the indexes inside the
