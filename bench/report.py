@@ -300,14 +300,38 @@ def _kafka() -> list[str]:
             f"MB per server CPU-second: {_n(m['fetch_local_mb_per_cpu_s'], 1)}, {verdict('fetch_local_mb_per_cpu_s')}; "
             f"p99 produce latency at half load <= {t['p99_produce_ms_at_half_load']} ms: "
             f"{m['p99_produce_ms_at_half_load']} ms, {verdict('p99_produce_ms_at_half_load')}."]
-    if d.get("transactions") is None:
-        out.append("Transactions (transactions/s of 100 records, commit latency): not measured, the listener "
-                   "has no transaction coordinator yet.")
+    return out
+
+
+def _coordinators() -> list[str]:
+    out = []
+    d = _load("txn")
+    if d is None:
+        out.append("**Transactions** (`bench txn`): _not measured yet_")
+    else:
+        out += [f"**Transactions** (`bench txn`){_scale(d)}: a confluent-kafka transactional producer against one "
+                "`tiercompact serve`, each transaction its records then `commit_transaction()`.", "",
+                "| partitions | transactions | records a transaction | transactions/s | records/s | commit p50 / p99 ms |",
+                "|---|---|---|---|---|---|"]
+        out += [f"| {r['partitions']} | {r['transactions']} | {r['records_per_txn']} | {r['txn_per_s']} | "
+                f"{_n(r['records_per_s'])} | {r['commit_p50_ms']} / {r['commit_p99_ms']} |" for r in d["runs"]]
+    d = _load("groups")
+    if d is None:
+        out += ["", "**Consumer groups** (`bench groups`): _not measured yet_"]
+    else:
+        out += ["", f"**Consumer groups** (`bench groups`){_scale(d)}: {d['members']} members on {d['partitions']} "
+                f"partitions, {d['client']}; seconds until every member has its partitions again after a 9th member "
+                "joins or one leaves (median and max of the rounds; the coordinator's own view beside it).", "",
+                "| heartbeat.interval.ms | join: settle s (coordinator) | leave: settle s (coordinator) |",
+                "|---|---|---|"]
+        out += [f"| {r['heartbeat_interval_ms']} | {r['join_s_median']} / {r['join_s_max']} "
+                f"({r['join_coordinator_s_median']}) | {r['leave_s_median']} / {r['leave_s_max']} "
+                f"({r['leave_coordinator_s_median']}) |" for r in d["runs"]]
     return out
 
 
 def report() -> str:
-    parts = [_format(), _cleaner(), _fastpath(), _remote(), _tiered(), _spark(), _service(), _kafka()]
+    parts = [_format(), _cleaner(), _fastpath(), _remote(), _tiered(), _spark(), _service(), _kafka(), _coordinators()]
     return "\n\n".join("\n".join(p) for p in parts) + "\n"
 
 
@@ -346,6 +370,16 @@ def summary() -> str:
                             f"confluent-kafka (`kafka`) | {_n(p['mb_per_s'], 1)} / {_n(f['mb_per_s'], 1)} MB/s; "
                             f"{_n(p['mb_per_server_cpu_s'])} / {_n(f['mb_per_server_cpu_s'])} MB per server CPU-s; "
                             f"p99 {res['produce_1kib_half_rate']['p99_ms']} ms at half load |")
+    d = _load("txn")
+    r = next((r for r in (d or {}).get("runs", []) if r["partitions"] == 1), None)
+    if r:
+        rows.append(f"| Kafka transactions of {r['records_per_txn']} records, 1 partition (`txn`) | "
+                    f"{r['txn_per_s']} transactions/s, commit p50 {r['commit_p50_ms']} ms, p99 {r['commit_p99_ms']} ms |")
+    d = _load("groups")
+    r = (d or {}).get("runs", [None])[0]
+    if d and r:
+        rows.append(f"| a consumer group of {d['members']} members settles after one joins (`groups`) | "
+                    f"{r['join_s_median']} s median (heartbeat {r['heartbeat_interval_ms']} ms) |")
     d = _load("spark")
     if d:
         v = (d.get("variants") or {"disk": d})
