@@ -18,6 +18,7 @@ COPY log ./log
 COPY metadata ./metadata
 COPY remote ./remote
 COPY cleaner ./cleaner
+COPY coordinator ./coordinator
 COPY service ./service
 RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir '.[spark]' \
