@@ -14,29 +14,21 @@ from fastapi.responses import JSONResponse
 
 from coordinator.group.consumer_protocol import assigned_partitions
 from metadata.group_offsets import GroupRecord, GroupStore
+from metadata.sql_group_offsets import SqlGroupStore
 from service.errors import error_body
 from service.per_node import per_node
-from service.routes.coordinated import coordinator_of, coordinators
+from service.routes.coordinated import coordinator_of, coordinators, store_of
 from service.routes.deps import READ, NodeDep
 from service.schemas import Error
 
 router = APIRouter(prefix="/v1/groups", tags=["groups"], responses={401: {"model": Error}, 403: {"model": Error},
                                                                     404: {"model": Error}})
 
-def _open_store(node: Any) -> GroupStore:
-    from metadata.sql_group_offsets import SqlGroupStore
-
-    return SqlGroupStore(node.config.metadata_url)
-
-
-_own_store = per_node(_open_store)
+_own_store = per_node(lambda node: SqlGroupStore(node.config.metadata_url))
 
 
 def _store(node: Any) -> GroupStore:
-    c = coordinators(node)
-    if c is not None and getattr(c, "group_store", None) is not None:
-        return c.group_store  # type: ignore[no-any-return]
-    return _own_store(node)
+    return store_of(node, lambda c: getattr(c, "group_store", None), _own_store)
 
 
 def _coordinator_of(node: Any, group_id: str) -> dict[str, Any]:

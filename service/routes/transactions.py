@@ -11,31 +11,22 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from metadata.sql_txn_state import SqlTxnStateStore
 from metadata.txn_state import TxnRecord, TxnStateStore
 from service.errors import error_body
 from service.per_node import per_node
-from service.routes.coordinated import coordinator_of, coordinators
+from service.routes.coordinated import coordinator_of, coordinators, store_of
 from service.routes.deps import READ, NodeDep
 from service.schemas import Error
 
 router = APIRouter(prefix="/v1/transactions", tags=["transactions"],
                    responses={401: {"model": Error}, 403: {"model": Error}, 404: {"model": Error}})
 
-def _open_store(node: Any) -> TxnStateStore:
-    from metadata.sql_txn_state import SqlTxnStateStore
-
-    return SqlTxnStateStore(node.config.metadata_url)
-
-
-_own_store = per_node(_open_store)
+_own_store = per_node(lambda node: SqlTxnStateStore(node.config.metadata_url))
 
 
 def _store(node: Any) -> TxnStateStore:
-    c = coordinators(node)
-    tc = None if c is None else getattr(c, "transactions", None)
-    if tc is not None:
-        return tc.store  # type: ignore[no-any-return]
-    return _own_store(node)
+    return store_of(node, lambda c: getattr(getattr(c, "transactions", None), "store", None), _own_store)
 
 
 def _coordinator_of(node: Any, tid: str) -> dict[str, Any]:
