@@ -139,14 +139,23 @@ def read_raw(log: LocalLog, offset: int, max_bytes: int, *, min_one: bool = True
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _read_raw(log: LocalLog, offset: int, max_bytes: int, min_one: bool, max_offset: int | None) -> RawBatches:
+def readable_segments(log: LocalLog, offset: int) -> tuple[list[LogSegment], list[int]]:
+    """The segments a read from ``offset`` looks at and their sizes, taken together under the log's lock.
+
+    Raises:
+        OffsetOutOfRangeError: ``offset`` is outside [log start offset, log end offset].
+    """
     with log.lock:
         start, end = log.log_start_offset, log.log_end_offset
         if offset < start or offset > end:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside the local log [{start}, {end}] of {log.topic_partition}")
         segs = log.segments.range(offset, end + 1) or log.segments.all()
-        sizes = [s.size for s in segs]
+        return segs, [s.size for s in segs]
+
+
+def _read_raw(log: LocalLog, offset: int, max_bytes: int, min_one: bool, max_offset: int | None) -> RawBatches:
+    segs, sizes = readable_segments(log, offset)
     parts: list[bytes | memoryview] = []
     total = 0
     nxt = offset

@@ -28,6 +28,7 @@ from log.clock import SYSTEM_CLOCK, Clock
 from log.config import LogConfig
 from log.errors import InvalidRequestError, OffsetOutOfRangeError
 from log.errors import SimulatedCrash as SimulatedCrash  # where the crash hooks of tests import it from
+from log.fetch_raw import readable_segments
 from log.index.txn_index import AbortedTxn
 from log.leader_epochs import LeaderEpochCache
 from log.locks import RANK_LOCAL_LOG, ordered_rlock
@@ -416,23 +417,17 @@ class LocalLog:
 
     def _read_into(self, out: list[RecordBatch], start_offset: int, max_bytes: int, max_offset: int | None,
                    max_records: int | None = None) -> None:
-        with self.lock:
-            start, end = self.log_start_offset, self.log_end_offset
-            if start_offset < start or start_offset > end:
-                raise OffsetOutOfRangeError(
-                    f"offset {start_offset} is outside the local log [{start}, {end}] of {self.topic_partition}")
-            segs = self.segments.range(start_offset, end + 1) or self.segments.all()
-            sizes = {s.base_offset: s.size for s in segs}
+        segs, sizes = readable_segments(self, start_offset)
         total = sum(b.size_in_bytes for b in out)
         records = sum(b.records_count for b in out if not b.is_control)
-        for seg in segs:
+        for seg, size in zip(segs, sizes, strict=True):
             # the first segment is read from its index entry at or below start_offset, in one
             # pass: the batches before start_offset are skipped below (no separate look-up read)
             pos = seg.offset_index.lookup(start_offset)[1] if seg is segs[0] else 0
             # a page bounded by max_records reads the segment in small windows (more as needed)
             window = min(max_bytes, SCAN_BUFFER_SIZE) if max_records is not None else max_bytes
             source = str(seg.log_path)
-            for p, batch in seg.batches(pos, sizes[seg.base_offset], buffer_size=max(window, 4096)):
+            for p, batch in seg.batches(pos, size, buffer_size=max(window, 4096)):
                 if batch.last_offset < start_offset:
                     continue
                 if max_offset is not None and batch.base_offset >= max_offset:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, insert, select, update
@@ -9,7 +11,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
 from metadata.coordinators import NO_OWNER, CoordinatorClaim, CoordinatorFencedError, CoordinatorStore
-from metadata.sql.standalone import open_engine
+from metadata.sql.standalone import StandaloneSqlStore
 
 _meta = MetaData()
 
@@ -22,10 +24,6 @@ coordinators_table = Table(
     Column("epoch", BigInteger, nullable=False),
     Column("claimed_ms", BigInteger, nullable=False),
 )
-
-
-def create_tables(engine: Any) -> None:
-    _meta.create_all(engine, checkfirst=True)
 
 
 def _row(r: Any) -> CoordinatorClaim:
@@ -56,13 +54,23 @@ def _insert_if_absent(conn: Connection) -> Any:
     return sqlite_insert(coordinators_table).on_conflict_do_nothing(index_elements=["kind", "slot"])
 
 
-class SqlCoordinatorStore(CoordinatorStore):
+class FencedSqlStore(StandaloneSqlStore):
+    """A standalone store whose writes are fenced on a coordinator claim in ``kafka_coordinators``."""
+
+    _metadata: tuple[MetaData, ...] = (_meta,)
+
+    @contextmanager
+    def _fenced(self, kind: str, slot: int, broker_id: int, epoch: int) -> Iterator[Connection]:
+        """A write transaction that first checks ``broker_id`` holds the slot at ``epoch`` (see :func:`fence`)."""
+        with self.engine.begin() as conn:
+            fence(conn, kind, slot, broker_id, epoch)
+            yield conn
+
+
+class SqlCoordinatorStore(StandaloneSqlStore, CoordinatorStore):
     """:class:`CoordinatorStore` on the metadata store's database."""
 
-    def __init__(self, url: str = "", *, lock_timeout_ms: int = 5_000, engine: Any = None) -> None:
-        self._own_engine = engine is None
-        self.engine = engine if engine is not None else open_engine(url, lock_timeout_ms=lock_timeout_ms)
-        create_tables(self.engine)
+    _metadata = (_meta,)
 
     def claims(self, kind: str) -> dict[int, CoordinatorClaim]:
         t = coordinators_table
@@ -135,7 +143,3 @@ class SqlCoordinatorStore(CoordinatorStore):
         with self.engine.connect() as conn:
             r = conn.execute(select(t.c.broker_id, t.c.epoch).where(t.c.kind == kind, t.c.slot == slot)).first()
         return r is not None and int(r.broker_id) == broker_id and int(r.epoch) == epoch
-
-    def close(self) -> None:
-        if self._own_engine:
-            self.engine.dispose()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from sqlalchemy import (
@@ -25,9 +26,7 @@ from sqlalchemy.engine import Connection
 from log.types import TopicPartition
 from metadata.coordinators import GROUP
 from metadata.group_offsets import CommittedOffset, CoordinatorFence, GroupRecord, GroupStore
-from metadata.sql.standalone import open_engine
-from metadata.sql_coordinators import create_tables as create_coordinator_tables
-from metadata.sql_coordinators import fence as fence_write
+from metadata.sql_coordinators import FencedSqlStore
 
 _meta = MetaData()
 
@@ -72,10 +71,6 @@ groups_table = Table(
 )
 
 
-def _fence(conn: Connection, fence: CoordinatorFence) -> None:
-    fence_write(conn, GROUP, fence.slot, fence.broker_id, fence.epoch)
-
-
 def _committed(r: Any) -> CommittedOffset:
     return CommittedOffset(int(r.committed_offset), int(r.leader_epoch), r.metadata, int(r.commit_ms))
 
@@ -104,20 +99,18 @@ def _record(r: Any) -> GroupRecord:
                        json.loads(r.members), int(r.updated_ms))
 
 
-class SqlGroupStore(GroupStore):
+class SqlGroupStore(FencedSqlStore, GroupStore):
     """:class:`GroupStore` on the metadata store (tables ``kafka_group_offsets``, ``kafka_group_txn_offsets``,
     ``kafka_groups``), fenced through ``kafka_coordinators``."""
 
-    def __init__(self, url: str = "", *, lock_timeout_ms: int = 5_000, engine: Any = None) -> None:
-        self._own_engine = engine is None
-        self.engine = engine if engine is not None else open_engine(url, lock_timeout_ms=lock_timeout_ms)
-        create_coordinator_tables(self.engine)
-        _meta.create_all(self.engine, checkfirst=True)
+    _metadata = (*FencedSqlStore._metadata, _meta)
+
+    def _fenced_by(self, fence: CoordinatorFence) -> AbstractContextManager[Connection]:
+        return self._fenced(GROUP, fence.slot, fence.broker_id, fence.epoch)
 
     def commit(self, group_id: str, offsets: Mapping[TopicPartition, CommittedOffset],
                fence: CoordinatorFence) -> None:
-        with self.engine.begin() as conn:
-            _fence(conn, fence)
+        with self._fenced_by(fence) as conn:
             self._upsert(conn, group_id, offsets, fence.slot)
 
     def _upsert(self, conn: Connection, group_id: str, offsets: Mapping[TopicPartition, CommittedOffset],
@@ -146,14 +139,12 @@ class SqlGroupStore(GroupStore):
         tps = list(tps)
         if not tps:
             return
-        with self.engine.begin() as conn:
-            _fence(conn, fence)
+        with self._fenced_by(fence) as conn:
             conn.execute(delete(t).where(t.c.group_id == group_id, _tp_filter(t, tps)))
 
     def save_group(self, record: GroupRecord, fence: CoordinatorFence) -> None:
         g = groups_table
-        with self.engine.begin() as conn:
-            _fence(conn, fence)
+        with self._fenced_by(fence) as conn:
             conn.execute(delete(g).where(g.c.group_id == record.group_id))
             conn.execute(insert(g).values(group_id=record.group_id, slot=record.slot, state=record.state,
                                           protocol_type=record.protocol_type, protocol=record.protocol,
@@ -161,8 +152,7 @@ class SqlGroupStore(GroupStore):
                                           members=json.dumps(record.members), updated_ms=record.updated_ms))
 
     def delete_group(self, group_id: str, fence: CoordinatorFence) -> None:
-        with self.engine.begin() as conn:
-            _fence(conn, fence)
+        with self._fenced_by(fence) as conn:
             for t in (groups_table, offsets_table, txn_offsets_table):
                 conn.execute(delete(t).where(t.c.group_id == group_id))
 
@@ -188,8 +178,7 @@ class SqlGroupStore(GroupStore):
         t = txn_offsets_table
         if not offsets:
             return
-        with self.engine.begin() as conn:
-            _fence(conn, fence)
+        with self._fenced_by(fence) as conn:
             conn.execute(delete(t).where(t.c.producer_id == producer_id, t.c.group_id == group_id,
                                          _tp_filter(t, offsets)))
             conn.execute(insert(t), [{"producer_id": producer_id, "group_id": group_id, "topic": tp.topic,
@@ -220,7 +209,3 @@ class SqlGroupStore(GroupStore):
         with self.engine.connect() as conn:
             rows = conn.execute(select(t.c.topic, t.c.partition).where(t.c.group_id == group_id)).all()
         return {TopicPartition(r.topic, int(r.partition)) for r in rows}
-
-    def close(self) -> None:
-        if self._own_engine:
-            self.engine.dispose()

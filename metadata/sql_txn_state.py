@@ -22,9 +22,7 @@ from sqlalchemy.engine import Connection
 
 from log.types import TopicPartition
 from metadata.coordinators import TRANSACTION
-from metadata.sql.standalone import open_engine
-from metadata.sql_coordinators import create_tables as create_coordinator_tables
-from metadata.sql_coordinators import fence as fence_write
+from metadata.sql_coordinators import FencedSqlStore
 from metadata.txn_state import TxnRecord, TxnStateStore
 
 _meta = MetaData()
@@ -47,11 +45,6 @@ txn_state_table = Table(
 )
 
 
-def create_tables(engine: Any) -> None:
-    create_coordinator_tables(engine)
-    _meta.create_all(engine, checkfirst=True)
-
-
 def _record(r: Any) -> TxnRecord:
     return TxnRecord(r.transactional_id, int(r.producer_id), int(r.producer_epoch), int(r.timeout_ms), r.state,
                      int(r.last_producer_id), int(r.last_producer_epoch),
@@ -68,13 +61,10 @@ def _values(rec: TxnRecord, slot: int, coordinator_epoch: int) -> dict[str, Any]
             "coordinator_epoch": coordinator_epoch}
 
 
-class SqlTxnStateStore(TxnStateStore):
+class SqlTxnStateStore(FencedSqlStore, TxnStateStore):
     """:class:`TxnStateStore` on the metadata store's database (shares the coordinator claims' engine when given)."""
 
-    def __init__(self, url: str = "", *, lock_timeout_ms: int = 5_000, engine: Any = None) -> None:
-        self._own_engine = engine is None
-        self.engine = engine if engine is not None else open_engine(url, lock_timeout_ms=lock_timeout_ms)
-        create_tables(self.engine)
+    _metadata = (*FencedSqlStore._metadata, _meta)
 
     def load_slot(self, slot: int) -> list[TxnRecord]:
         t = txn_state_table
@@ -94,8 +84,7 @@ class SqlTxnStateStore(TxnStateStore):
 
     def put(self, record: TxnRecord, *, slot: int, broker_id: int, coordinator_epoch: int) -> None:
         values = _values(record, slot, coordinator_epoch)
-        with self.engine.begin() as conn:
-            fence_write(conn, TRANSACTION, slot, broker_id, coordinator_epoch)
+        with self._fenced(TRANSACTION, slot, broker_id, coordinator_epoch) as conn:
             self._upsert(conn, record.transactional_id, values)
 
     @staticmethod
@@ -107,10 +96,5 @@ class SqlTxnStateStore(TxnStateStore):
 
     def delete(self, transactional_id: str, *, slot: int, broker_id: int, coordinator_epoch: int) -> None:
         t = txn_state_table
-        with self.engine.begin() as conn:
-            fence_write(conn, TRANSACTION, slot, broker_id, coordinator_epoch)
+        with self._fenced(TRANSACTION, slot, broker_id, coordinator_epoch) as conn:
             conn.execute(delete(t).where(t.c.transactional_id == transactional_id))
-
-    def close(self) -> None:
-        if self._own_engine:
-            self.engine.dispose()

@@ -11,13 +11,13 @@ Kafka listener's acks=-1 fsyncs go through the same tracker.
 from __future__ import annotations
 
 import logging
-import threading
 import weakref
 from typing import Any
 
 from log.errors import TiercompactError
 from log.flush import FlushTracker
 from log.types import TopicPartition
+from service.per_node import per_node
 from service.threads import PeriodicTask
 
 logger = logging.getLogger(__name__)
@@ -25,17 +25,8 @@ logger = logging.getLogger(__name__)
 #: how often flush.ms is checked (Kafka's log.flush.scheduler.interval.ms)
 FLUSH_CHECK_INTERVAL_MS = 1000
 
-_TRACKERS: weakref.WeakKeyDictionary[Any, FlushTracker] = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
-
-
-def flush_tracker_for(node: Any) -> FlushTracker:
-    """The node's tracker (made on first use)."""
-    with _LOCK:
-        tr = _TRACKERS.get(node)
-        if tr is None:
-            tr = _TRACKERS[node] = FlushTracker()
-        return tr
+#: the node's tracker (made on first use)
+flush_tracker_for = per_node(lambda _node: FlushTracker())
 
 
 def _after_append(node_ref: weakref.ref[Any], tp: TopicPartition) -> None:

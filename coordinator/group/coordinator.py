@@ -361,11 +361,15 @@ class GroupCoordinator(OffsetOps):
             self._try_complete_join(group)
 
     def _add_and_rebalance(self, group: Group, member: Member) -> asyncio.Future[JoinResult]:
-        fut: asyncio.Future[JoinResult] = self.loop.create_future()
-        member.awaiting_join = fut
         member.is_new = True
         group.add(member)
         group.new_member_added = True
+        return self._await_rebalance(group, member)
+
+    def _await_rebalance(self, group: Group, member: Member) -> asyncio.Future[JoinResult]:
+        """``member`` waits for the join's answer; a group not already rebalancing starts to."""
+        fut: asyncio.Future[JoinResult] = self.loop.create_future()
+        member.awaiting_join = fut
         self._schedule_heartbeat(group, member)
         if group.is_(GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY):
             self._prepare_rebalance(group)
@@ -426,13 +430,7 @@ class GroupCoordinator(OffsetOps):
         member.session_timeout_ms, member.rebalance_timeout_ms = session_ms, rebalance_ms
         member.protocols = [(n, bytes(m)) for n, m in protocols]
         self._answer_join(member, JoinResult(E.REBALANCE_IN_PROGRESS, member.member_id))  # a duplicate join
-        fut: asyncio.Future[JoinResult] = self.loop.create_future()
-        member.awaiting_join = fut
-        self._schedule_heartbeat(group, member)
-        if group.is_(GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY):
-            self._prepare_rebalance(group)
-        self._try_complete_join(group)
-        return fut
+        return self._await_rebalance(group, member)
 
     # ---- SyncGroup / Heartbeat / LeaveGroup ------------------------------------------
     def _member(self, group_id: str, member_id: str, instance_id: str | None, generation: int | None) -> tuple[

@@ -211,10 +211,7 @@ class TransactionCoordinator:
         tps = set(tps)
         try:
             with self._lock:
-                m = self._producer(tid, pid, epoch, "AddPartitionsToTxn", version)
-                st = TxnState(m.state)
-                if st.preparing:
-                    raise _Refused(S.CONCURRENT_TRANSACTIONS)
+                m, st = self._adding(tid, pid, epoch, "AddPartitionsToTxn", version)
                 if st is TxnState.ONGOING and tps <= m.partitions:
                     return dict.fromkeys(tps, S.NONE)
                 unknown = self._unknown(tps)
@@ -230,16 +227,21 @@ class TransactionCoordinator:
     def add_offsets(self, tid: str, pid: int, epoch: int, group_id: str, version: int = 0) -> int:
         try:
             with self._lock:
-                m = self._producer(tid, pid, epoch, "AddOffsetsToTxn", version)
-                st = TxnState(m.state)
-                if st.preparing:
-                    raise _Refused(S.CONCURRENT_TRANSACTIONS)
+                m, st = self._adding(tid, pid, epoch, "AddOffsetsToTxn", version)
                 if st is not TxnState.ONGOING or group_id not in m.groups:
                     self._begin(m, st, groups={group_id})
                 self.stats["add_offsets"] += 1
                 return S.NONE
         except _Refused as e:
             return e.code
+
+    def _adding(self, tid: str, pid: int, epoch: int, api: str, version: int) -> tuple[TxnRecord, TxnState]:
+        """Under the lock: the producer's record and state, refused while a commit or abort is being prepared."""
+        m = self._producer(tid, pid, epoch, api, version)
+        st = TxnState(m.state)
+        if st.preparing:
+            raise _Refused(S.CONCURRENT_TRANSACTIONS)
+        return m, st
 
     def _begin(self, m: TxnRecord, st: TxnState, *, partitions: set[TopicPartition] | None = None,
                groups: set[str] | None = None) -> None:

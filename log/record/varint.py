@@ -26,7 +26,8 @@ INT64_MAX = (1 << 63) - 1
 _ONE_BYTE = tuple(bytes((z,)) for z in range(128))
 
 
-def _encode_zigzag(z: int) -> bytes:
+def encode_uvarint(z: int) -> bytes:
+    """Unsigned LEB128 of ``z >= 0`` (Kafka's writeUnsignedVarint; the zigzag encoders' last step)."""
     if z < 0x80:
         return _ONE_BYTE[z]
     out = bytearray()
@@ -41,7 +42,7 @@ def encode_varint(n: int) -> bytes:
     """Zigzag-encode a signed integer of up to 64 bits (int32 values encode as Kafka's varint)."""
     if not INT64_MIN <= n <= INT64_MAX:
         raise InvalidRequestError(f"{n} does not fit a varlong (signed 64-bit)")
-    return _encode_zigzag(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
+    return encode_uvarint(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
 def encode_varlong(n: int) -> bytes:

@@ -1,4 +1,4 @@
-"""An engine of its own on the metadata store's URL, for the stores not yet folded into the composed SQL store.
+"""An engine of its own on the metadata store's URL (and a store base that opens it), for the stores not yet folded into the composed SQL store.
 
 The coordinator stores (metadata/sql_coordinators.py, sql_group_offsets.py, sql_txn_state.py) still open
 their own engine and tables through this; metadata/sql/__init__.py's recipe moves a store into the
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event
+from sqlalchemy import MetaData, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.pool import StaticPool
@@ -41,3 +41,19 @@ def open_engine(url: str, *, lock_timeout_ms: int = 5_000) -> Engine:
 
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=4)
+
+
+class StandaloneSqlStore:
+    """A store on its own engine (or a shared ``engine`` it does not dispose), creating ``_metadata``'s tables in order."""
+
+    _metadata: tuple[MetaData, ...] = ()
+
+    def __init__(self, url: str = "", *, lock_timeout_ms: int = 5_000, engine: Any = None) -> None:
+        self._own_engine = engine is None
+        self.engine = engine if engine is not None else open_engine(url, lock_timeout_ms=lock_timeout_ms)
+        for meta in self._metadata:
+            meta.create_all(self.engine, checkfirst=True)
+
+    def close(self) -> None:
+        if self._own_engine:
+            self.engine.dispose()

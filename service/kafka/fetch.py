@@ -24,6 +24,7 @@ from typing import Any
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from log.errors import InvalidRequestError, UnknownTopicOrPartitionError
+from log.record.varint import encode_uvarint
 from log.types import TopicPartition
 from remote.raw_read import RawTieredRead
 from service.kafka.errors import (
@@ -272,19 +273,10 @@ class SplicedFetchResponse:
         for n, (_part, data) in enumerate(swapped, 1):
             at = body.index(prefix + struct.pack(">I", n), pos)
             if flexible:  # COMPACT_BYTES: uvarint(length + 1), 0x11 for the 16-byte marker
-                pieces += [view[pos:at - 1], _uvarint(len(data) + 1)]
+                pieces += [view[pos:at - 1], encode_uvarint(len(data) + 1)]
             else:  # BYTES: int32 length
                 pieces += [view[pos:at - 4], struct.pack(">i", len(data))]
             pieces += data.chunks if isinstance(data, _Chunks) else (data,)
             pos = at + _MARKER_BYTES
         pieces.append(view[pos:])
         return pieces
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)

@@ -3,20 +3,8 @@ idempotent producers and the transaction coordinator."""
 
 from __future__ import annotations
 
-import threading
-import weakref
-from typing import Any
-
 from metadata.producer_ids import ProducerIdAllocator
+from service.per_node import per_node
 
-_ALLOCATORS: weakref.WeakKeyDictionary[Any, ProducerIdAllocator] = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
-
-
-def allocator_for(node: Any) -> ProducerIdAllocator:
-    """The node's allocator, on the node's metadata store (made on first use)."""
-    with _LOCK:
-        alloc = _ALLOCATORS.get(node)
-        if alloc is None:
-            alloc = _ALLOCATORS[node] = ProducerIdAllocator(node.metadata, node.broker_id)
-        return alloc
+#: the node's allocator, on the node's metadata store (made on first use)
+allocator_for = per_node(lambda node: ProducerIdAllocator(node.metadata, node.broker_id))

@@ -7,58 +7,38 @@ when that is this node (``coordinator`` names the node that coordinates it).
 
 from __future__ import annotations
 
-import threading
-import weakref
 from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from coordinator.group.consumer_protocol import assigned_partitions
-from coordinator.ownership import SlotStatus, slot_for
 from metadata.group_offsets import GroupRecord, GroupStore
+from metadata.sql_group_offsets import SqlGroupStore
 from service.errors import error_body
+from service.per_node import per_node
+from service.routes.coordinated import coordinator_of, coordinators, store_of
 from service.routes.deps import READ, NodeDep
 from service.schemas import Error
 
 router = APIRouter(prefix="/v1/groups", tags=["groups"], responses={401: {"model": Error}, 403: {"model": Error},
                                                                     404: {"model": Error}})
 
-_STORES: weakref.WeakKeyDictionary[Any, GroupStore] = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
-
-
-def _coordinators(node: Any) -> Any:
-    from service.kafka.coordinators import for_node
-
-    return for_node(node)
+_own_store = per_node(lambda node: SqlGroupStore(node.config.metadata_url))
 
 
 def _store(node: Any) -> GroupStore:
-    c = _coordinators(node)
-    if c is not None and getattr(c, "group_store", None) is not None:
-        return c.group_store  # type: ignore[no-any-return]
-    with _LOCK:
-        store = _STORES.get(node)
-        if store is None:
-            from metadata.sql_group_offsets import SqlGroupStore
-
-            store = _STORES[node] = SqlGroupStore(node.config.metadata_url)
-        return store
+    return store_of(node, lambda c: getattr(c, "group_store", None), _own_store)
 
 
 def _coordinator_of(node: Any, group_id: str) -> dict[str, Any]:
-    c = _coordinators(node)
-    slots = getattr(node.config, "offsets_topic_num_partitions", 50)
-    if c is None:
-        return {"slot": slot_for(group_id, slots), "broker_id": None, "epoch": None, "local": False}
-    own = c.groups_ownership.lookup(group_id)
-    return {"slot": own.slot, "broker_id": own.owner, "epoch": own.epoch if own.epoch >= 0 else None,
-            "local": own.status is SlotStatus.OWNED}
+    c = coordinators(node)
+    return coordinator_of(None if c is None else c.groups_ownership, group_id,
+                          getattr(node.config, "offsets_topic_num_partitions", 50))
 
 
 def _live(node: Any, group_id: str) -> dict[str, Any] | None:
-    c = _coordinators(node)
+    c = coordinators(node)
     if c is None or c.groups is None:
         return None
     d = c.groups.call_blocking(c.groups.describe_group(group_id))

@@ -6,54 +6,33 @@ The state comes from the metadata store, so any node answers for every transacti
 
 from __future__ import annotations
 
-import threading
-import weakref
 from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from coordinator.ownership import SlotStatus, slot_for
+from metadata.sql_txn_state import SqlTxnStateStore
 from metadata.txn_state import TxnRecord, TxnStateStore
 from service.errors import error_body
+from service.per_node import per_node
+from service.routes.coordinated import coordinator_of, coordinators, store_of
 from service.routes.deps import READ, NodeDep
 from service.schemas import Error
 
 router = APIRouter(prefix="/v1/transactions", tags=["transactions"],
                    responses={401: {"model": Error}, 403: {"model": Error}, 404: {"model": Error}})
 
-_STORES: weakref.WeakKeyDictionary[Any, TxnStateStore] = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
-
-
-def _coordinators(node: Any) -> Any:
-    from service.kafka.coordinators import for_node
-
-    return for_node(node)
+_own_store = per_node(lambda node: SqlTxnStateStore(node.config.metadata_url))
 
 
 def _store(node: Any) -> TxnStateStore:
-    c = _coordinators(node)
-    tc = None if c is None else getattr(c, "transactions", None)
-    if tc is not None:
-        return tc.store  # type: ignore[no-any-return]
-    with _LOCK:
-        store = _STORES.get(node)
-        if store is None:
-            from metadata.sql_txn_state import SqlTxnStateStore
-
-            store = _STORES[node] = SqlTxnStateStore(node.config.metadata_url)
-        return store
+    return store_of(node, lambda c: getattr(getattr(c, "transactions", None), "store", None), _own_store)
 
 
 def _coordinator_of(node: Any, tid: str) -> dict[str, Any]:
-    c = _coordinators(node)
-    if c is None:
-        slots = getattr(node.config, "transaction_state_log_num_partitions", 50)
-        return {"slot": slot_for(tid, slots), "broker_id": None, "epoch": None, "local": False}
-    own = c.txn_ownership.lookup(tid)
-    return {"slot": own.slot, "broker_id": own.owner, "epoch": own.epoch if own.epoch >= 0 else None,
-            "local": own.status is SlotStatus.OWNED}
+    c = coordinators(node)
+    return coordinator_of(None if c is None else c.txn_ownership, tid,
+                          getattr(node.config, "transaction_state_log_num_partitions", 50))
 
 
 def _view(node: Any, r: TxnRecord) -> dict[str, Any]:
