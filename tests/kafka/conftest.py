@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CLIENTS_DIR = Path(__file__).resolve().parent / "clients"
 CLIENTS = {"confluent": CLIENTS_DIR / "confluent_client.py", "kafka-python": CLIENTS_DIR / "kafka_python_client.py",
            "aiokafka": CLIENTS_DIR / "aiokafka_client.py"}
+#: every client script run_client can start: the three libraries, and the transactional tools built on confluent-kafka
+SCRIPTS = {**CLIENTS, "txn": CLIENTS_DIR / "txn_client.py"}
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 CLIENT_TIMEOUT_S = 120.0
 
@@ -70,7 +72,7 @@ class KafkaServe(ServeProcess):
 
 
 def _client_cmd(client: str, spec: dict[str, Any]) -> list[str]:
-    return [sys.executable, str(CLIENTS[client]), json.dumps(spec)]
+    return [sys.executable, str(SCRIPTS[client]), json.dumps(spec)]
 
 
 def _answer(client: str, proc: subprocess.CompletedProcess[str] | Any, out: str, err: str) -> dict[str, Any]:

@@ -18,10 +18,9 @@ from kafka.protocol.consumer import FetchRequest
 
 from log.record import iter_batches
 from log.record.batch import ControlRecordType
-from tests.kafka.conftest import CLIENTS, CLIENTS_DIR, KafkaServe, run_client, run_clients
+from tests.kafka.conftest import KafkaServe, run_client, run_clients
 from tests.kafka.wire import Wire
 
-CLIENTS.setdefault("txn", CLIENTS_DIR / "txn_client.py")
 PARTS = 4
 
 

@@ -130,6 +130,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, moto_server_url: str) -> It
             "--token", TOKEN, "--remote", store[0], "--s3-endpoint", moto_server_url, "--s3-region", "us-east-1",
             "--metadata", metadata, "--spark-master", MASTER, "--spark-conf", "spark.executor.memory=512m",
             "--cleaner-threads", "1", "--tiered-cleaner-threads", "1", "--cleaner-backoff-ms", "300",
+            # the node must not learn of the leadership move before the job publishes: the fenced publish is
+            # what the leadership-change test pins (the metadata follower would see the move first)
+            "--metadata-sync-interval-ms", "3600000",
             "--log-level", "warning"], env=clean_env(AWS), output=root / "serve.log"))
         yield Server(served.url, store, metadata, moto_server_url)
 
