@@ -18,6 +18,7 @@ from kafka.protocol.producer import ProduceRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from tests.kafka.conftest import KafkaServe, run_client
+from tests.kafka.wire import read_frame
 
 
 def _frame(req: Any, version: int, cid: int = 1) -> bytes:
@@ -25,21 +26,6 @@ def _frame(req: Any, version: int, cid: int = 1) -> bytes:
     return bytes(req.encode(version=version, header=True, framed=True))
 
 
-def _recv_frame(sock: socket.socket) -> bytes | None:
-    buf = b""
-    while len(buf) < 4:
-        chunk = sock.recv(4 - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    size = struct.unpack(">i", buf)[0]
-    body = b""
-    while len(body) < size:
-        chunk = sock.recv(size - len(body))
-        if not chunk:
-            return None
-        body += chunk
-    return body
 
 
 def _closed(sock: socket.socket, timeout: float = 5.0) -> bool:
@@ -64,7 +50,7 @@ class Healthy:
     def check(self) -> None:
         self.cid += 1
         self.sock.sendall(_frame(MetadataRequest(topics=None, allow_auto_topic_creation=False), 9, self.cid))
-        body = _recv_frame(self.sock)
+        body = read_frame(self.sock)
         assert body is not None, "the healthy client's connection was closed"
         assert struct.unpack_from(">i", body, 0)[0] == self.cid
         resp = MetadataResponse.decode(body[5:], version=9)  # flexible header: correlation id + tags
@@ -114,14 +100,14 @@ def test_malformed_frames_close_only_their_connection(kafka_server: KafkaServe, 
         frame = bytearray(_frame(ApiVersionsRequest(client_software_name="x", client_software_version="1"), 3))
         struct.pack_into(">h", frame, 6, 42)
         s.sendall(frame)
-        body = _recv_frame(s)
+        body = read_frame(s)
         assert body is not None
         resp = ApiVersionsResponse.decode(body[4:], version=0)
         assert resp.error_code == 35 and {k.api_key for k in resp.api_keys} >= {0, 1, 3, 18}
     # a corrupt batch gets CORRUPT_MESSAGE on a connection that stays usable
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(_produce_frame(topic_name, good_crc=False))
-        assert _recv_frame(s) is not None
+        assert read_frame(s) is not None
     assert _end_offset(kafka_server, topic_name) == 0
     healthy.check()
 
@@ -138,7 +124,7 @@ def test_idle_and_slow_connections_do_not_block_others(kafka_server: KafkaServe)
             if i % 4 == 0:
                 healthy.check()
         slow.sendall(frame[12:])
-        body = _recv_frame(slow)
+        body = read_frame(slow)
         assert body is not None and struct.unpack_from(">i", body, 0)[0] == 5
         slow.close()
     finally:

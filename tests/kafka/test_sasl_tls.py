@@ -5,7 +5,6 @@ refused (connection closed, nothing served); over TLS, PLAIN works and a client 
 from __future__ import annotations
 
 import socket
-import struct
 import subprocess
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +14,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
 
 from tests.kafka.conftest import KafkaServe, run_client, run_clients
+from tests.kafka.wire import read_frame
 
 TOKEN = "kafka-sasl-test-token"
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
@@ -86,37 +86,22 @@ def _frame(req: Any, version: int, cid: int) -> bytes:
     return bytes(req.encode(version=version, header=True, framed=True))
 
 
-def _read_frame(sock: socket.socket) -> bytes | None:
-    buf = b""
-    while len(buf) < 4:
-        chunk = sock.recv(4 - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    size = struct.unpack(">i", buf)[0]
-    body = b""
-    while len(body) < size:
-        chunk = sock.recv(size - len(body))
-        if not chunk:
-            return None
-        body += chunk
-    return body
 
 
 def test_unauthenticated_requests_close_the_connection(secured: tuple[KafkaServe, ...]) -> None:
     plain, _tls = secured
     with socket.create_connection(("127.0.0.1", plain.kafka_port), timeout=10) as s:
         s.sendall(_frame(ApiVersionsRequest(), 0, 1))  # allowed before authentication
-        assert _read_frame(s) is not None
+        assert read_frame(s) is not None
         s.sendall(_frame(MetadataRequest(topics=None), 1, 2))
-        assert _read_frame(s) is None  # closed, nothing answered
+        assert read_frame(s) is None  # closed, nothing answered
     with socket.create_connection(("127.0.0.1", plain.kafka_port), timeout=10) as s:
         s.sendall(_frame(SaslHandshakeRequest(mechanism="PLAIN"), 1, 3))
-        body = _read_frame(s)
+        body = read_frame(s)
         assert body is not None
         resp = SaslHandshakeResponse.decode(body[4:], version=1)
         assert resp.error_code == 33 and "PLAIN" not in resp.mechanisms  # UNSUPPORTED_SASL_MECHANISM
-        assert _read_frame(s) is None
+        assert read_frame(s) is None
 
 
 def test_tls_listener_plain_and_scram(secured: tuple[KafkaServe, ...], tls_files: dict[str, str]) -> None:

@@ -15,6 +15,24 @@ from service.kafka.server import KafkaService
 from service.node import Node
 
 
+def read_frame(sock: socket.socket) -> bytes | None:
+    """One size-prefixed Kafka frame's body from ``sock``; None when the peer closes first."""
+    buf = b""
+    while len(buf) < 4:
+        chunk = sock.recv(4 - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    size = struct.unpack(">i", buf)[0]
+    body = b""
+    while len(body) < size:
+        chunk = sock.recv(size - len(body))
+        if not chunk:
+            return None
+        body += chunk
+    return body
+
+
 class Wire:
     """One connection; ``call(request, version)`` sends it and decodes the answer."""
 
