@@ -1,80 +1,104 @@
-"""acks=-1 on one copy: a produce answer waits until its records are fsynced, one fsync shared by every request waiting on a partition.
+"""acks=-1 on one copy: a produce answer waits until its records are fsynced, in rounds of fsyncs shared by every waiting request.
 
-A request whose records end at offset ``end`` awaits :meth:`GroupSync.wait_durable`. The
-first waiter on a partition starts an fsync (log/flush.py's ``sync_log`` on a worker thread,
-outside the log's lock); requests arriving while it runs wait for the next one, which then
-covers all of them: however many producers wait, a partition has at most one fsync running
-and one queued. Each fsync also tells the node's FlushTracker (flush.messages / flush.ms).
+A request whose records end at offsets ``ends`` (one per partition it wrote) awaits
+:meth:`GroupSync.wait_durable`. The node has one sync round running at a time, on its own
+thread (never on the request workers, so an append never waits behind an fsync): the round
+fsyncs every partition some waiting request still needs (log/flush.py's ``sync_log``, outside
+the log's lock), then answers every request it covered. Requests arriving while a round runs
+wait for the next one, which covers all of them, so however many producers and partitions
+wait, the fsync count per second stays bounded by the disk's round time, not by the request
+rate: Kafka's group commit, done node-wide. Each fsync also tells the node's FlushTracker
+(flush.messages / flush.ms).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from log.flush import FlushTracker
 from log.local_log import LocalLog
+from log.locks import run_as_request
 from service.flush_policy import flush_tracker_for
 
-Runner = Callable[..., Awaitable[Any]]
 
+class _Waiter:
+    __slots__ = ("needs", "future")
 
-@dataclass
-class _PartitionSync:
-    durable: int = -1
-    running: bool = False
-    waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+    def __init__(self, needs: dict[LocalLog, int], future: asyncio.Future[dict[LocalLog, Exception]]) -> None:
+        self.needs = needs
+        self.future = future
 
 
 class GroupSync:
-    """The grouped fsync of every partition of one node (used from the listener's event loop)."""
+    """The grouped fsync of every partition of one node (waited on from the listener's event loop)."""
 
     def __init__(self, tracker: FlushTracker) -> None:
         self.tracker = tracker
-        self._state: weakref.WeakKeyDictionary[LocalLog, _PartitionSync] = weakref.WeakKeyDictionary()
-        #: fsyncs run, and requests they answered (metrics, tests)
+        self._durable: weakref.WeakKeyDictionary[LocalLog, int] = weakref.WeakKeyDictionary()
+        self._waiting: list[_Waiter] = []
+        self._running = False
+        #: one thread: fsyncs of one filesystem do not go faster in parallel (the journal orders them)
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tiercompact-fsync")
+        #: fsyncs run, rounds run, and requests they answered (metrics, tests)
         self.syncs = 0
+        self.rounds = 0
         self.answered = 0
 
-    async def wait_durable(self, run: Runner, log: LocalLog, end_offset: int) -> None:
-        """Return once every record below ``end_offset`` of ``log`` is on disk."""
-        st = self._state.get(log)
-        if st is None:
-            st = self._state[log] = _PartitionSync()
-        if st.durable >= end_offset:
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        st.waiters.append((end_offset, fut))
-        if not st.running:
-            st.running = True
-            asyncio.ensure_future(self._drain(run, log, st))
-        await fut
+    async def wait_durable(self, ends: dict[LocalLog, int]) -> dict[LocalLog, Exception]:
+        """Wait until, for each log, every record below its end offset is on disk; answers the logs whose fsync
+        failed (empty when all are durable)."""
+        needs = {log: end for log, end in ends.items() if self._durable.get(log, -1) < end}
+        if not needs:
+            return {}
+        fut: asyncio.Future[dict[LocalLog, Exception]] = asyncio.get_running_loop().create_future()
+        self._waiting.append(_Waiter(needs, fut))
+        if not self._running:
+            self._running = True
+            asyncio.ensure_future(self._rounds())
+        return await fut
 
-    async def _drain(self, run: Runner, log: LocalLog, st: _PartitionSync) -> None:
+    async def _rounds(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
-            while st.waiters:
-                waiting, st.waiters = st.waiters, []
-                try:
-                    durable = await run(self.tracker.sync, log)
-                except BaseException as e:  # noqa: BLE001 - every waiter gets the failure
-                    for _end, fut in waiting:
-                        if not fut.done():
-                            fut.set_exception(e if isinstance(e, Exception) else RuntimeError(str(e)))
-                    continue
-                self.syncs += 1
-                st.durable = max(st.durable, durable)
-                for end, fut in waiting:
-                    if end <= st.durable:
+            while self._waiting:
+                waiting, self._waiting = self._waiting, []
+                logs = {log for w in waiting for log, end in w.needs.items() if self._durable.get(log, -1) < end}
+                synced, failed = await loop.run_in_executor(self._thread, run_as_request, self._sync_all, logs)
+                self.rounds += 1
+                self.syncs += len(synced)
+                for log, end in synced.items():
+                    self._durable[log] = max(self._durable.get(log, -1), end)
+                for w in waiting:
+                    if w.future.done():
+                        continue
+                    bad = {log: failed[log] for log in w.needs if log in failed}
+                    if bad:
+                        w.future.set_result(bad)
+                    elif all(self._durable.get(log, -1) >= end for log, end in w.needs.items()):
                         self.answered += 1
-                        if not fut.done():
-                            fut.set_result(None)
-                    else:  # appended after the fsync read the log end: the next one covers it
-                        st.waiters.append((end, fut))
+                        w.future.set_result({})
+                    else:  # appended after the round read that log's end: the next round covers it
+                        self._waiting.append(w)
         finally:
-            st.running = False
+            self._running = False
+
+    def _sync_all(self, logs: set[LocalLog]) -> tuple[dict[LocalLog, int], dict[LocalLog, Exception]]:
+        synced: dict[LocalLog, int] = {}
+        failed: dict[LocalLog, Exception] = {}
+        for log in logs:
+            try:
+                synced[log] = self.tracker.sync(log)
+            except Exception as e:  # noqa: BLE001 - the requests waiting on this log get the failure
+                failed[log] = e
+        return synced, failed
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._thread.shutdown(wait=False, cancel_futures=True)
 
 
 _BY_NODE: weakref.WeakKeyDictionary[Any, GroupSync] = weakref.WeakKeyDictionary()

@@ -32,11 +32,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kafka.protocol.api_header import RequestHeader, ResponseHeader
+from kafka.protocol.api_header import RequestHeader
 
 from log.locks import run_as_request
 from log.types import TopicPartition
 from service.kafka import registry
+from service.kafka.lane import Lane
 from service.kafka.registry import ClusterView, ConnectionState, RequestContext, RequestHeaderInfo
 from service.kafka.sasl_api import RAW_TOKENS, sasl_step
 
@@ -48,12 +49,14 @@ logger = logging.getLogger(__name__)
 API_VERSIONS_KEY = 18
 UNSUPPORTED_VERSION = 35
 #: answers queued per connection before the listener stops reading more of its requests
-PIPELINE_DEPTH = 32
+PIPELINE_DEPTH = 256
 #: a connection's read buffer (asyncio pauses reading at twice this): room for a whole produce batch of a
 #: client's default batch sizes, so a large request is not read in many pause/resume rounds
 STREAM_LIMIT = 1 << 20
 #: encoded answers a connection may have unsent (a client that does not read) before its next request waits
 MAX_UNSENT_BYTES = 4 * 1024 * 1024
+#: pipelined request payload (produced batches) a connection may have queued on its lane before reading waits
+MAX_LANE_BYTES = 16 * 1024 * 1024
 
 
 class _Outbox:
@@ -282,7 +285,8 @@ class KafkaListener:
         self.connections += 1
         peer = writer.get_extra_info("peername")
         conn = ConnectionState(peer=f"{peer[0]}:{peer[1]}" if peer else "?",
-                               tls=writer.get_extra_info("ssl_object") is not None, listener_metrics=self.metrics)
+                               tls=writer.get_extra_info("ssl_object") is not None, listener_metrics=self.metrics,
+                               lane=Lane(self.run_blocking, MAX_LANE_BYTES))
         answers = _Outbox()
         writer_task = asyncio.create_task(self._write_answers(answers, writer))
         try:
@@ -310,7 +314,9 @@ class KafkaListener:
         idle_s = self.config.idle_ms / 1000
         while not writer_task.done():
             await answers.room()
-            size_bytes = await asyncio.wait_for(reader.readexactly(4), idle_s)
+            await conn.lane.room()
+            async with asyncio.timeout(idle_s):  # no task per read, unlike wait_for
+                size_bytes = await reader.readexactly(4)
             (size,) = struct.unpack(">i", size_bytes)
             raw = conn.extra.get(RAW_TOKENS, False)  # a bare SASL token after a v0 handshake
             if size < (0 if raw else 8) or size > self.config.max_request_bytes:
@@ -318,7 +324,8 @@ class KafkaListener:
                 logger.debug("closing %s: request size %d outside 8..%d", conn.peer, size,
                              self.config.max_request_bytes)
                 raise _Closed
-            frame = await asyncio.wait_for(reader.readexactly(size), idle_s)
+            async with asyncio.timeout(idle_s):
+                frame = await reader.readexactly(size)
             if raw:
                 token, error = sasl_step(conn, frame)
                 if error is not None:
@@ -358,6 +365,8 @@ class KafkaListener:
         info = RequestHeaderInfo(api_key, api_version, correlation_id, header.client_id)
         ctx = RequestContext(node=self.node, header=info, spec=spec, connection=conn, cluster=self.cluster,
                              runner=self.run_blocking, waiter=self.notifier.wait, listener=self)
+        if not spec.pipelined and conn.lane.busy:
+            await conn.lane.idle()  # Kafka's order: no request overtakes the connection's queued produce work
         started = time.perf_counter()
         result = await spec.handler(ctx, request)
         resp_flexible = flexible and api_key != API_VERSIONS_KEY  # ApiVersions answers with header v0
@@ -413,15 +422,22 @@ class KafkaListener:
             self.metrics.count(what)
 
 
+#: the size prefix and ResponseHeader v0 (correlation id) / v1 (the same and an empty tagged-field section): what
+#: kafka.protocol's ResponseHeader encodes, written with struct on the hot path (it costs more than a small body)
+_HEADER_V0 = struct.Struct(">ii")
+_HEADER_V1 = struct.Struct(">iiB")
+
+
 def _frame(correlation_id: int, body: bytes | bytearray, *, flexible: bool) -> bytes:
-    header = ResponseHeader(correlation_id=correlation_id).encode(flexible=flexible)
-    return b"".join((struct.pack(">i", len(header) + len(body)), header, body))
+    if flexible:
+        return _HEADER_V1.pack(len(body) + 5, correlation_id, 0) + body
+    return _HEADER_V0.pack(len(body) + 4, correlation_id) + body
 
 
 def _frame_pieces(correlation_id: int, body: list[bytes | memoryview], *, flexible: bool) -> Framed:
-    header = ResponseHeader(correlation_id=correlation_id).encode(flexible=flexible)
-    size = len(header) + sum(len(p) for p in body)
-    return Framed([struct.pack(">i", size) + bytes(header), *body])
+    size = sum(len(p) for p in body)
+    head = _HEADER_V1.pack(size + 5, correlation_id, 0) if flexible else _HEADER_V0.pack(size + 4, correlation_id)
+    return Framed([head, *body])
 
 
 def _unsupported_api_versions() -> bytes:

@@ -12,14 +12,14 @@ Per partition, as Kafka's ReplicaManager.appendRecords answers it:
 * acks=0 sends no answer, acks=1 answers after the append, acks=-1 after the partition's
   records are fsynced (service/kafka/durability.py: one fsync shared by every waiter).
 
-The appends of one request run together on a worker thread, in the order the connection sent
-its requests (the listener calls handlers one at a time per connection); only the fsync wait
-is left to overlap with the connection's next requests.
+The appends go on the connection's ordered lane (service/kafka/lane.py): the listener reads the
+client's next pipelined requests while they run, the appends of every request queued meanwhile
+run next as one worker job in the order they were sent, and the fsync wait overlaps with all of
+it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any, cast
@@ -215,12 +215,18 @@ def _invalid_acks(ctx: RequestContext, request: Any) -> Any:
     return _answer(ctx, done)
 
 
-@kafka_api(ProduceRequest, min_version=3, max_version=9)
+@kafka_api(ProduceRequest, min_version=3, max_version=9, pipelined=True)
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     if acks not in (0, 1, -1):
         return _invalid_acks(ctx, request)
-    done = await ctx.run(_append_all, ctx.node, ctx.cluster, request, ctx.api_version)
+    size = sum(len(pd.records or b"") for td in request.topic_data for pd in td.partition_data)
+    appended = ctx.in_order(_append_all, ctx.node, ctx.cluster, request, ctx.api_version, size=size)
+    return _after_append(ctx, appended, acks)  # the listener awaits it while it reads the next requests
+
+
+async def _after_append(ctx: RequestContext, appended: Any, acks: int) -> Any:
+    done = await appended
     if acks == 0:
         return None
     if acks == 1:
@@ -228,18 +234,21 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     waiting = [o for _n, outs in done for o in outs if o.error == 0 and o.log is not None]
     if not waiting:
         return _answer(ctx, done)
-    return ctx.later(_durable_then_answer(ctx, done, waiting))
+    return await _durable_then_answer(ctx, done, waiting)
 
 
 async def _durable_then_answer(ctx: RequestContext, done: list[tuple[str, list[_Outcome]]],
                                waiting: list[_Outcome]) -> Any:
-    gs = group_sync_for(ctx.node)
-    results = await asyncio.gather(*(gs.wait_durable(ctx.run, cast(LocalLog, o.log), o.end) for o in waiting),
-                                   return_exceptions=True)
-    for o, r in zip(waiting, results, strict=True):
-        if isinstance(r, BaseException):
-            logger.error("fsync of %s failed: %s", o.log.topic_partition if o.log else "?", r)
+    ends: dict[LocalLog, int] = {}
+    for o in waiting:
+        log = cast(LocalLog, o.log)
+        ends[log] = max(ends.get(log, -1), o.end)
+    failed = await group_sync_for(ctx.node).wait_durable(ends)
+    for o in waiting:
+        err = failed.get(cast(LocalLog, o.log))
+        if err is not None:
+            logger.error("fsync of %s failed: %s", cast(LocalLog, o.log).topic_partition, err)
             o.error = kerr.KafkaStorageError.errno
-            o.message = f"the records were appended but the fsync failed: {r}"
+            o.message = f"the records were appended but the fsync failed: {err}"
             o.base_offset = -1
     return _answer(ctx, done)

@@ -15,8 +15,10 @@ A handler returns:
 - an awaitable of either (e.g. ``ctx.later(coro)``): the listener reads and dispatches the
   connection's next request at once and writes this answer, in order, once it resolves. Handlers
   are *called* one at a time per connection, in request order (as Kafka's broker processes a
-  connection's requests), so the appends of pipelined produce requests keep their order while
-  their fsync waits overlap.
+  connection's requests). A ``pipelined=True`` API (Produce) queues its blocking work with
+  ``ctx.in_order`` (the connection's lane, service/kafka/lane.py) and returns at once, so many
+  pipelined requests share one worker job in their order; every other API's handler is called
+  only once the lane has drained.
 
 Handlers never block the event loop: disk, SQL and object-store work goes through
 ``await ctx.run(fn, *args)`` (the listener's worker threads). Fetch's long poll is
@@ -57,6 +59,9 @@ class ApiSpec:
     max_version: int
     handler: Handler
     before_auth: bool = False
+    #: the handler only queues its blocking work on the connection's lane (``ctx.in_order``) and returns an
+    #: awaitable: the listener reads the next request at once (service/kafka/lane.py)
+    pipelined: bool = False
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
@@ -74,7 +79,7 @@ def response_class_for(request_cls: Any) -> Any:
 
 
 def kafka_api(request_cls: Any, *, min_version: int, max_version: int,
-              before_auth: bool = False) -> Callable[[Handler], Handler]:
+              before_auth: bool = False, pipelined: bool = False) -> Callable[[Handler], Handler]:
     """Register the decorated coroutine as the handler of ``request_cls``'s API key, versions min..max."""
     if not 0 <= min_version <= max_version <= request_cls.max_version:
         raise ValueError(f"{request_cls.__name__}: versions {min_version}..{max_version} are not within "
@@ -86,7 +91,8 @@ def kafka_api(request_cls: Any, *, min_version: int, max_version: int,
         if old is not None and old.handler is not fn and old.handler.__qualname__ != fn.__qualname__:
             raise ValueError(f"API key {key} ({request_cls.__name__}) already has a handler: {old.handler!r}")
         _REGISTRY[key] = ApiSpec(key, request_cls.__name__[: -len("Request")], request_cls,
-                                 response_class_for(request_cls), min_version, max_version, fn, before_auth)
+                                 response_class_for(request_cls), min_version, max_version, fn, before_auth,
+                                 pipelined)
         return fn
 
     return register
@@ -178,6 +184,8 @@ class ConnectionState:
     close_after_response: bool = False
     #: the listener's metrics (None in unit tests)
     listener_metrics: Any = None
+    #: the connection's ordered lane of pipelined work (service.kafka.lane.Lane; set by the listener)
+    lane: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -208,6 +216,15 @@ class RequestContext:
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` on the listener's worker threads (never block the event loop)."""
         return await self._runner(fn, *args)
+
+    def in_order(self, fn: Callable[..., Any], *args: Any, size: int = 0) -> asyncio.Future[Any]:
+        """Queue ``fn(*args)`` on the connection's lane: it runs on a worker thread after the work of every earlier
+        request of the connection, batched with its neighbours (only for ``pipelined`` APIs); ``size`` is the
+        payload it holds, for the lane's memory bound."""
+        lane = self.connection.lane
+        if lane is None:  # a handler called outside a listener (unit tests): run it alone
+            return asyncio.ensure_future(self._runner(fn, *args))
+        return lane.submit(fn, *args, size=size)
 
     async def wait_for_append(self, tps: Iterable[TopicPartition], timeout_s: float) -> bool:
         """Wait until one of ``tps`` gets an append (True) or ``timeout_s`` passes (False)."""

@@ -258,3 +258,24 @@ def test_a_partition_another_broker_leads_is_refused(wire: Wire, node: Node, mon
     p = answer(produce(wire, {"t": {0: batch([(b"a", b"1")], ts=node.clock.milliseconds())}}), "t")
     assert (p.error_code, p.base_offset) == (0, 0)
     assert node.log("t", 0).log_end_offset == 1
+
+
+def test_pipelined_produces_keep_their_order_and_a_later_request_waits_for_them(wire: Wire, node: Node) -> None:
+    """Many produce requests sent without waiting share lane jobs; a ListOffsets sent right behind them on the
+    same connection sees every one of them appended (Kafka processes a connection's requests in order)."""
+    from kafka.protocol.consumer import ListOffsetsRequest
+
+    node.create_topic("t", 1)
+    n = 40
+    cids = []
+    for i in range(n):
+        req = ProduceRequest(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+            ProduceRequest.TopicProduceData(name="t", partition_data=[PD(index=0, records=batch([(b"k", b"%d" % i)]))])])
+        cids.append(wire.send(req, 9))
+    lp = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
+    latest = wire.send(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[ListOffsetsRequest.ListOffsetsTopic(
+        name="t", partitions=[lp(partition_index=0, current_leader_epoch=-1, timestamp=-1)])]), 7)
+    bases = [answer(wire.receive(ProduceRequest, 9, cid), "t").base_offset for cid in cids]
+    assert bases == list(range(n))
+    assert wire.receive(ListOffsetsRequest, 7, latest).topics[0].partitions[0].offset == n
+    assert [r.value for b in node.log("t", 0).read(0) for r in b.records()] == [b"%d" % i for i in range(n)]

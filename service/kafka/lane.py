@@ -1,0 +1,95 @@
+"""A connection's ordered lane: the blocking work of its pipelined requests, run in request order, many requests per worker job.
+
+Kafka's broker processes one connection's requests strictly in order. A Produce handler puts
+its appends on the connection's lane (:meth:`Lane.submit`, which queues at once and returns a
+future) and returns, so the listener reads and decodes the client's next pipelined requests
+while the appends run; whatever queued meanwhile runs next as one job on one worker thread, in
+the order the requests came. Any request that is not pipelined waits until the lane has
+drained (:meth:`Lane.idle`) before its handler runs, so an EndTxn or a Fetch never overtakes
+a Produce sent before it on the same connection.
+
+The lane holds at most ``max_bytes`` of queued request payload before the listener stops
+reading the connection (:meth:`Lane.room`), so memory stays bounded however fast a client
+pipelines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+Runner = Callable[..., Awaitable[Any]]
+
+
+def _run_all(work: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[tuple[bool, Any]]:
+    out: list[tuple[bool, Any]] = []
+    for fn, args in work:
+        try:
+            out.append((True, fn(*args)))
+        except Exception as e:  # noqa: BLE001 - the failure belongs to that request's answer
+            out.append((False, e))
+    return out
+
+
+class Lane:
+    """One connection's queue of blocking work (used from the listener's event loop only)."""
+
+    def __init__(self, run: Runner, max_bytes: int) -> None:
+        self._run = run
+        self.max_bytes = max_bytes
+        self._queued: list[tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future[Any], int]] = []
+        self._bytes = 0
+        self._task: asyncio.Future[None] | None = None
+        self._changed = asyncio.Event()
+        #: worker jobs run and the work items they ran (metrics, tests)
+        self.jobs = 0
+        self.items = 0
+
+    @property
+    def busy(self) -> bool:
+        return self._task is not None
+
+    def submit(self, fn: Callable[..., Any], *args: Any, size: int = 0) -> asyncio.Future[Any]:
+        """Queue ``fn(*args)`` behind everything queued before it; the future gets its result or exception."""
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queued.append((fn, args, fut, size))
+        self._bytes += size
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._drain())
+        return fut
+
+    async def _drain(self) -> None:
+        try:
+            while self._queued:
+                batch, self._queued = self._queued, []
+                try:
+                    results = await self._run(_run_all, [(fn, args) for fn, args, _f, _s in batch])
+                except BaseException as e:  # noqa: BLE001 - the worker pool itself failed (stopping)
+                    results = [(False, e if isinstance(e, Exception) else RuntimeError(str(e)))] * len(batch)
+                self.jobs += 1
+                self.items += len(batch)
+                for (_fn, _args, fut, size), (ok, value) in zip(batch, results, strict=True):
+                    self._bytes -= size
+                    if fut.done():
+                        continue
+                    if ok:
+                        fut.set_result(value)
+                    else:
+                        fut.set_exception(value)
+                self._changed.set()
+        finally:
+            self._task = None
+            self._changed.set()
+
+    async def idle(self) -> None:
+        """Wait until everything queued so far has run."""
+        while self._task is not None:
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def room(self) -> None:
+        """Wait while more than ``max_bytes`` of queued work waits to run."""
+        while self._bytes > self.max_bytes and self._task is not None:
+            self._changed.clear()
+            await self._changed.wait()

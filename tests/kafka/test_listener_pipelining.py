@@ -1,0 +1,53 @@
+"""The listener's hot path: response framing equals kafka.protocol's ResponseHeader, and a connection's pipelined
+produce requests share lane jobs while keeping Kafka's per-connection order (a non-pipelined request waits for them)."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import pytest
+from kafka.protocol.api_header import ResponseHeader
+
+from service.kafka.lane import Lane
+from service.kafka.listener import _frame, _frame_pieces
+
+
+@pytest.mark.parametrize("flexible", [False, True])
+def test_response_framing_matches_the_protocol_librarys_header(flexible: bool) -> None:
+    body = b"\x00\x01body"
+    header = bytes(ResponseHeader(correlation_id=123456).encode(flexible=flexible))
+    expected = struct.pack(">i", len(header) + len(body)) + header + body
+    assert _frame(123456, body, flexible=flexible) == expected
+    assert b"".join(bytes(p) for p in _frame_pieces(123456, [body[:3], memoryview(body[3:])], flexible=flexible)) \
+        == expected
+
+
+def test_the_lane_runs_queued_work_in_order_in_few_jobs_and_idle_waits_for_it() -> None:
+    ran: list[int] = []
+
+    async def runner(fn, *args):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.01)  # a worker thread's latency: work queued meanwhile joins the next job
+        return fn(*args)
+
+    def work(i: int) -> int:
+        if i == 3:
+            raise ValueError("bad batch")
+        ran.append(i)
+        return i * 10
+
+    async def main() -> None:
+        lane = Lane(runner, max_bytes=100)
+        futs = [lane.submit(work, i, size=10) for i in range(6)]
+        assert lane.busy
+        await lane.idle()
+        assert not lane.busy
+        assert ran == [0, 1, 2, 4, 5]
+        assert [f.result() for i, f in enumerate(futs) if i != 3] == [0, 10, 20, 40, 50]
+        assert isinstance(futs[3].exception(), ValueError)
+        assert lane.jobs == 1 and lane.items == 6
+        more = [lane.submit(work, 10 + i, size=60) for i in range(2)]
+        await lane.room()  # 120 bytes queued > 100: waits until they ran
+        assert all(f.done() for f in more)
+
+    asyncio.run(main())
