@@ -99,7 +99,7 @@ def _plan(kio_cls: type, kp_struct: Any, request: bool) -> _Plan:
     return _Plan(kio_cls, tuple(out))
 
 
-def _from_kio(kafka_type: str, v: Any) -> Any:
+def _from_kio(kafka_type: str | None, v: Any) -> Any:
     """A kio primitive value as the plain Python value kafka-python's messages hold."""
     if v is None:
         return None
@@ -116,7 +116,7 @@ def _from_kio(kafka_type: str, v: Any) -> Any:
     return v
 
 
-def _to_kio(kafka_type: str, v: Any) -> Any:
+def _to_kio(kafka_type: str | None, v: Any) -> Any:
     """A kafka-python field value as kio's type for ``kafka_type``."""
     if v is None:
         return None
@@ -126,7 +126,7 @@ def _to_kio(kafka_type: str, v: Any) -> Any:
         return datetime.timedelta(milliseconds=v)
     if kafka_type == "datetime_i64":
         return _EPOCH + datetime.timedelta(milliseconds=v)
-    ctor = _INTS.get(kafka_type)
+    ctor = _INTS.get(kafka_type or "")
     if ctor is not None:
         return ctor(v)
     if kafka_type == "bool":

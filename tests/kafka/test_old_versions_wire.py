@@ -279,3 +279,29 @@ def test_describe_configs_v0_bytes(old: OldWire, new: Wire, node: InProcessNode)
     assert [(c["name"], c["value"], c["is_default"]) for c in got["results"][0]["configs"]] == \
         [(c.name, c.value, c.config_source == DEFAULT_CONFIG) for c in want.results[0].configs]
     assert len(got["results"][0]["configs"]) > 10
+
+
+# ---- malformed frames and the registration checks ---------------------------------------------------------------
+
+
+def test_a_truncated_old_version_closes_only_its_connection(node: InProcessNode, new: Wire) -> None:
+    body = string("g0") + array([string("t") + array([i32(0) + i64(4) + string("m0")])])
+    with socket.create_connection(("127.0.0.1", node.port), timeout=10) as sock:
+        request = header_v1(8, 0, 9) + body[:-3]
+        sock.sendall(i32(len(request)) + request)
+        assert read_frame(sock) is None
+    got = new.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3)
+    assert got.error_code == NONE
+
+
+def test_a_kio_field_without_a_counterpart_refuses_to_register() -> None:
+    from kafka.protocol.consumer import OffsetFetchResponse
+
+    from service.kafka.kio_codec import KioVersions
+    from service.kafka.registry import kafka_api
+
+    with pytest.raises(TypeError, match="no field in kafka-python's schema"):
+        # OffsetCommit v0's entities against OffsetFetch's classes: topics.partitions has no counterpart
+        KioVersions(0, 0).bind(8, NewOffsetFetchRequest, OffsetFetchResponse)
+    with pytest.raises(ValueError, match="must end just below 2"):
+        kafka_api(NewOffsetForLeaderEpochRequest, min_version=2, max_version=4, older=KioVersions(0, 0))
