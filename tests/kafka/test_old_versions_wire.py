@@ -4,7 +4,10 @@ v0-v1, OffsetCommit v0-v1, OffsetFetch v0, CreateTopics v0-v1, DeleteTopics v0 a
 The client side is kafka-python's pre-4.0 message classes (``kafka.protocol.old``, kept by hand before its
 schemas were generated), so the bytes the server reads with kio were written by another library. One request
 and one answer per API are also checked byte for byte against the layout of Kafka's JSON message schemas
-(``clients/src/main/resources/common/message/*.json``, the versions before KIP-896 removed them).
+(``clients/src/main/resources/common/message/*.json``, the versions before KIP-896 removed them). And a
+real client: kafka-python's KafkaConsumer and KafkaAdminClient told the broker is 0.8.x-0.11 speak OffsetCommit
+v0-v1, OffsetFetch v0, CreateTopics v0, DeleteTopics v0 and DescribeConfigs v0 (no real client sends
+OffsetForLeaderEpoch below v2: v0-v1 were the replicas').
 """
 
 from __future__ import annotations
@@ -279,6 +282,51 @@ def test_describe_configs_v0_bytes(old: OldWire, new: Wire, node: InProcessNode)
     assert [(c["name"], c["value"], c["is_default"]) for c in got["results"][0]["configs"]] == \
         [(c.name, c.value, c.config_source == DEFAULT_CONFIG) for c in want.results[0].configs]
     assert len(got["results"][0]["configs"]) > 10
+
+
+# ---- a real client at the old versions ----------------------------------------------------------------------
+
+
+def _answered(node: InProcessNode, api: str, version: int) -> int:
+    return node.service.metrics.requests.get((api, version), 0)  # type: ignore[no-any-return]
+
+
+def test_kafka_python_pinned_to_old_brokers_speaks_the_old_versions(node: InProcessNode) -> None:
+    """kafka-python's own client, told the broker is 0.8.1 / 0.8.2 / 0.10.1 / 0.11.0 (``api_version``, no
+    ApiVersions probe), commits and fetches offsets and administers topics at the versions Kafka 4.0 removed."""
+    from kafka import KafkaAdminClient, KafkaConsumer, OffsetAndMetadata, TopicPartition
+    from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+
+    boot = f"127.0.0.1:{node.port}"
+    for api_version, committed in (((0, 8, 1), 7), ((0, 8, 2), 8)):
+        consumer = KafkaConsumer(bootstrap_servers=boot, group_id=f"old-{committed}", api_version=api_version,
+                                 enable_auto_commit=False, request_timeout_ms=10000)
+        try:
+            consumer.commit({TopicPartition("t", 1): OffsetAndMetadata(committed, "", -1)})
+            assert consumer.committed(TopicPartition("t", 1)) == committed
+        finally:
+            consumer.close()
+    assert _answered(node, "OffsetCommit", 0) >= 1 and _answered(node, "OffsetFetch", 0) >= 1
+    assert _answered(node, "OffsetCommit", 1) >= 1
+
+    admin = KafkaAdminClient(bootstrap_servers=boot, api_version=(0, 10, 1), request_timeout_ms=10000)
+    try:
+        created = admin.create_topics([NewTopic("real0", 2, 1, topic_configs={"cleanup.policy": "compact"})])
+        assert [t["error_code"] for t in created["topics"]] == [NONE]
+        assert node.node.topic("real0").config.get("cleanup.policy") == "compact"
+        deleted = admin.delete_topics(["real0"])
+        assert [t["error_code"] for t in deleted["topics"]] == [NONE]
+    finally:
+        admin.close()
+    assert "real0" not in node.node.topics()
+    assert _answered(node, "CreateTopics", 0) >= 1 and _answered(node, "DeleteTopics", 0) >= 1
+
+    admin = KafkaAdminClient(bootstrap_servers=boot, api_version=(0, 11, 0), request_timeout_ms=10000)
+    try:
+        admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "t")])
+    finally:
+        admin.close()
+    assert _answered(node, "DescribeConfigs", 0) >= 1
 
 
 # ---- malformed frames and the registration checks ---------------------------------------------------------------
