@@ -12,6 +12,7 @@ OffsetForLeaderEpoch below v2: v0-v1 were the replicas').
 
 from __future__ import annotations
 
+import random
 import socket
 import struct
 from collections.abc import Iterator
@@ -340,6 +341,32 @@ def test_a_truncated_old_version_closes_only_its_connection(node: InProcessNode,
         assert read_frame(sock) is None
     got = new.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3)
     assert got.error_code == NONE
+
+
+def test_mutated_old_version_frames_never_hurt_the_node(node: InProcessNode, new: Wire) -> None:
+    """Flipped and truncated bytes in frames of every kio-served version: an answer or a closed connection."""
+    rng = random.Random(896)
+    seeds = [header_v1(23, 1, 1) + array([string("t") + array([i32(0) + i32(1)])]),
+             header_v1(8, 1, 1) + string("fz") + i32(-1) + string("") + array([string("t") + array([
+                 i32(0) + i64(1) + i64(-1) + string("")])]),
+             header_v1(9, 0, 1) + string("fz") + array([string("t") + array([i32(0)])]),
+             header_v1(19, 1, 1) + array([string("fz") + i32(1) + i16(1) + array([]) + array([])]) + i32(1) + b"\x01",
+             header_v1(20, 0, 1) + array([string("fz-nope")]) + i32(1),
+             header_v1(32, 0, 1) + array([i8(TOPIC) + string("t") + i32(-1)])]
+    for _ in range(240):
+        data = bytearray(rng.choice(seeds))
+        for _ in range(rng.randrange(1, 4)):
+            pos = rng.randrange(4, len(data))  # the api key and version stay
+            data[pos] = rng.randrange(256)
+        if rng.random() < 0.25:
+            data = data[:rng.randrange(4, len(data))]
+        with socket.create_connection(("127.0.0.1", node.port), timeout=10) as sock:
+            sock.sendall(i32(len(data)) + bytes(data))
+            sock.shutdown(socket.SHUT_WR)
+            while read_frame(sock) is not None:
+                pass
+    assert new.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3).error_code == NONE
+    assert node.node.topic("t").partitions == 2
 
 
 def test_a_kio_field_without_a_counterpart_refuses_to_register() -> None:
