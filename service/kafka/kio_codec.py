@@ -75,6 +75,7 @@ def _kp_name(name: str, kafka_type: str | None, kp_fields: dict[str, Any]) -> st
 
 
 def _plan(kio_cls: type, kp_struct: Any, request: bool) -> _Plan:
+    """Map ``kio_cls``'s fields, nested entities too, onto ``kp_struct``'s (raises where one has no counterpart)."""
     hints = typing.get_type_hints(kio_cls)
     kp_fields = kp_struct.fields
     out = []
@@ -86,7 +87,7 @@ def _plan(kio_cls: type, kp_struct: Any, request: bool) -> _Plan:
         if kp_name is None:
             if request:
                 raise TypeError(f"{where} has no field in kafka-python's schema: the handler would not see it")
-            if not request and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise TypeError(f"{where} has no field in kafka-python's schema and no default")
             out.append(_Field(f.name, None, kafka_type, array, None))
             continue
