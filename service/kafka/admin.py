@@ -1,4 +1,4 @@
-"""CreateTopics v2-v7, DeleteTopics v1-v6 and CreatePartitions v0-v3 over the node's topic operations.
+"""CreateTopics v0-v7, DeleteTopics v0-v6 and CreatePartitions v0-v3 over the node's topic operations.
 
 The same validation, shared metadata store and fencing as the HTTP API's /v1/topics (Node.create_topic,
 Node.delete_topic, topic_sync), answered with Kafka's error codes: INVALID_CONFIG for a bad or
@@ -6,7 +6,8 @@ unknown config, TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION for a bad name, IN
 INVALID_REPLICATION_FACTOR (there is one copy of each partition: a replication factor above 1 is
 refused, as Kafka refuses one above the broker count), INVALID_REPLICA_ASSIGNMENT for manual
 assignments, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER when a deletion is fenced.
-``validate_only`` checks without creating.
+``validate_only`` checks without creating. CreateTopics v0-v1 and DeleteTopics v0 (removed in Kafka 4.0)
+are read and written through kio (service.kafka.kio_codec).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from service.kafka.errors import (
     error_code,
     error_message,
 )
+from service.kafka.kio_codec import KioVersions
 from service.kafka.registry import RequestContext, kafka_api
 
 INVALID_REPLICA_ASSIGNMENT = 39
@@ -109,7 +111,7 @@ def _create(ctx: RequestContext, request: Any) -> Any:
     return CreateTopicsResponse(throttle_time_ms=0, topics=out)
 
 
-@kafka_api(CreateTopicsRequest, min_version=2, max_version=7)
+@kafka_api(CreateTopicsRequest, min_version=2, max_version=7, older=KioVersions(0, 1))
 async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     return await ctx.run(_create, ctx, request)
 
@@ -138,7 +140,7 @@ def _delete(ctx: RequestContext, request: Any) -> Any:
     return DeleteTopicsResponse(throttle_time_ms=0, responses=out)
 
 
-@kafka_api(DeleteTopicsRequest, min_version=1, max_version=6)
+@kafka_api(DeleteTopicsRequest, min_version=1, max_version=6, older=KioVersions(0, 0))
 async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     return await ctx.run(_delete, ctx, request)
 

@@ -1,11 +1,13 @@
-"""DescribeConfigs v1-v4, AlterConfigs v0-v2 and IncrementalAlterConfigs v0-v1 for topics, over the node's topic configs.
+"""DescribeConfigs v0-v4, AlterConfigs v0-v2 and IncrementalAlterConfigs v0-v1 for topics, over the node's topic configs.
 
 The same keys, validation and shared store as PATCH /v1/topics/{topic}/config (Node.alter_config):
 an unknown key or bad value is INVALID_CONFIG, an unknown topic UNKNOWN_TOPIC_OR_PARTITION.
 AlterConfigs replaces a topic's whole set of overrides (keys it leaves out go back to their
 defaults), IncrementalAlterConfigs (KIP-339) sets, deletes, or appends to / subtracts from a
 list-valued key (``cleanup.policy``). Broker resources describe as an empty list and are not
-alterable here (the node's settings are ``tiercompact serve`` flags).
+alterable here (the node's settings are ``tiercompact serve`` flags). DescribeConfigs v0 (removed in Kafka
+4.0) is read and written through kio (service.kafka.kio_codec); its ``is_default`` is the config source
+DEFAULT_CONFIG of v1+.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from kafka.protocol.admin import (
 from log.config import CONFIG_DEF, LogConfig
 from log.errors import InvalidConfigError, InvalidRequestError
 from service.kafka.errors import NONE, error_code, error_message
+from service.kafka.kio_codec import KioVersions
 from service.kafka.registry import RequestContext, kafka_api
 
 TOPIC = 2
@@ -92,7 +95,7 @@ def _describe(ctx: RequestContext, request: Any) -> Any:
     return DescribeConfigsResponse(throttle_time_ms=0, results=results)
 
 
-@kafka_api(DescribeConfigsRequest, min_version=1, max_version=4)
+@kafka_api(DescribeConfigsRequest, min_version=1, max_version=4, older=KioVersions(0, 0))
 async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
     return await ctx.run(_describe, ctx, request)
 

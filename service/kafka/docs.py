@@ -16,8 +16,8 @@ DIFFERENCES: dict[str, str] = {
                 "auto-created; a dead leader shows LEADER_NOT_AVAILABLE (no election)",
     "SaslHandshake": "SCRAM-SHA-256, SCRAM-SHA-512; PLAIN only over TLS",
     "ApiVersions": "lists exactly the APIs of this table; an unknown version gets KIP-511's v0 answer",
-    "CreateTopics": "replication factor 1 (or -1); replica assignments refused",
-    "DeleteTopics": "fenced like DELETE /v1/topics (the node must lead every tiered partition)",
+    "CreateTopics": "replication factor 1 (or -1); replica assignments refused; v0-v1 through kio",
+    "DeleteTopics": "fenced like DELETE /v1/topics (the node must lead every tiered partition); v0 through kio",
     "InitProducerId": "ids unique across the nodes of a metadata store; with a transactional.id the epoch is "
                       "bumped and the old epoch's open transaction aborted (KIP-360 retries); no 2PC (v5+)",
     "AddPartitionsToTxn": "v0-v3 (no broker-side verification batches of v4+)",
@@ -30,8 +30,8 @@ DIFFERENCES: dict[str, str] = {
     "DescribeTransactions": "the transactional ids of the slots this node holds",
     "ListTransactions": "the transactional ids of the slots this node holds (clients ask every broker); state, "
                         "producer id and duration filters",
-    "OffsetForLeaderEpoch": "from the leader-epoch cache",
-    "DescribeConfigs": "the topic configs of the HTTP API; broker resources describe nothing",
+    "OffsetForLeaderEpoch": "from the leader-epoch cache; v0-v1 through kio",
+    "DescribeConfigs": "the topic configs of the HTTP API; broker resources describe nothing; v0 through kio",
     "AlterConfigs": "topic configs, validated as PATCH .../config",
     "SaslAuthenticate": "no re-authentication (session lifetime 0)",
     "CreatePartitions": "replica assignments refused",
@@ -42,9 +42,10 @@ DIFFERENCES: dict[str, str] = {
                        "claimed with an epoch; there is no internal topic",
     "JoinGroup": "the classic protocol (no KIP-848); KIP-394 member ids, KIP-345 static members",
     "LeaveGroup": "batched members from v3",
-    "OffsetCommit": "from v2 (kafka-python's schemas); offsets live in the metadata store, written under the "
-                    "coordinator epoch; expired per offsets.retention.minutes once the group is empty (KIP-211)",
-    "OffsetFetch": "from v1; require_stable answers UNSTABLE_OFFSET_COMMIT while a transaction holds offsets",
+    "OffsetCommit": "offsets live in the metadata store, written under the coordinator epoch; expired per "
+                    "offsets.retention.minutes once the group is empty (KIP-211); v0-v1 through kio: v0 offsets "
+                    "share the group's store (no ZooKeeper), v1's commit_timestamp is not used",
+    "OffsetFetch": "require_stable answers UNSTABLE_OFFSET_COMMIT while a transaction holds offsets; v0 through kio",
     "ListGroups": "the groups of the coordinator slots this node holds (clients ask every broker)",
     "DescribeGroups": "no authorized operations",
 }

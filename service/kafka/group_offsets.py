@@ -1,9 +1,12 @@
-"""OffsetCommit v2-v8, OffsetFetch v1-v8 (require_stable, batched groups in v8) and OffsetDelete v0 for consumer groups.
+"""OffsetCommit v0-v8, OffsetFetch v0-v8 (require_stable, batched groups in v8) and OffsetDelete v0 for consumer groups.
 
 Offsets of topics or partitions the cluster does not have answer UNKNOWN_TOPIC_OR_PARTITION
 (as Kafka's KafkaApis does before the coordinator sees them); the rest go to the group
 coordinator, which stores them under its coordinator epoch. kafka-python's schemas start
-OffsetCommit at v2 and OffsetFetch at v1.
+OffsetCommit at v2 and OffsetFetch at v1 (Kafka 4.0 removed the older ones): OffsetCommit v0-v1 and
+OffsetFetch v0 are read and written through kio (service.kafka.kio_codec). A v0 commit is one
+without a generation (Kafka before 4.0 kept v0 offsets in ZooKeeper; here every version shares the
+group's store) and v1's per-partition ``commit_timestamp`` is not used: the commit time is the node's.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from coordinator.group import errors as E
 from log.types import TopicPartition
 from metadata.group_offsets import CommittedOffset
 from service.kafka.groups import group_coordinator
+from service.kafka.kio_codec import KioVersions
 from service.kafka.registry import RequestContext, kafka_api
 
 _CTopic = OffsetCommitResponse.OffsetCommitResponseTopic
@@ -69,7 +73,7 @@ def _tp(topic: str, partition: int) -> TopicPartition | None:
         return None
 
 
-@kafka_api(OffsetCommitRequest, min_version=2, max_version=8)
+@kafka_api(OffsetCommitRequest, min_version=2, max_version=8, older=KioVersions(0, 1))
 async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     v = ctx.api_version
     now = int(time.time() * 1000)
@@ -132,7 +136,7 @@ def _row(partition: int, got: CommittedOffset | None, err: int) -> tuple[int, in
     return partition, got.offset, got.leader_epoch, got.metadata or "", err
 
 
-@kafka_api(OffsetFetchRequest, min_version=1, max_version=8)
+@kafka_api(OffsetFetchRequest, min_version=1, max_version=8, older=KioVersions(0, 0))
 async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     v = ctx.api_version
     stable = bool(getattr(request, "require_stable", False)) if v >= 7 else False

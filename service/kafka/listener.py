@@ -357,7 +357,9 @@ class KafkaListener:
         try:
             data = io.BytesIO(frame)
             header = RequestHeader.decode(data, flexible=flexible)
-            request = spec.request_cls.decode(memoryview(frame)[data.tell():], version=api_version)
+            body = memoryview(frame)[data.tell():]
+            request = (spec.request_cls.decode(body, version=api_version) if api_version >= spec.native_min
+                       else spec.older.decode(body, api_version))  # a version only kio still describes
         except Exception as e:  # noqa: BLE001 - any malformed body closes the connection, as Kafka's does
             self._count("bad_frames")
             logger.debug("closing %s: malformed %s v%d: %s", conn.peer, spec.name, api_version, e)
@@ -387,7 +389,9 @@ class KafkaListener:
         pieces = getattr(response, "encode_pieces", None)
         if pieces is not None:  # a large Fetch: its stored batches go out as they were read
             return _frame_pieces(ctx.header.correlation_id, pieces(version=ctx.api_version), flexible=flexible)
-        return _frame(ctx.header.correlation_id, response.encode(version=ctx.api_version), flexible=flexible)
+        body = (response.encode(version=ctx.api_version) if ctx.api_version >= ctx.spec.native_min
+                else ctx.spec.older.encode(response, ctx.api_version))  # a version only kio still describes
+        return _frame(ctx.header.correlation_id, body, flexible=flexible)
 
     async def _write_answers(self, answers: _Outbox, writer: asyncio.StreamWriter) -> None:
         try:

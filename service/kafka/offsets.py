@@ -1,4 +1,4 @@
-"""ListOffsets v1-v7 (earliest, latest, by timestamp, max timestamp over both tiers) and OffsetForLeaderEpoch v2-v4.
+"""ListOffsets v1-v7 (earliest, latest, by timestamp, max timestamp over both tiers) and OffsetForLeaderEpoch v0-v4.
 
 ListOffsets answers as Kafka's Partition.fetchOffsetForTimestamp: EARLIEST (-2) is the log
 start offset over both tiers, LATEST (-1) the high watermark (the last stable offset for
@@ -6,7 +6,8 @@ read_committed), MAX_TIMESTAMP (-3, KIP-734) the record with the largest timesta
 timestamp the first record at or after it below that bound (offset and timestamp -1 when there
 is none). OffsetForLeaderEpoch answers from the partition's leader-epoch cache
 (LeaderEpochFileCache.endOffsetFor), which clients use to validate their position after a
-leader change (KIP-320). kafka-python's schemas start OffsetForLeaderEpoch at v2.
+leader change (KIP-320). kafka-python's schemas start OffsetForLeaderEpoch at v2 (Kafka 4.0 removed
+v0-v1): those two are read and written through kio (service.kafka.kio_codec).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from kafka.protocol.consumer import (
 from log.offset_lookup import end_offset_for_epoch, epoch_for_offset
 from service.kafka.errors import NONE
 from service.kafka.fetch import check_leader, partition_error, partition_log, raw_reader
+from service.kafka.kio_codec import KioVersions
 from service.kafka.registry import RequestContext, kafka_api
 
 LATEST = -1
@@ -114,6 +116,6 @@ def _epoch_ends(ctx: RequestContext, request: Any) -> Any:
     return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)
 
 
-@kafka_api(OffsetForLeaderEpochRequest, min_version=2, max_version=4)
+@kafka_api(OffsetForLeaderEpochRequest, min_version=2, max_version=4, older=KioVersions(0, 1))
 async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
     return await ctx.run(_epoch_ends, ctx, request)

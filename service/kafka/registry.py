@@ -24,6 +24,10 @@ Handlers never block the event loop: disk, SQL and object-store work goes throug
 ``await ctx.run(fn, *args)`` (the listener's worker threads). Fetch's long poll is
 ``await ctx.wait_for_append(tps, timeout_s)``.
 
+Versions older than kafka-python's schemas (Kafka 4.0 removed them) are registered with
+``older=KioVersions(lo, hi)`` (:mod:`service.kafka.kio_codec`): the same handler serves them, the
+listener reading and writing those versions through kio's entities (``ApiSpec.older``).
+
 ApiVersions answers exactly the registered ranges (:func:`supported_versions`). An API that must
 answer before SASL authentication (ApiVersions, SaslHandshake, SaslAuthenticate) registers with
 ``before_auth=True``; every other one is refused on a connection that has not authenticated when
@@ -49,7 +53,11 @@ Handler = Callable[["RequestContext", Any], Awaitable[Any]]
 
 @dataclass(frozen=True)
 class ApiSpec:
-    """One registered Kafka API: its key, message classes, implemented versions and handler."""
+    """One registered Kafka API: its key, message classes, implemented versions and handler.
+
+    ``min_version..max_version`` is everything served; versions below ``native_min`` go through the
+    ``older`` codec (kio) instead of ``request_cls``/``response_cls``'s own decode and encode.
+    """
 
     api_key: int
     name: str
@@ -59,6 +67,8 @@ class ApiSpec:
     max_version: int
     handler: Handler
     before_auth: bool = False
+    older: Any = None
+    native_min: int = 0
     #: the handler only queues its blocking work on the connection's lane (``ctx.in_order``) and returns an
     #: awaitable: the listener reads the next request at once (service/kafka/lane.py)
     pipelined: bool = False
@@ -78,21 +88,31 @@ def response_class_for(request_cls: Any) -> Any:
     return getattr(sys.modules[request_cls.__module__], name[: -len("Request")] + "Response")
 
 
-def kafka_api(request_cls: Any, *, min_version: int, max_version: int,
-              before_auth: bool = False, pipelined: bool = False) -> Callable[[Handler], Handler]:
-    """Register the decorated coroutine as the handler of ``request_cls``'s API key, versions min..max."""
+def kafka_api(request_cls: Any, *, min_version: int, max_version: int, before_auth: bool = False,
+              older: Any = None, pipelined: bool = False) -> Callable[[Handler], Handler]:
+    """Register the decorated coroutine as the handler of ``request_cls``'s API key, versions min..max.
+
+    ``older`` (a :class:`service.kafka.kio_codec.KioVersions`) adds the versions just below ``min_version``
+    that kafka-python's schemas no longer describe.
+    """
     if not 0 <= min_version <= max_version <= request_cls.max_version:
         raise ValueError(f"{request_cls.__name__}: versions {min_version}..{max_version} are not within "
                          f"the schema's 0..{request_cls.max_version}")
+    if older is not None:
+        if not 0 <= older.min_version <= older.max_version == min_version - 1:
+            raise ValueError(f"{request_cls.__name__}: older versions {older.min_version}..{older.max_version} "
+                             f"must end just below {min_version}")
+        older.bind(int(request_cls.API_KEY), request_cls, response_class_for(request_cls))
 
     def register(fn: Handler) -> Handler:
         key = int(request_cls.API_KEY)
         old = _REGISTRY.get(key)
         if old is not None and old.handler is not fn and old.handler.__qualname__ != fn.__qualname__:
             raise ValueError(f"API key {key} ({request_cls.__name__}) already has a handler: {old.handler!r}")
+        lowest = min_version if older is None else older.min_version
         _REGISTRY[key] = ApiSpec(key, request_cls.__name__[: -len("Request")], request_cls,
-                                 response_class_for(request_cls), min_version, max_version, fn, before_auth,
-                                 pipelined)
+                                 response_class_for(request_cls), lowest, max_version, fn, before_auth,
+                                 older, min_version, pipelined)
         return fn
 
     return register
