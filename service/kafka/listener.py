@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import functools
 import inspect
-import io
 import logging
 import ssl
 import struct
@@ -32,7 +31,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kafka.protocol.api_header import RequestHeader
 
 from log.locks import run_as_request
 from log.types import TopicPartition
@@ -355,16 +353,15 @@ class KafkaListener:
             raise _Closed
         flexible = bool(spec.request_cls.flexible_version_q(api_version))
         try:
-            data = io.BytesIO(frame)
-            header = RequestHeader.decode(data, flexible=flexible)
-            body = memoryview(frame)[data.tell():]
+            client_id, body_at = request_header(frame, flexible)
+            body = memoryview(frame)[body_at:]
             request = (spec.request_cls.decode(body, version=api_version) if api_version >= spec.native_min
                        else spec.older.decode(body, api_version))  # a version only kio still describes
         except Exception as e:  # noqa: BLE001 - any malformed body closes the connection, as Kafka's does
             self._count("bad_frames")
             logger.debug("closing %s: malformed %s v%d: %s", conn.peer, spec.name, api_version, e)
             raise _Closed from None
-        info = RequestHeaderInfo(api_key, api_version, correlation_id, header.client_id)
+        info = RequestHeaderInfo(api_key, api_version, correlation_id, client_id)
         ctx = RequestContext(node=self.node, header=info, spec=spec, connection=conn, cluster=self.cluster,
                              runner=self.run_blocking, waiter=self.notifier.wait, listener=self)
         if not spec.pipelined and conn.lane.busy:
@@ -424,6 +421,48 @@ class KafkaListener:
     def _count(self, what: str) -> None:
         if self.metrics is not None:
             self.metrics.count(what)
+
+
+_INT16 = struct.Struct(">h")
+
+
+def request_header(frame: bytes, flexible: bool) -> tuple[str | None, int]:
+    """The client id of a request frame and where its body starts: Kafka's RequestHeader v1 (api key, version and
+    correlation id, read by the caller, then a nullable int16-sized client id) or v2 (the same and a tagged-field
+    section, skipped). What kafka.protocol's RequestHeader.decode reads, without building its message object on the
+    hot path (checked against it in tests); malformed headers raise ValueError or struct.error."""
+    (n,) = _INT16.unpack_from(frame, 8)
+    pos = 10
+    client_id = None
+    if n >= 0:
+        if pos + n > len(frame):
+            raise ValueError("client id runs past the frame")
+        client_id = frame[pos:pos + n].decode("utf-8")
+        pos += n
+    elif n != -1:
+        raise ValueError(f"client id length {n}")
+    if flexible:
+        count, pos = _uvarint(frame, pos)
+        for _ in range(count):
+            _tag, pos = _uvarint(frame, pos)
+            size, pos = _uvarint(frame, pos)
+            pos += size
+        if pos > len(frame):
+            raise ValueError("tagged fields run past the frame")
+    return client_id, pos
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    """An unsigned varint of at most 5 bytes (Kafka's readUnsignedVarint) at ``pos``; returns it and the next position."""
+    value = shift = 0
+    for _ in range(5):
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+    raise ValueError("varint longer than 5 bytes")
 
 
 #: the size prefix and ResponseHeader v0 (correlation id) / v1 (the same and an empty tagged-field section): what

@@ -51,18 +51,50 @@ def error_codes(msg: Any) -> Iterator[int]:
     struct_ = getattr(msg, "_struct", None)
     if struct_ is None:
         return
-    for name, field in struct_.fields.items():
-        if name == "error_code":
+    for name, kind in _plan(struct_):
+        if kind == _CODE:
             code = getattr(msg, name, 0)
             if isinstance(code, int):
                 yield code
-        elif field.is_struct_array():
+        elif kind == _ARRAY:
             for child in getattr(msg, name, None) or ():
                 yield from error_codes(child)
-        elif field.is_struct():
+        else:
             child = getattr(msg, name, None)
             if child is not None:
                 yield from error_codes(child)
+
+
+_CODE, _ARRAY, _STRUCT = 0, 1, 2
+#: per message schema, the fields that are or may hold an error code (computed once: the walk runs per request)
+_PLANS: dict[int, list[tuple[str, int]]] = {}
+
+
+def _plan(struct_: Any) -> list[tuple[str, int]]:
+    plan = _PLANS.get(id(struct_))
+    if plan is None:
+        plan = []
+        for name, field in struct_.fields.items():
+            if name == "error_code":
+                plan.append((name, _CODE))
+            elif field.is_struct_array() or field.is_struct():
+                inner = field if isinstance(getattr(field, "fields", None), dict) else None
+                if inner is not None and not _may_hold_codes(inner):
+                    continue  # e.g. Produce's record_errors: no error code below
+                plan.append((name, _ARRAY if field.is_struct_array() else _STRUCT))
+        _PLANS[id(struct_)] = plan
+    return plan
+
+
+def _may_hold_codes(struct_: Any) -> bool:
+    for name, field in struct_.fields.items():
+        if name == "error_code":
+            return True
+        if field.is_struct_array() or field.is_struct():
+            inner = field if isinstance(getattr(field, "fields", None), dict) else None
+            if inner is None or _may_hold_codes(inner):
+                return True
+    return False
 
 
 def batch_records(data: bytes | bytearray | memoryview) -> int:

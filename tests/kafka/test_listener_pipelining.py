@@ -51,3 +51,30 @@ def test_the_lane_runs_queued_work_in_order_in_few_jobs_and_idle_waits_for_it() 
         assert all(f.done() for f in more)
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("flexible", [False, True])
+def test_the_request_header_parse_matches_the_protocol_librarys(flexible: bool) -> None:
+    import io
+    import random
+
+    from kafka.protocol.api_header import RequestHeader
+
+    from service.kafka.listener import request_header
+
+    rng = random.Random(5)
+    for client_id in [None, "", "rdkafka", "ü-client" * 20]:
+        head = RequestHeader(request_api_key=0, request_api_version=9, correlation_id=rng.randrange(1 << 31),
+                             client_id=client_id)
+        raw = bytes(head.encode(flexible=flexible))
+        if flexible:  # a tagged field the broker does not know (tag 7, 3 bytes) must be skipped
+            raw = raw[:-1] + b"\x01\x07\x03abc"
+        frame = raw + b"BODY"
+        data = io.BytesIO(frame)
+        expected = RequestHeader.decode(data, flexible=flexible)
+        got_id, at = request_header(frame, flexible)
+        assert (got_id, at) == (expected.client_id, data.tell())
+        assert frame[at:] == b"BODY"
+    for bad in (b"\x00\x00\x00\x09\x00\x00\x00\x01\x00\x05ab", b"\x00\x00\x00\x09\x00\x00\x00\x01\xff\xfe"):
+        with pytest.raises(ValueError):
+            request_header(bad, flexible)
