@@ -31,7 +31,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-
 from log.locks import run_as_request
 from log.types import TopicPartition
 from service.kafka import registry
