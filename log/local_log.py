@@ -239,7 +239,8 @@ class LocalLog:
             return self.append_batches(data, from_client=False).base_offset
 
     def append_batches(self, data: bytes | bytearray | memoryview, *, from_client: bool = True,
-                       assign_offsets: bool = True, strict_producers: bool = False) -> AppendResult:
+                       assign_offsets: bool = True, strict_producers: bool = False,
+                       validated: bool = False) -> AppendResult:
         """Validate and append whole record batches; offsets are assigned from the log end.
 
         ``from_client``: reject control batches and check producer epochs and sequences
@@ -247,13 +248,18 @@ class LocalLog:
         ``assign_offsets=False`` appends batches with the offsets they carry (replication, tests).
         A ``bytearray`` holding one batch is stamped in place (base offset, leader epoch) and
         written as it is: no copy, no re-encoding unless ``compression.type`` asks for another codec.
+        ``validated``: ``data`` is one client batch log/batch_validation.py already checked (framing,
+        CRC, size, control flag, counts), so those checks are not run twice.
         """
         source = "append request"
-        parsed = list(iter_batches(data, source=source))
+        if validated:
+            parsed = [(0, RecordBatch(data))]
+        else:
+            parsed = list(iter_batches(data, source=source))
         if not parsed:
             raise InvalidRequestError("the request holds no record batch")
         max_bytes = int(self.config.get("max.message.bytes"))
-        for pos, batch in parsed:
+        for pos, batch in ([] if validated else parsed):
             batch.ensure_valid(source=source, position=pos)
             if from_client and batch.is_control:
                 raise InvalidRequestError("clients may not write control batches; use the markers endpoint")

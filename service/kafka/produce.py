@@ -154,7 +154,7 @@ def _append_one(node: Any, cluster: Any, topic: str, index: int, records: bytes 
             return
         tp = log.topic_partition
         buf = validate_produce_batch(records, log.config, node.clock.milliseconds(), partition=str(tp))
-        res = log.append_batches(buf, strict_producers=True)
+        res = log.append_batches(buf, strict_producers=True, validated=True)
     except Exception as e:  # noqa: BLE001 - a partition's failure is its answer, not the request's
         out.fail(e)
         if not isinstance(e, TiercompactError):
