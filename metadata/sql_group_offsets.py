@@ -18,6 +18,7 @@ from sqlalchemy import (
     and_,
     delete,
     insert,
+    inspect,
     or_,
     select,
 )
@@ -97,6 +98,17 @@ def _upsert(conn: Connection, table: Table, keys: tuple[str, ...]) -> Any:
 def _record(r: Any) -> GroupRecord:
     return GroupRecord(r.group_id, int(r.slot), r.state, r.protocol_type, r.protocol, int(r.generation), r.leader,
                        json.loads(r.members), int(r.updated_ms))
+
+
+def delete_topic_offsets(conn: Connection, topic: str) -> int:
+    """In a topic deletion's transaction: every group's committed and pending transactional offsets of
+    ``topic`` (Kafka's GroupMetadataManager.cleanupGroupMetadata on onPartitionsDeleted); not fenced, as the
+    topic is gone for every coordinator. Nothing when no node made the group tables. How many rows went."""
+    gone = 0
+    for t in (offsets_table, txn_offsets_table):
+        if inspect(conn).has_table(t.name):
+            gone += conn.execute(delete(t).where(t.c.topic == topic)).rowcount
+    return gone
 
 
 class SqlGroupStore(FencedSqlStore, GroupStore):

@@ -49,8 +49,9 @@ class TopicDeletionStore(Protocol):
     """Where topic deletions are remembered, so a deleted topic stays deleted on every node."""
 
     def record_topic_deletion(self, name: str, *, broker_id: int) -> None:
-        """The topic was deleted (by ``broker_id``): forget its config and remember the deletion,
-        so a stale local copy on any node is never registered, uploaded or published again.
+        """The topic was deleted (by ``broker_id``): forget its config and every consumer group's
+        committed offsets of it (Kafka's GroupMetadataManager.cleanupGroupMetadata), and remember the
+        deletion, so a stale local copy on any node is never registered, uploaded or published again.
         Creating a topic of that name again (``put_topic_config`` of a new row) forgets it."""
 
     def deleted_topics(self) -> dict[str, int]:

@@ -190,6 +190,15 @@ class ServiceConfig(BaseModel):
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = Field(
         10_000, ge=10, le=2**31 - 1, description="How often the transaction coordinator aborts the transactions "
                                                  "open longer than their timeout (Kafka's name).")
+    transactional_id_expiration_ms: int = Field(
+        604_800_000, ge=1, le=2**31 - 1, description="A transactional id with no transaction open (Empty, "
+                                                     "CompleteCommit or CompleteAbort) and no state change for "
+                                                     "this long is removed; its next InitProducerId gets a new "
+                                                     "producer id (transactional.id.expiration.ms).")
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = Field(
+        3_600_000, ge=10, le=2**31 - 1, description="How often the transaction coordinator removes the "
+                                                    "transactional ids past transactional.id.expiration.ms "
+                                                    "(Kafka's name).")
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
 
     @field_validator("log_level")

@@ -8,7 +8,8 @@ state change is first written to the metadata store under the slot's coordinator
 or PrepareAbort, answers the producer, and hands the markers to :mod:`coordinator.txn.markers`,
 which writes them to every partition's leader (and completes the groups' pending offsets),
 retrying until written, then records CompleteCommit / CompleteAbort. A coordinator that loads a
-slot (after a restart or a move) finishes every transaction it finds preparing.
+slot (after a restart or a move) finishes every transaction it finds preparing. An id left idle
+longer than ``transactional.id.expiration.ms`` is removed (Kafka's removeExpiredTransactionalIds).
 
 Blocking: every method may read or write the store; the Kafka handlers call them through
 ``ctx.run``.
@@ -44,6 +45,10 @@ class TxnConfig:
     abort_check_interval_ms: int = 10_000
     #: how long InitProducerId waits for the previous epoch's abort before answering CONCURRENT_TRANSACTIONS
     init_wait_ms: int = 5_000
+    #: transactional.id.expiration.ms: an id idle (Empty, CompleteCommit, CompleteAbort) this long is forgotten
+    id_expiration_ms: int = 604_800_000
+    #: transaction.remove.expired.transaction.cleanup.interval.ms
+    remove_expired_interval_ms: int = 3_600_000
 
 
 class _Refused(Exception):
@@ -71,7 +76,8 @@ class TransactionCoordinator:
         self._expiry: threading.Thread | None = None
         self.stats: dict[str, int] = {"init_producer_id": 0, "add_partitions": 0, "add_offsets": 0, "commits": 0,
                                       "aborts": 0, "expired": 0, "fenced_producers": 0, "fenced_writes": 0,
-                                      "recovered": 0, "markers_written": 0, "marker_retries": 0}
+                                      "recovered": 0, "markers_written": 0, "marker_retries": 0,
+                                      "expired_ids": 0}
         self.markers = MarkerCompleter(sink, self)
         ownership.add_listener(self._on_load, self._on_unload)
 
@@ -331,10 +337,49 @@ class TransactionCoordinator:
                             m.producer_id, m.timeout_ms)
         return aborted
 
+    def remove_expired_ids(self) -> list[str]:
+        """Kafka's TransactionStateManager.removeExpiredTransactionalIds: forget (through Dead, the record
+        deleted under our coordinator epoch) every id of our slots that is Empty, CompleteCommit or
+        CompleteAbort and was last written ``id_expiration_ms`` ago or more; its next InitProducerId starts
+        afresh with a new producer id. Open and preparing transactions never expire this way (their
+        transaction timeout aborts them first). A delete the store refuses (another node coordinates the
+        slot now, or the store is down) leaves the id as it is."""
+        now = self._now()
+        removed = []
+        with self._lock:
+            for tid, m in list(self._txns.items()):
+                st = TxnState(m.state)
+                if not (st is TxnState.EMPTY or st.complete) or now - m.update_ms < self.config.id_expiration_ms:
+                    continue
+                try:
+                    slot, epoch = self._owned(tid)
+                except _Refused:
+                    continue
+                check_transition(st, TxnState.DEAD)
+                try:
+                    self.store.delete(tid, slot=slot, broker_id=self.ownership.broker_id, coordinator_epoch=epoch)
+                except CoordinatorFencedError:
+                    self.stats["fenced_writes"] += 1
+                    continue
+                except Exception as e:  # noqa: BLE001 - the next round tries again
+                    logger.warning("removing the expired transactional id %r failed: %s", tid, e)
+                    continue
+                del self._txns[tid]
+                self._done.pop(tid, None)
+                self.stats["expired_ids"] += 1
+                removed.append(tid)
+                logger.info("transactional id %r (producer %d) was idle in %s for %d ms: removed", tid,
+                            m.producer_id, m.state, now - m.update_ms)
+        return removed
+
     def _expire_loop(self) -> None:
+        last_removal = time.monotonic()
         while not self._stop.wait(self.config.abort_check_interval_ms / 1000):
             try:
                 self.expire()
+                if time.monotonic() - last_removal >= self.config.remove_expired_interval_ms / 1000:
+                    last_removal = time.monotonic()
+                    self.remove_expired_ids()
             except Exception:  # noqa: BLE001 - the next round tries again
                 logger.exception("the transaction expiry round failed")
 

@@ -1,5 +1,6 @@
 """The SQL :class:`~metadata.topic_configs.TopicConfigStore`: one row per topic with its partition
-count and config overrides as JSON, and one per deleted topic."""
+count and config overrides as JSON, and one per deleted topic (whose deletion also drops the
+consumer groups' committed offsets of it)."""
 
 from __future__ import annotations
 
@@ -42,11 +43,15 @@ class SqlTopicConfigStore(SqlStore):
 
 
     def record_topic_deletion(self, name: str, *, broker_id: int) -> None:
+        # deferred: metadata.sql_group_offsets builds on metadata.sql, whose package imports this module
+        from metadata.sql_group_offsets import delete_topic_offsets
+
         def fn(conn: Connection) -> None:
             conn.execute(delete(topic_configs).where(topic_configs.c.topic == name))
             conn.execute(delete(deleted_topics).where(deleted_topics.c.topic == name))
             conn.execute(insert(deleted_topics).values(topic=name, deleted_ms=self._clock.milliseconds(),
                                                        broker_id=broker_id))
+            delete_topic_offsets(conn, name)  # the consumer groups' offsets of it go with it, as in Kafka
 
         self._write_global("record_topic_deletion", fn)
 

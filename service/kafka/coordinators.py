@@ -74,6 +74,9 @@ class Coordinators:
         from service.kafka.transactions import start_transactions
 
         self.transactions = start_transactions(self)
+        listeners = getattr(self.node, "topic_deleted_listeners", None)
+        if listeners is not None:
+            listeners.append(self._topic_deleted)
         self.groups_ownership.start()
         self.txn_ownership.start()
         _BY_NODE[self.node] = self
@@ -99,8 +102,17 @@ class Coordinators:
         self.groups = GroupCoordinator(self.group_store, self.groups_ownership, config=gconf,
                                        now_ms=self.node.clock.milliseconds).start()
 
+    def _topic_deleted(self, _name: str) -> None:
+        """The node deleted a topic (its offsets left the store with it): commits stop seeing it at once."""
+        from service.kafka.group_offsets import forget_cached_topics
+
+        forget_cached_topics(self.node)
+
     def stop(self) -> None:
         _BY_NODE.pop(self.node, None)
+        listeners = getattr(self.node, "topic_deleted_listeners", None)
+        if listeners is not None and self._topic_deleted in listeners:
+            listeners.remove(self._topic_deleted)
         collectors = getattr(self.node, "metric_collectors", None)
         metrics = getattr(self, "metrics", None)
         if collectors is not None and metrics in collectors:

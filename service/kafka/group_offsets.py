@@ -56,6 +56,12 @@ def _topics(node: Any, refresh: bool) -> dict[str, int]:
     return topics
 
 
+def forget_cached_topics(node: Any) -> None:
+    """A topic of ``node`` was deleted: the next check rereads the topics, so no commit for the deleted
+    topic is let through by a cached topic list (it would bring back the offsets its deletion dropped)."""
+    _TOPICS.pop(node, None)
+
+
 def _unknown(node: Any, tps: list[tuple[str, int]]) -> set[tuple[str, int]]:
     """The (topic, partition)s the cluster does not have."""
     topics = _topics(node, False)

@@ -53,7 +53,10 @@ def start_transactions(coords: Coordinators) -> TransactionCoordinator:
 
     tconf = TxnConfig(max_timeout_ms=getattr(config, "transaction_max_timeout_ms", 900_000),
                       abort_check_interval_ms=getattr(config, "transaction_abort_timed_out_transaction_cleanup_"
-                                                              "interval_ms", 10_000))
+                                                              "interval_ms", 10_000),
+                      id_expiration_ms=getattr(config, "transactional_id_expiration_ms", 604_800_000),
+                      remove_expired_interval_ms=getattr(config, "transaction_remove_expired_transaction_"
+                                                                 "cleanup_interval_ms", 3_600_000))
     store = SqlTxnStateStore(engine=coords.store.engine)
     tc = TransactionCoordinator(store, coords.txn_ownership, next_producer_id=allocator_for(node).next_id,
                                 sink=sink, unknown_partitions=unknown, now_ms=node.clock.milliseconds,

@@ -4,7 +4,8 @@ Gauges: transactional ids by state, transactions waiting for their markers
 (TransactionMarkerChannelManager's queue); counters: InitProducerId, AddPartitionsToTxn,
 AddOffsetsToTxn, commits, aborts, expired transactions, fenced producers, state writes refused
 because another node coordinates the id now, transactions recovered at a slot load, markers
-written and marker retries.
+written, marker retries and transactional ids removed after
+transactional.id.expiration.ms.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ COUNTERS = {
     "recovered": "Prepared transactions whose markers a slot load finished",
     "markers_written": "COMMIT/ABORT markers written to partitions",
     "marker_retries": "Rounds of marker writes that had to be retried",
+    "expired_ids": "Transactional ids removed after transactional.id.expiration.ms without a transaction",
 }
 
 

@@ -1,5 +1,6 @@
 """The classic group protocol on the wire against an in-process node: joins (KIP-394 member ids), generations, sync,
-heartbeats, leaves, static members, offsets committed and fetched under the coordinator epoch, admin APIs."""
+heartbeats, leaves, static members, offsets committed and fetched under the coordinator epoch, admin APIs, offsets
+dropped with their topic."""
 
 from __future__ import annotations
 
@@ -244,3 +245,50 @@ def test_offsets_of_empty_groups_expire_and_active_groups_keep_theirs(node: InPr
     assert fetch(w, "g6-active", [("t", 1)]) == (0, {("t", 1): (9, 0)})  # a group with members keeps them
     listed = {g.group_id for g in node.wire().call(ListGroupsRequest(states_filter=[]), 4).groups}
     assert "g6-standalone" not in listed and "g6-active" in listed
+
+
+def test_deleting_a_topic_drops_its_committed_offsets(node: InProcessNode) -> None:
+    """Kafka's GroupMetadataManager.cleanupGroupMetadata: DeleteTopics or HTTP DELETE /v1/topics/{topic} drops every
+    group's offsets of the topic (committed and pending); other topics keep theirs; a topic created again under the
+    name starts without offsets."""
+    from fastapi.testclient import TestClient
+    from kafka.protocol.admin import DeleteTopicsRequest
+
+    from log.types import TopicPartition
+    from metadata.group_offsets import CommittedOffset
+    from service.app import create_app
+
+    gc = node.coordinators.groups
+    w = node.wire()
+    node.node.create_topic("gone-k", 2)
+    node.node.create_topic("gone-h", 1)
+    parts = [("t", 0), ("gone-k", 0), ("gone-k", 1), ("gone-h", 0)]
+    assert commit(w, "g7", -1, "", {("t", 0): 3, ("gone-k", 0): 4, ("gone-k", 1): 5, ("gone-h", 0): 6}) == \
+        dict.fromkeys(parts, 0)
+    assert commit(w, "g8", -1, "", {("gone-k", 1): 7}) == {("gone-k", 1): 0}
+    got = gc.call_blocking(gc.txn_offset_commit("g8", 4747, 0, {TopicPartition("gone-k", 0): CommittedOffset(8)}))
+    assert got == {TopicPartition("gone-k", 0): 0}
+
+    # the Kafka path
+    resp = w.call(DeleteTopicsRequest(topic_names=["gone-k"], timeout_ms=5000), 5)
+    assert [(r.name, r.error_code) for r in resp.responses] == [("gone-k", 0)]
+    assert fetch(w, "g7", parts) == (0, {("t", 0): (3, 0), ("gone-k", 0): (-1, 0), ("gone-k", 1): (-1, 0),
+                                         ("gone-h", 0): (6, 0)})
+    assert fetch(w, "g8", None, version=2) == (0, {})
+    assert fetch(w, "g8", [("gone-k", 0)], stable=True) == (0, {("gone-k", 0): (-1, 0)})  # no pending offset left
+    assert gc.complete_txn(4747, commit=True) == 0
+    # a commit right after the deletion is refused: the topic is gone (no stale offset comes back)
+    assert commit(w, "g7", -1, "", {("gone-k", 0): 9}) == {("gone-k", 0): E.UNKNOWN_TOPIC_OR_PARTITION}
+
+    # the HTTP path
+    with TestClient(create_app(node.node)) as http:
+        assert http.delete("/v1/topics/gone-h").status_code == 204
+        offsets = [(o["topic"], o["partition"], o["offset"]) for o in http.get("/v1/groups/g7").json()["offsets"]]
+        assert offsets == [("t", 0, 3)]
+    assert fetch(w, "g7", None, version=2) == (0, {("t", 0): (3, 0)})
+
+    # created again: another topic under the same name, without the old offsets
+    node.node.create_topic("gone-k", 2)
+    assert fetch(w, "g7", [("gone-k", 0), ("gone-k", 1)]) == (0, {("gone-k", 0): (-1, 0), ("gone-k", 1): (-1, 0)})
+    assert commit(w, "g7", -1, "", {("gone-k", 0): 1}) == {("gone-k", 0): 0}
+    assert fetch(w, "g7", [("gone-k", 0)]) == (0, {("gone-k", 0): (1, 0)})

@@ -7,7 +7,8 @@
   transaction and fencing its producer; Describe/ListTransactions;
 - a coordinator that stops with a transaction in PrepareCommit: the node that takes the slot over
   finishes its markers;
-- WriteTxnMarkers refuses a marker from an older coordinator epoch (TRANSACTION_COORDINATOR_FENCED).
+- WriteTxnMarkers refuses a marker from an older coordinator epoch (TRANSACTION_COORDINATOR_FENCED);
+- transactional.id.expiration.ms removes an idle transactional id (one node).
 """
 
 from __future__ import annotations
@@ -195,5 +196,38 @@ def test_peer_client_authenticates_with_scram(tmp_path: Path) -> None:
             PeerClient((creds[0], "wrong-password")).call("127.0.0.1", node.port, req, 1)
         with pytest.raises(PeerError):
             PeerClient(None).call("127.0.0.1", node.port, req, 1)  # no SASL: the listener closes
+    finally:
+        node.stop()
+
+
+def test_an_idle_transactional_id_expires(tmp_path: Path) -> None:
+    """transactional.id.expiration.ms: the coordinator's loop removes an idle id; Describe/ListTransactions stop
+    showing it and its next InitProducerId gets a new producer id."""
+    node = InProcessNode(tmp_path / "n", f"sqlite:///{tmp_path / 'meta.db'}", broker_id=1,
+                         transactional_id_expiration_ms=1500,
+                         transaction_remove_expired_transaction_cleanup_interval_ms=50,
+                         transaction_abort_timed_out_transaction_cleanup_interval_ms=50)
+    try:
+        tc = node.coordinators.transactions
+        assert tc.config.id_expiration_ms == 1500
+        wait_until(lambda: node.coordinators.txn_ownership.owned_slots(), what="a txn slot")
+        tid = _tid_owned_by(node, "idle")
+        w = node.wire()
+        r = _init(w, tid)
+        assert r.error_code == 0
+        first_pid = r.producer_id
+
+        def described() -> int:
+            return int(w.call(DescribeTransactionsRequest(transactional_ids=[tid]), 0).transaction_states[0]
+                       .error_code)
+
+        assert described() == 0
+        wait_until(lambda: described() == 105, what="the idle id removed")  # TRANSACTIONAL_ID_NOT_FOUND
+        listed = w.call(ListTransactionsRequest(state_filters=[], producer_id_filters=[]), 0)
+        assert tid not in [t.transactional_id for t in listed.transaction_states]
+        assert tc.store.get(tid) is None and tc.stats["expired_ids"] == 1
+        r = _init(w, tid)
+        assert r.error_code == 0 and r.producer_id != first_pid and r.producer_epoch == 0
+        w.close()
     finally:
         node.stop()
