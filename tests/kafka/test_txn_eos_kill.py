@@ -28,9 +28,10 @@ PARTS = 2
 KILLS = int(os.environ.get("TXN_EOS_KILLS", "20"))
 #: the kill loop stops after this long even if fewer kills happened (a restart takes ~1 s idle, 12 s on a busy box)
 KILL_BUDGET_S = float(os.environ.get("TXN_EOS_KILL_BUDGET_S", "60"))
-#: the client's own deadline; the test waits this much longer for its answer before dumping it as hung
+#: the client's own deadline; the test waits this much longer for its answer (the client's last call may
+#: take its grace, tests/kafka/clients/txn_client.py STUCK_GRACE_S) before dumping it as hung
 CLIENT_TIMEOUT_S = 150
-GRACE_S = 20
+GRACE_S = 30
 
 
 def _tail(path: Path, chars: int = 6000) -> str:

@@ -106,8 +106,9 @@ def zombie(spec: dict[str, Any]) -> dict[str, Any]:
 #: its own timeout (rd_kafka_coord_req_fsm; upstream: "send_offsets_to_transaction() hangs when the group
 #: coordinator is decommissioned"). With a single bootstrap address re-bootstrapping gains nothing: turned off.
 NO_REBOOTSTRAP = {"metadata.recovery.strategy": "none"}
-#: how long past its own timeout a librdkafka call may take before its handle is given up as stuck
-STUCK_GRACE_S = 5.0
+#: how long past its own timeout a librdkafka call may take before its handle is given up as stuck: a request
+#: in flight when the timeout passes still waits for its socket.timeout.ms (10 s here) to fail
+STUCK_GRACE_S = 15.0
 #: consumer.close() has no timeout of its own: how long it may take
 CLOSE_S = 10.0
 #: every librdkafka handle the eos action made: never destroyed (a destroy can wait on a stuck broker thread
@@ -162,11 +163,14 @@ def _eos_handles(spec: dict[str, Any]) -> tuple[Any, Any]:
 def _transform(producer: Any, consumer: Any, msgs: list[Any], topic_out: str, api_s: float,
                bounded: Callable[..., Any]) -> list[TopicPartition]:
     """One consume-transform-produce transaction over ``msgs``, committed with the consumer's positions (which it
-    answers); ``bounded(what, fn, timeout=...)`` runs each blocking call."""
+    answers); ``bounded(what, fn, timeout=...)`` runs each blocking call.
+
+    Only valid positions: a partition the consumer has not read since its assign or seek has none (-1001),
+    and its committed offset stays as it is."""
     producer.begin_transaction()
     for m in msgs:
         producer.produce(topic_out, key=m.key(), value=b"out:" + (m.value() or b""), partition=m.partition())
-    positions: list[TopicPartition] = consumer.position(consumer.assignment())
+    positions = [t for t in consumer.position(consumer.assignment()) if t.offset >= 0]
     meta = consumer.consumer_group_metadata()
     bounded("send_offsets_to_transaction",
             lambda t: producer.send_offsets_to_transaction(positions, meta, t), timeout=api_s)
@@ -207,10 +211,12 @@ def eos(spec: dict[str, Any]) -> dict[str, Any]:
         sys.stdout.flush()
         os._exit(1)
 
-    watchdog = threading.Timer(spec.get("timeout_s", 90) + 2 * STUCK_GRACE_S, give_up)
+    watchdog = threading.Timer(spec.get("timeout_s", 90) + STUCK_GRACE_S + 5, give_up)
     watchdog.daemon = True
     watchdog.start()
     consumer = producer = None
+    #: partition -> the input offset committed so far (what ``done`` sums)
+    at: dict[int, int] = {}
     while time.monotonic() < deadline:
         try:
             if producer is None:
@@ -219,7 +225,8 @@ def eos(spec: dict[str, Any]) -> dict[str, Any]:
                 consumer.assign(parts)
                 committed = call("committed", lambda t, c=consumer: c.committed(parts, timeout=t), timeout=api_s)
                 consumer.assign([TopicPartition(topic_in, t.partition, max(t.offset, 0)) for t in committed])
-                stats["done"] = sum(max(t.offset, 0) for t in committed)
+                at = {t.partition: max(t.offset, 0) for t in committed}
+            stats["done"] = sum(at.values())
             if stats["done"] >= total:
                 break
             msgs = consumer.consume(spec.get("batch", 20), min(1.0, left()))
@@ -228,7 +235,7 @@ def eos(spec: dict[str, Any]) -> dict[str, Any]:
                 continue
             positions = _transform(producer, consumer, msgs, topic_out, api_s, call)
             stats["commits"] += 1
-            stats["done"] = sum(max(t.offset, 0) for t in positions)
+            at.update((t.partition, t.offset) for t in positions)
         except Exception as e:  # noqa: BLE001 - the node is being killed: recover as Kafka's docs say
             errors.append(f"{type(e).__name__}: {e}")
             err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
@@ -239,6 +246,7 @@ def eos(spec: dict[str, Any]) -> dict[str, Any]:
                     committed = call("committed", lambda t, c=consumer: c.committed(parts, timeout=t), timeout=api_s)
                     for t in committed:
                         consumer.seek(TopicPartition(t.topic, t.partition, max(t.offset, 0)))
+                    at = {t.partition: max(t.offset, 0) for t in committed}
                     continue
                 except Exception as e2:  # noqa: BLE001 - fall through to a new producer and consumer
                     errors.append(f"{type(e2).__name__}: {e2}")
@@ -254,10 +262,11 @@ def eos(spec: dict[str, Any]) -> dict[str, Any]:
             time.sleep(min(0.3, left()))
     if consumer is not None:
         try:
-            _bounded("close", CLOSE_S, consumer.close)
+            _bounded("close", min(CLOSE_S, deadline + STUCK_GRACE_S - time.monotonic()), consumer.close)
         except Exception as e:  # noqa: BLE001 - the answer is what was committed
             errors.append(f"close: {e}")
     watchdog.cancel()
+    stats["done"] = sum(at.values())
     return {**stats, "errors": errors[-10:]}
 
 
