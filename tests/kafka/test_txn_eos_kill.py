@@ -4,8 +4,12 @@ The client (its own process) reads the input topic read_committed from the group
 offsets, writes each record transformed to the output topic and commits its input offsets in the
 same transaction; on any error it aborts (or, when the error is fatal, rebuilds its producer and
 consumer) and goes on from the committed offsets. The node is killed at random points
-``TXN_EOS_KILLS`` times (20 by default) and restarted on the same ports; afterwards the output
-topic read read_committed holds every input record exactly once.
+``TXN_EOS_KILLS`` times (20 by default, within ``TXN_EOS_KILL_BUDGET_S``) and restarted on the
+same ports; afterwards the output topic read read_committed holds every input record exactly once.
+A client that misses its deadline is dumped (py-spy, the coordinators' state, its stderr, the
+server log) into the failure; ``TXN_EOS_SEED`` picks the kill points, ``TXN_EOS_DEBUG`` turns on
+librdkafka debug contexts. The second test is the deterministic form of a hang the loop met: one
+kill between two send_offsets_to_transaction calls of the same producer.
 """
 
 from __future__ import annotations
