@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -19,11 +20,14 @@ def dec(b: bytes | None) -> str | None:
     return None if b is None else b.decode("utf-8", "replace")
 
 
-def main(actions: dict[str, Action]) -> None:
+def main(actions: dict[str, Action], *, hard_exit: bool = False) -> None:
     """``script.py '{"action": ..., ...}'``: run the action, print its JSON answer (or {"error": ...}, exit 1).
 
     ``{"common": {...}, "steps": [{"action": ...}, ...]}`` runs several actions (each spec merged over
     ``common``) and answers ``{"steps": [answer, ...]}``.
+
+    ``hard_exit``: leave with ``os._exit`` once the answer is printed, without running the client
+    libraries' destructors (a librdkafka handle's destroy can wait forever on a broker thread).
     """
     spec = json.loads(sys.argv[1] if len(sys.argv) > 1 else sys.stdin.read())
     try:
@@ -33,7 +37,15 @@ def main(actions: dict[str, Action]) -> None:
             out = actions[spec["action"]](spec)
     except Exception as e:  # noqa: BLE001 - the test reads the failure from the JSON
         print(json.dumps({"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}))
-        sys.stdout.flush()
-        sys.exit(1)
+        _exit(1, hard_exit)
     print(json.dumps(out))
+    _exit(0, hard_exit)
+
+
+def _exit(code: int, hard: bool) -> None:
     sys.stdout.flush()
+    sys.stderr.flush()
+    if hard:
+        os._exit(code)
+    if code:
+        sys.exit(code)
