@@ -49,7 +49,10 @@ class Server(ServeProcess):
     def __init__(self, root: Path, name: str, broker_id: int, metadata_url: str) -> None:
         args = ["--broker-id", str(broker_id), "--remote", (root / "objects").as_uri(), "--metadata", metadata_url,
                 "--cleaner-threads", "0", "--tiered-cleaner-threads", "0", "--tiering-interval-ms", "3600000",
-                "--roll-check-interval-ms", "3600000", "--log-level", "warning"]
+                "--roll-check-interval-ms", "3600000", "--log-level", "warning",
+                # no metadata follower: it would tell the deposed node of the move within 2 s, and the zombie
+                # these tests need is a node that has not heard (tests/e2e/test_metadata_follow.py covers hearing)
+                "--metadata-sync-interval-ms", "3600000"]
         super().__init__(root / name, args, env=dict(os.environ), output=root / f"{name}.log",
                          command=[sys.executable, "-m", "service.cli"], cwd=REPO)
         self.root, self.name, self.broker_id, self.metadata_url = root, name, broker_id, metadata_url
