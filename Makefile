@@ -22,8 +22,12 @@ demo: $(STAMP)
 	$(BIN)/tiercompact demo $(ARGS)
 
 # pytest exits 5 when it collected nothing: treat that as a failure, never as green.
+# TEST_WORKERS pytest-xdist workers, each given a whole test file at a time (module fixtures stay
+# shared), in the order collected (tests/conftest.py hands out the slow files first);
+# TEST_WORKERS=0 runs the suite in this one process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest --durations=30 $(ARGS); rc=$$?; \
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30 $(ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
 
 bench: $(STAMP)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -48,12 +49,41 @@ def moto_server_url() -> Iterator[str]:
         server.stop()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test`` runs two workers, a test file per worker at a time, in the
+    order collected): files holding a ``slow`` test are handed out first, so no long file starts when
+    the other worker is nearly done. A serial run keeps the collection as it is."""
+    if not hasattr(config, "workerinput"):
+        return
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: each file keeps its own order
+
+
+#: the lock-order violations xdist's workers reported (kept by the controller)
+_WORKER_VIOLATIONS = pytest.StashKey[list[str]]()
+
+
+def _violation_lines() -> list[str]:
+    return [f"  [{v.kind}] in {v.thread}: {v.message}" for v in locks.violations()]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """xdist's controller: keep a finished worker's lock-order violations (its own session cannot fail the run)."""
+    found = getattr(node, "workeroutput", {}).get("lock_violations", [])
+    node.config.stash.setdefault(_WORKER_VIOLATIONS, []).extend(found)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fail the run on any lock-order violation, even one a background thread swallowed."""
-    found = locks.violations()
+    """Fail the run on any lock-order violation, even one a background thread swallowed (under xdist:
+    a worker hands its violations to the controller, which fails the run)."""
+    found = _violation_lines()
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["lock_violations"] = found
+    found += session.config.stash.get(_WORKER_VIOLATIONS, [])
     if found:
-        lines = [f"{len(found)} lock-order violation(s) (see log/locks.py for the hierarchy):"]
-        lines += [f"  [{v.kind}] in {v.thread}: {v.message}" for v in found[:20]]
+        lines = [f"{len(found)} lock-order violation(s) (see log/locks.py for the hierarchy):", *found[:20]]
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_line("\n".join(lines), red=True)

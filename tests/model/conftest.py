@@ -1,4 +1,4 @@
-"""Fixtures for the model tests: AWS test credentials for moto, one S3 bucket per session,
+"""Fixtures for the model tests: AWS test credentials for moto, a fresh S3 bucket per test,
 and the session's one Spark fixture (shared with tests/spark: both use getOrCreate)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.model.engines import create_bucket
-from tests.spark.conftest import spark  # noqa: F401 - the one Spark session of the test run
+from tests.spark.conftest import spark  # noqa: F401 - the one Spark session of this test process
 
 
 @pytest.fixture
@@ -17,8 +17,11 @@ def aws_test_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def model_bucket(moto_server_url: str) -> str:
+    """A fresh bucket per test: moto's in-process ``mock_aws`` (tests/contract) resets the shared
+    server's buckets when it ends, so a session-wide bucket would not survive a contract test
+    that a worker happens to run in between (``make test`` hands out slow files first)."""
     return create_bucket(moto_server_url)
 
 

@@ -105,6 +105,7 @@ def test_local_and_tiered_engines_give_the_same_logical_log(seed: int, engine_sp
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["whole", "split"])
 def test_a_spark_round_gives_the_same_logical_log(spark: Any, tmp_path: Any, mode: str) -> None:
     """Every scenario is a topic of one tiered node, run one after the other on the node's

@@ -19,6 +19,7 @@ SEED = 12
 TRUNCATE_HEADS = True
 
 
+@pytest.mark.slow
 def test_bounded_soak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert TIERCOMPACT.exists(), f"{TIERCOMPACT} is missing: run `make test` (it installs the venv)"
     summary = run_soak(SoakConfig(run_dir=tmp_path / "soak", seconds=BOUNDED_SECONDS, seed=SEED,

@@ -1,4 +1,5 @@
-"""One Spark session for the whole run, and tiered partitions to clean twice (in-process and Spark)."""
+"""One Spark session per test process (each xdist worker of ``make test`` has its own), and tiered
+partitions to clean twice (in-process and Spark)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from tests.spark.conftest import (
 )
 from tests.tiered.conftest import World, assert_no_leak
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def _twins(tmp_path: Path, store_a, store_b, seed: int, partitions: int = 1, rounds: int = 5) -> tuple[World, World]:
