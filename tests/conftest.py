@@ -49,6 +49,30 @@ def moto_server_url() -> Iterator[str]:
         server.stop()
 
 
+_PG_ENV = "TIERCOMPACT_TEST_POSTGRES_URL"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist each worker gets its own PostgreSQL schema: TIERCOMPACT_TEST_POSTGRES_URL is
+    rewritten (search_path) before any test reads it, so tests that reset the store (the contract tests'
+    drop_all) or share it across processes (two-node tests) never meet another worker's tables."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    url = os.environ.get(_PG_ENV)
+    if not worker or not url:
+        return
+    import psycopg
+
+    from metadata.sql import normalize_url
+    from tests.contract.conftest import with_search_path
+
+    schema = f"tcw_{worker}"
+    with psycopg.connect(normalize_url(url).replace("postgresql+psycopg://", "postgresql://"),
+                         autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    os.environ[_PG_ENV] = with_search_path(url, schema)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``make test`` runs two workers, a test file per worker at a time, in the
     order collected): files holding a ``slow`` test are handed out first, so no long file starts when

@@ -68,6 +68,16 @@ def postgres_url() -> str:
     return url
 
 
+def with_search_path(url: str, schema: str) -> str:
+    """``url`` whose connections use ``schema`` (libpq's ``options=-csearch_path=...``), replacing any it had."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "options"]
+    query.append(("options", f"-csearch_path={schema}"))
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
 @contextmanager
 def private_postgres_schema(prefix: str = "tc") -> Iterator[str]:
     """TIERCOMPACT_TEST_POSTGRES_URL with a fresh private schema (search_path), dropped afterwards:
@@ -82,7 +92,7 @@ def private_postgres_schema(prefix: str = "tc") -> Iterator[str]:
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
     try:
-        yield f"{base}?options=-csearch_path%3D{schema}"
+        yield with_search_path(base, schema)
     finally:
         with psycopg.connect(conninfo, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
