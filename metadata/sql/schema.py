@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -218,7 +218,12 @@ _SCHEMA_ATTEMPTS = 10  # each lost race still leaves the winner's tables: a few 
 
 
 def create_schema(engine: Any) -> None:
-    """Create or upgrade the schema, safely when several nodes open one store at once.
+    """Create or upgrade the schema, safely when several nodes open one store at once (:func:`create_safely`)."""
+    create_safely(engine, lambda: _create_or_upgrade_schema(engine))
+
+
+def create_safely(engine: Any, create: Callable[[], None]) -> None:
+    """Run ``create`` (CREATE TABLEs with checkfirst), safely when several nodes open one store at once.
 
     On PostgreSQL the nodes serialise on an advisory lock (two concurrent CREATE TABLEs of the
     same name fail there: "already exists" or a duplicate key in pg_type); on any backend a
@@ -227,7 +232,7 @@ def create_schema(engine: Any) -> None:
     for attempt in range(_SCHEMA_ATTEMPTS):
         try:
             with _schema_lock(engine):
-                _create_or_upgrade_schema(engine)
+                create()
             return
         except (sa_exc.ProgrammingError, sa_exc.OperationalError, sa_exc.IntegrityError) as e:
             message = str(e)

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.pool import StaticPool
 
 from log.errors import InvalidConfigError
+from metadata.sql.schema import create_safely
 
 
 def open_engine(url: str, *, lock_timeout_ms: int = 5_000) -> Engine:
@@ -51,6 +52,10 @@ class StandaloneSqlStore:
     def __init__(self, url: str = "", *, lock_timeout_ms: int = 5_000, engine: Any = None) -> None:
         self._own_engine = engine is None
         self.engine = engine if engine is not None else open_engine(url, lock_timeout_ms=lock_timeout_ms)
+        # two nodes starting on an empty PostgreSQL store both create these tables: the schema's race-safe path
+        create_safely(self.engine, self._create_tables)
+
+    def _create_tables(self) -> None:
         for meta in self._metadata:
             meta.create_all(self.engine, checkfirst=True)
 

@@ -64,3 +64,43 @@ def test_nodes_opening_a_fresh_store_together_all_succeed(fresh_store_url: str) 
     finally:
         for m in managers:
             m.close()
+
+
+@pytest.mark.parametrize("store", ["SqlGroupStore", "SqlTxnStateStore", "SqlCoordinatorStore"])
+def test_coordinator_stores_opened_together_on_a_fresh_store_all_succeed(fresh_store_url: str, store: str) -> None:
+    """Regression (found by the two-node Kafka tests on a fresh PostgreSQL schema): two nodes starting together
+    both created the group tables and one died with a duplicate key in pg_type. The coordinators' own stores
+    now create their tables through the schema's race-safe path too."""
+    from metadata.sql_coordinators import SqlCoordinatorStore
+    from metadata.sql_group_offsets import SqlGroupStore
+    from metadata.sql_txn_state import SqlTxnStateStore
+
+    cls = {"SqlGroupStore": SqlGroupStore, "SqlTxnStateStore": SqlTxnStateStore,
+           "SqlCoordinatorStore": SqlCoordinatorStore}[store]
+    barrier = threading.Barrier(OPENERS)
+    errors: list[BaseException] = []
+    opened: list[object] = []
+    lock = threading.Lock()
+
+    def open_store() -> None:
+        barrier.wait()
+        try:
+            s = cls(fresh_store_url)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            with lock:
+                errors.append(e)
+            return
+        with lock:
+            opened.append(s)
+
+    threads = [threading.Thread(target=open_store) for _ in range(OPENERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    try:
+        assert errors == []
+        assert len(opened) == OPENERS
+    finally:
+        for s in opened:
+            s.close()  # type: ignore[attr-defined]
