@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, select
@@ -32,28 +33,34 @@ def fresh_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
         yield url
 
 
-def test_nodes_opening_a_fresh_store_together_all_succeed(fresh_store_url: str) -> None:
+def _open_together(open_one: Any) -> tuple[list[Any], list[BaseException]]:
+    """``open_one()`` in OPENERS threads released at once; answers what opened and what failed."""
     barrier = threading.Barrier(OPENERS)
     errors: list[BaseException] = []
-    managers: list[SqlRemoteLogMetadataManager] = []
+    opened: list[Any] = []
     lock = threading.Lock()
 
-    def open_store() -> None:
+    def run() -> None:
         barrier.wait()
         try:
-            m = SqlRemoteLogMetadataManager(fresh_store_url)
-        except BaseException as e:  # noqa: BLE001 - reported below
+            got = open_one()
+        except BaseException as e:  # noqa: BLE001 - reported by the caller
             with lock:
                 errors.append(e)
             return
         with lock:
-            managers.append(m)
+            opened.append(got)
 
-    threads = [threading.Thread(target=open_store) for _ in range(OPENERS)]
+    threads = [threading.Thread(target=run) for _ in range(OPENERS)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
+    return opened, errors
+
+
+def test_nodes_opening_a_fresh_store_together_all_succeed(fresh_store_url: str) -> None:
+    managers, errors = _open_together(lambda: SqlRemoteLogMetadataManager(fresh_store_url))
     try:
         assert errors == []
         assert len(managers) == OPENERS
@@ -77,30 +84,10 @@ def test_coordinator_stores_opened_together_on_a_fresh_store_all_succeed(fresh_s
 
     cls = {"SqlGroupStore": SqlGroupStore, "SqlTxnStateStore": SqlTxnStateStore,
            "SqlCoordinatorStore": SqlCoordinatorStore}[store]
-    barrier = threading.Barrier(OPENERS)
-    errors: list[BaseException] = []
-    opened: list[object] = []
-    lock = threading.Lock()
-
-    def open_store() -> None:
-        barrier.wait()
-        try:
-            s = cls(fresh_store_url)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            with lock:
-                errors.append(e)
-            return
-        with lock:
-            opened.append(s)
-
-    threads = [threading.Thread(target=open_store) for _ in range(OPENERS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    opened, errors = _open_together(lambda: cls(fresh_store_url))
     try:
         assert errors == []
         assert len(opened) == OPENERS
     finally:
         for s in opened:
-            s.close()  # type: ignore[attr-defined]
+            s.close()
