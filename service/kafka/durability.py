@@ -14,7 +14,6 @@ rate: Kafka's group commit, done node-wide. Each fsync also tells the node's Flu
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -95,10 +94,6 @@ class GroupSync:
             except Exception as e:  # noqa: BLE001 - the requests waiting on this log get the failure
                 failed[log] = e
         return synced, failed
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._thread.shutdown(wait=False, cancel_futures=True)
 
 
 _BY_NODE: weakref.WeakKeyDictionary[Any, GroupSync] = weakref.WeakKeyDictionary()
