@@ -69,4 +69,4 @@ class LogPartitions:
         return self.log_manager.topic(name)
 
     def log(self, topic: str, partition: int) -> LocalLog:
-        return self.log_manager.get_log(TopicPartition(validate_topic_name(topic), partition))
+        return self.log_manager.get_log(TopicPartition(topic, partition))  # which validates the name

@@ -33,9 +33,13 @@ from log.record import (
     MAGIC_VALUE_V2,
     MAX_TIMESTAMP_OFFSET,
     RECORD_BATCH_OVERHEAD,
+    RECORDS_OFFSET,
     RecordBatch,
     crc32c,
+    decompress,
 )
+from log.record.decode import iter_record_fields
+from log.record.kernels import kernels
 from log.types import TimestampType
 
 #: codec ids of record batch v2: none, gzip, snappy, lz4, zstd
@@ -68,7 +72,7 @@ def validate_produce_batch(data: bytes | bytearray | memoryview, config: LogConf
     buf = data if type(data) is bytearray else bytearray(data)
     batch = RecordBatch(buf)
     batch.ensure_valid(source="produce request")
-    max_bytes = int(config.get("max.message.bytes"))
+    max_bytes = config.max_message_bytes
     if size > max_bytes:
         raise RecordTooLargeError(f"the record batch of {size} bytes is larger than the topic's "
                                   f"max.message.bytes={max_bytes}")
@@ -90,17 +94,46 @@ def _magic_message(magic: int) -> str:
 
 
 def _check_records(buf: bytearray, batch: RecordBatch, config: LogConfig, now_ms: int, partition: str) -> None:
-    """The per-record rules; fixes a CreateTime batch's maxTimestamp in place."""
+    """The per-record rules; fixes a CreateTime batch's maxTimestamp in place.
+
+    The compiled kernel walks the records section without making a record (it answers the
+    maximum timestamp when every record passes); where it cannot vouch for the batch (a broken
+    rule, a malformed record, or no compiled kernels) the reference decoder walks it again and
+    names what is wrong."""
     compacted = config.compact
     create_time = batch.timestamp_type is TimestampType.CREATE_TIME and \
         config.timestamp_type is TimestampType.CREATE_TIME
     max_diff = int(config.get("message.timestamp.difference.max.ms")) if create_time else LONG_MAX
+    codec = batch.attributes & COMPRESSION_CODEC_MASK
+    try:
+        section: bytes | memoryview = memoryview(buf)[RECORDS_OFFSET:] if codec == 0 else \
+            decompress(codec, memoryview(buf)[RECORDS_OFFSET:])
+    except CorruptRecordError as e:
+        raise CorruptRecordError(f"the records of the batch are corrupt: {e}") from None
+    max_ts = kernels().check_produced_records(section, batch.records_count, batch.base_timestamp, compacted,
+                                              max_diff != LONG_MAX, now_ms, max_diff)
+    if max_ts is None:
+        max_ts = _check_each_record(bytes(section), batch, compacted, now_ms, max_diff, partition)
+    del section  # the view on buf goes before buf is written below
+    if create_time and batch.records_count and batch.max_timestamp != max_ts:
+        _INT64.pack_into(buf, MAX_TIMESTAMP_OFFSET, max_ts)
+        with memoryview(buf) as mv:
+            _UINT32.pack_into(buf, CRC_OFFSET, crc32c(mv[ATTRIBUTES_OFFSET:]))
+
+
+def _check_each_record(section: bytes, batch: RecordBatch, compacted: bool, now_ms: int, max_diff: int,
+                       partition: str) -> int:
+    """The reference walk of :func:`_check_records`: the maximum timestamp, or the errors raised
+    as Kafka's per-record errors (CorruptRecordError for a malformed record)."""
     errors: list[tuple[int, str]] = []
     bad_time = False
     base = batch.base_offset
     max_ts = -1
+    append_time = batch.max_timestamp if batch.timestamp_type is TimestampType.LOG_APPEND_TIME else None
+    records = iter_record_fields(section, batch.records_count, base, batch.base_timestamp, batch.base_sequence,
+                                 append_time)
     try:
-        for i, (offset, ts, key, _value, _headers, _seq) in enumerate(batch.reader_fields()):
+        for i, (offset, ts, key, _value, _headers, _seq) in enumerate(records):
             if offset - base != i:
                 errors.append((i, f"record {i} has offset delta {offset - base}; expected {i}"))
             if key is None and compacted:
@@ -117,10 +150,7 @@ def _check_records(buf: bytearray, batch: RecordBatch, config: LogConfig, now_ms
         what = "timestamp" if bad_time else "record"
         summary = f"{len(errors)} {what} error(s) in the batch for {partition or 'the partition'}: {errors[0][1]}"
         raise (InvalidTimestampError if bad_time else InvalidRecordError)(summary, errors)
-    if create_time and batch.records_count and batch.max_timestamp != max_ts:
-        _INT64.pack_into(buf, MAX_TIMESTAMP_OFFSET, max_ts)
-        with memoryview(buf) as mv:
-            _UINT32.pack_into(buf, CRC_OFFSET, crc32c(mv[ATTRIBUTES_OFFSET:]))
+    return max_ts
 
 
 def check_keys_for_compaction(keys: list[bytes | None], config: LogConfig, partition: str = "") -> None:

@@ -16,7 +16,6 @@ import os
 import threading
 import weakref
 
-from log.config import LONG_MAX
 from log.local_log import LocalLog
 
 
@@ -63,10 +62,10 @@ class FlushTracker:
 
     def flush_due(self, log: LocalLog, now_ms: int) -> bool:
         """Whether ``flush.messages`` or ``flush.ms`` asks for a sync of ``log`` now."""
-        messages = int(log.config.get("flush.messages"))
-        interval = int(log.config.get("flush.ms"))
-        if messages == LONG_MAX and interval == LONG_MAX:
+        policy = log.config.flush_policy
+        if policy is None:
             return False
+        messages, interval = policy
         with self._lock:
             synced, at = self._synced.get(log, (-1, -1))
         if at < 0:  # first sight of this log: start counting from here

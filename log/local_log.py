@@ -258,7 +258,7 @@ class LocalLog:
             parsed = list(iter_batches(data, source=source))
         if not parsed:
             raise InvalidRequestError("the request holds no record batch")
-        max_bytes = int(self.config.get("max.message.bytes"))
+        max_bytes = self.config.max_message_bytes
         for pos, batch in ([] if validated else parsed):
             batch.ensure_valid(source=source, position=pos)
             if from_client and batch.is_control:
@@ -328,7 +328,7 @@ class LocalLog:
             return True
         if not seg.can_hold(last_offset):
             return True
-        if seg.offset_index.size_in_bytes + 8 > int(self.config.get("segment.index.bytes")):
+        if seg.offset_index.size_in_bytes + 8 > self.config.segment_index_bytes:
             return True
         return self._time_to_roll(seg, now)
 

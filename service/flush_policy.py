@@ -34,7 +34,9 @@ def _after_append(node_ref: weakref.ref[Any], tp: TopicPartition) -> None:
     if node is None:
         return
     try:
-        flush_tracker_for(node).maybe_flush(node.log_manager.get_log(tp))
+        log = node.log_manager.get_log(tp)
+        if log.config.flush_policy is not None:  # the default (both off) costs the produce path nothing more
+            flush_tracker_for(node).maybe_flush(log)
     except (TiercompactError, OSError) as e:  # the append itself succeeded; the next check tries again
         logger.warning("%s: flush.messages fsync failed: %s", tp, e)
 

@@ -1,8 +1,8 @@
 """Pure-Python twin of the compiled codec kernels (``_codec.pyx``): the fallback where no C
 compiler was available when tiercompact was installed.
 
-Same contract (see ``log/record/kernels.py``): :func:`decode_records` and :func:`encode_records`
-always answer ``None``, so callers run the reference decoder and builder themselves;
+Same contract (see ``log/record/kernels.py``): :func:`decode_records`, :func:`check_produced_records` and
+:func:`encode_records` always answer ``None``, so callers run the reference decoder and builder themselves;
 :func:`md5_keys` hashes with hashlib's MD5 (the same digests as OpenSSL's).
 """
 
@@ -61,6 +61,12 @@ def decode_records(data: bytes | memoryview, count: int, base_offset: int, base_
                                                            tuple[tuple[str, bytes | None], ...], int]] | None:
     """Always ``None``: the reference for decoding records is ``decode.iter_record_fields``
     itself, which the caller then runs."""
+    return None
+
+
+def check_produced_records(data: bytes | memoryview, count: int, base_timestamp: int, need_key: bool,
+                           check_time: bool, now_ms: int, max_diff: int) -> int | None:
+    """Always ``None``: the produce path then checks each record the reference decoder yields."""
     return None
 
 

@@ -165,3 +165,109 @@ def encode_records(list keys, list values, list timestamps, int64_t base_timesta
     return out, max_ts
 
 
+
+
+# ---- checking a producer's records (Kafka's LogValidator, per record) ---------------------------
+
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+
+
+cdef inline int _utf8_ok(const uint8_t* p, Py_ssize_t n):
+    """1 if ``p[:n]`` decodes as strict UTF-8 (``bytes.decode('utf-8')``), else 0."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        if p[i] >= 0x80:
+            try:
+                PyUnicode_DecodeUTF8(<char*>p, n, "strict")
+            except UnicodeDecodeError:
+                return 0
+            return 1
+    return 1
+
+
+def check_produced_records(const uint8_t[::1] data, Py_ssize_t count, int64_t base_timestamp, bint need_key,
+                           bint check_time, int64_t now_ms, int64_t max_diff):
+    """The produce path's per-record rules over one batch's (decompressed) records section,
+    without making a single record object: every record well-formed exactly as
+    ``decode.iter_record_fields`` reads it (headers included), offset deltas 0..count-1, a key
+    on every record when ``need_key``, and with ``check_time`` every CreateTime timestamp
+    ``base_timestamp + delta`` within ``max_diff`` of ``now_ms``.
+
+    Returns the records' maximum timestamp (-1 if none is larger) when all of that holds, else
+    ``None``: a malformed record, a broken rule, or anything it does not judge exactly as the
+    reference (a 10-byte varlong, int64 overflow, ``max_diff`` beyond 2**61). The caller then
+    runs the reference and reports what it finds.
+    """
+    cdef const uint8_t* p = &data[0] if data.shape[0] else NULL
+    cdef Py_ssize_t end = data.shape[0], pos = 0, rec_end, start, i, h
+    cdef int64_t length, ts_delta, od, klen, vlen, ts, nh, hklen, hvlen
+    cdef int64_t max_ts = -1, lo = 0, hi = 0
+    if check_time:
+        if max_diff < 0 or max_diff > (<int64_t>1 << 61) or now_ms < -(<int64_t>1 << 61) \
+                or now_ms > (<int64_t>1 << 61):
+            return None
+        lo = now_ms - max_diff
+        hi = now_ms + max_diff
+    if count and p == NULL:
+        return None
+    for i in range(count):
+        if _varint(p, &pos, end, 5, &length) < 0:
+            return None
+        rec_end = pos + length
+        if length < 6 or rec_end > end:
+            return None
+        pos += 1  # attributes
+        start = pos
+        if _varint(p, &pos, end, 10, &ts_delta) < 0 or pos - start >= 10:
+            return None
+        if _varint(p, &pos, end, 5, &od) < 0 or od != i:
+            return None
+        if _varint(p, &pos, end, 5, &klen) < 0:
+            return None
+        if klen >= 0:
+            if pos + klen > rec_end:
+                return None
+            pos += klen
+        elif klen != -1 or need_key:
+            return None
+        if _varint(p, &pos, end, 5, &vlen) < 0:
+            return None
+        if vlen >= 0:
+            if pos + vlen > rec_end:
+                return None
+            pos += vlen
+        elif vlen != -1:
+            return None
+        if pos >= end:
+            return None
+        if p[pos] == 0:
+            pos += 1
+        else:
+            if _varint(p, &pos, end, 5, &nh) < 0 or nh < 0 or nh > rec_end - pos:
+                return None
+            for h in range(nh):
+                if _varint(p, &pos, end, 5, &hklen) < 0 or hklen < 0 or pos + hklen > rec_end:
+                    return None
+                if not _utf8_ok(p + pos, hklen):
+                    return None
+                pos += hklen
+                if _varint(p, &pos, end, 5, &hvlen) < 0:
+                    return None
+                if hvlen >= 0:
+                    if pos + hvlen > rec_end:
+                        return None
+                    pos += hvlen
+                elif hvlen != -1:
+                    return None
+        if pos != rec_end:
+            return None
+        if _add_overflows(base_timestamp, ts_delta):
+            return None
+        ts = base_timestamp + ts_delta
+        if check_time and (ts < lo or ts > hi):
+            return None
+        if ts > max_ts:
+            max_ts = ts
+    if pos != end:
+        return None
+    return max_ts

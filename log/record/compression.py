@@ -107,6 +107,20 @@ def _lz4_compress(data: bytes | bytearray | memoryview) -> bytes:
                                     content_checksum=False, block_checksum=False, store_size=False))
 
 
+def _lz4_decompress(data: bytes | bytearray | memoryview) -> bytes:
+    # python-lz4 first: it reads the frame's block sizes and is 5-8x faster than cramjam here, which
+    # grows its output while it decodes (a produced 750 KB batch: 0.17 ms against 0.9-1.5 ms). Anything
+    # it does not take whole (trailing bytes, a frame it refuses) goes to cramjam as before, so what
+    # reads is unchanged.
+    try:
+        out, used = lz4.frame.decompress(data, return_bytes_read=True)
+        if used == len(data):
+            return bytes(out)
+    except RuntimeError:
+        pass
+    return bytes(cramjam.lz4.decompress(data))
+
+
 def compress(ctype: CompressionType | int, data: bytes | bytearray | memoryview) -> bytes:
     """Compress one batch's records section with ``ctype`` at Kafka's default level."""
     if ctype == CompressionType.NONE:
@@ -132,7 +146,7 @@ def decompress(ctype: CompressionType | int, data: bytes | bytearray | memoryvie
         if ctype == CompressionType.SNAPPY:
             return _snappy_decompress(data)
         if ctype == CompressionType.LZ4:
-            return bytes(cramjam.lz4.decompress(data))
+            return _lz4_decompress(data)
         if ctype == CompressionType.ZSTD:
             return bytes(cramjam.zstd.decompress(data))
     except CorruptRecordError:

@@ -74,6 +74,9 @@ class CodecKernels(Protocol):
     def decode_records(self, data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,
                        base_sequence: int, log_append_time: int | None) -> list[Any] | None: ...
 
+    def check_produced_records(self, data: bytes | memoryview, count: int, base_timestamp: int, need_key: bool,
+                               check_time: bool, now_ms: int, max_diff: int) -> int | None: ...
+
     def encode_records(self, keys: list[bytes | None], values: list[bytes | None], timestamps: list[int],
                        base_timestamp: int) -> tuple[bytes, int] | None: ...
 

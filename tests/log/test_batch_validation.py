@@ -20,8 +20,21 @@ from log.errors import (
     UnknownProducerIdError,
 )
 from log.record import RecordBatch, crc32c
+from log.record import kernels as codec_kernels
 
 NOW = 1_700_000_000_000
+
+
+@pytest.fixture(autouse=True, params=["compiled", "pure"])
+def which_kernels(request):
+    """Every case twice: with the compiled record checker and with the reference walk alone."""
+    k = codec_kernels.compiled_kernels() if request.param == "compiled" else codec_kernels.pure_kernels()
+    prev = codec_kernels.use_kernels(k)
+    try:
+        yield request.param
+    finally:
+        codec_kernels.use_kernels(prev)
+
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 

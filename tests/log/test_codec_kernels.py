@@ -130,3 +130,64 @@ def test_encode_records_writes_what_the_builder_appends(recs, base_offset, codec
         assert not RecordBatchBuilder(0).append_new_records(keys, values, timestamps)
     finally:
         fastpath.use_kernels(prev)
+
+
+def _reference_check(data: bytes, count: int, base_ts: int, need_key: bool, check_time: bool, now: int,
+                     max_diff: int) -> int | None:
+    """What the produce path's reference walk concludes: the maximum timestamp, or None where it
+    raises or finds a broken rule."""
+    fields = _reference_fields(data, count, 0, base_ts, -1, None)
+    if fields is None:
+        return None
+    max_ts = -1
+    for i, (off, ts, key, *_rest) in enumerate(fields):
+        if off != i or (need_key and key is None) or (check_time and abs(ts - now) > max_diff):
+            return None
+        max_ts = max(max_ts, ts)
+    return max_ts
+
+
+@settings(max_examples=400, deadline=None)
+@given(n=st.integers(0, 12), seed=st.integers(0, 10**6), edits=st.lists(
+    st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=3), cut=st.integers(0, 40),
+    extra=st.integers(-2, 2), need_key=st.booleans(), max_diff=st.sampled_from([None, 0, 500_000, 2**62]),
+    headers=st.sampled_from(["none", "ascii", "utf8", "bad-utf8"]), gaps=st.booleans())
+def test_check_produced_records_is_the_reference_or_nothing(n, seed, edits, cut, extra, need_key, max_diff, headers,
+                                                            gaps):
+    # the produce path's compiled checker answers the reference walk's maximum timestamp when
+    # every record passes, else None (the caller then runs the reference) -- never a batch the
+    # reference would refuse, and every clean batch of well-formed records is vouched for
+    rnd = random.Random(seed)
+    b = RecordBatchBuilder(0)
+    off = -1
+    now = 1_700_000_000_000
+    for _ in range(n):
+        off += rnd.randrange(1, 3) if gaps else 1
+        key = None if rnd.random() < 0.1 else bytes(rnd.randrange(256) for _ in range(rnd.randrange(0, 20)))
+        value = None if rnd.random() < 0.2 else bytes(rnd.randrange(256) for _ in range(rnd.randrange(0, 300)))
+        hs: tuple = ()
+        if headers != "none" and rnd.random() < 0.5:
+            hs = (("h", b"v"), ("k2", None)) if headers == "ascii" else (("é", b"v"),)
+        b.append(off, now + rnd.randrange(-10**6, 10**6), key, value, hs)
+    if n == 0:
+        data, base_ts = b"", 0
+    else:
+        raw = b.build()
+        data, base_ts = raw[RECORDS_OFFSET:], RecordBatch(raw).base_timestamp
+    if headers == "bad-utf8" and n:
+        data = data.replace("é".encode(), b"\xff\xfe")  # a header key that is not UTF-8 (same length)
+    check_time, diff = max_diff is not None, max_diff if max_diff is not None else 0
+    ref = _reference_check(data, n, base_ts, need_key, check_time, now, diff)
+    fast = COMPILED.check_produced_records(data, n, base_ts, need_key, check_time, now, diff)
+    assert fast == ref or (fast is None and max_diff == 2**62)  # beyond 2**61 it leaves it to the reference
+    buf = bytearray(data)
+    for pos, byte in edits:
+        if buf:
+            buf[pos % len(buf)] = byte
+    if cut:
+        buf = buf[: max(0, len(buf) - cut)]
+    data = bytes(buf)
+    count = max(0, n + extra)
+    fast = COMPILED.check_produced_records(data, count, base_ts, need_key, check_time, now, diff)
+    assert fast is None or fast == _reference_check(data, count, base_ts, need_key, check_time, now, diff)
+    assert PURE.check_produced_records(data, count, base_ts, need_key, check_time, now, diff) is None
