@@ -36,8 +36,8 @@ from log.record import (
     RECORDS_OFFSET,
     RecordBatch,
     crc32c,
-    decompress,
 )
+from log.record.compression import decompress_scratch
 from log.record.decode import iter_record_fields
 from log.record.kernels import kernels
 from log.types import TimestampType
@@ -107,7 +107,7 @@ def _check_records(buf: bytearray, batch: RecordBatch, config: LogConfig, now_ms
     codec = batch.attributes & COMPRESSION_CODEC_MASK
     try:
         section: bytes | memoryview = memoryview(buf)[RECORDS_OFFSET:] if codec == 0 else \
-            decompress(codec, memoryview(buf)[RECORDS_OFFSET:])
+            decompress_scratch(codec, memoryview(buf)[RECORDS_OFFSET:])
     except CorruptRecordError as e:
         raise CorruptRecordError(f"the records of the batch are corrupt: {e}") from None
     max_ts = kernels().check_produced_records(section, batch.records_count, batch.base_timestamp, compacted,

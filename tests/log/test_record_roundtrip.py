@@ -196,3 +196,29 @@ def test_property_any_records_round_trip(
         assert all(0 <= r.sequence < (1 << 31) for r in got)
         assert got[-1].sequence == batch.last_sequence
     assert list(batch.iter_key_offsets()) == [(r.offset, r.key, r.value is not None) for r in records]
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name_lower)
+def test_decompress_scratch_answers_what_decompress_does(codec: CompressionType, monkeypatch) -> None:
+    # the produce path's decoder into a per-thread buffer: the same bytes as decompress() for every size (the
+    # buffer grows, and past its cap the allocating path answers), the same error for corrupt input
+    from log.errors import CorruptRecordError
+    from log.record import compression
+
+    monkeypatch.setattr(compression, "_scratch", __import__("threading").local())
+    monkeypatch.setattr(compression, "_SCRATCH_START_BYTES", 1024)
+    monkeypatch.setattr(compression, "SCRATCH_MAX_BYTES", 64 * 1024)
+    for size in (0, 10, 1024, 5000, 64 * 1024, 300_000):
+        data = bytes(range(251)) * (size // 251) + b"x" * (size % 251)
+        framed = compress(codec, data)
+        assert bytes(compression.decompress_scratch(codec, framed)) == decompress(codec, framed) == data
+    held = compression.decompress_scratch(codec, compress(codec, b"first" * 10))
+    assert bytes(held) == b"first" * 10
+    if codec is not CompressionType.NONE:
+        bad = bytearray(compress(codec, b"payload" * 1000))
+        bad[len(bad) // 2] ^= 0xFF
+        bad = bad[: len(bad) - 3]
+        with pytest.raises(CorruptRecordError):
+            decompress(codec, bytes(bad))
+        with pytest.raises(CorruptRecordError):
+            compression.decompress_scratch(codec, bytes(bad))
