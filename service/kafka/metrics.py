@@ -128,7 +128,8 @@ class KafkaMetrics:
     def observe_request(self, ctx: Any, response: Any, latency_s: float, request: Any = None) -> None:
         api = ctx.spec.name
         ms = latency_s * 1000
-        codes = list(error_codes(response)) if response is not None else []
+        codes = ctx.error_codes if getattr(ctx, "error_codes", None) is not None else \
+            list(error_codes(response)) if response is not None else []
         with self._lock:
             self.requests[(api, ctx.api_version)] += 1
             for code in codes or [0]:
@@ -138,7 +139,13 @@ class KafkaMetrics:
                 buckets = self.latency[api] = [0.0] * (len(BUCKETS_MS) + 2)  # per bucket, +Inf, sum
             buckets[bisect.bisect_left(BUCKETS_MS, ms)] += 1
             buckets[-1] += ms
-        if ctx.spec.api_key == 0 and request is not None:
+        produced = getattr(ctx, "produced", None)
+        if produced is not None:
+            with self._lock:
+                for topic, (size, count) in produced.items():
+                    self.bytes_in[topic] += size
+                    self.messages_in[topic] += count
+        elif ctx.spec.api_key == 0 and request is not None:
             self._produced(request)
         elif ctx.spec.api_key == 1 and response is not None:
             self._fetched(response)

@@ -224,6 +224,10 @@ class RequestContext:
         self.listener = listener
         self._runner = runner
         self._waiter = waiter
+        #: set by a handler that knows its answer's error codes and the records it took (Produce), so the metrics
+        #: need not walk the messages again: the codes, and per topic (bytes, records) appended
+        self.error_codes: list[int] | None = None
+        self.produced: dict[str, tuple[int, int]] | None = None
 
     @property
     def api_version(self) -> int:
@@ -252,7 +256,9 @@ class RequestContext:
 
     def response(self, **fields: Any) -> Any:
         """The API's response message at the request's version (unknown-version fields are dropped on encode)."""
-        return self.spec.response_cls(**fields)
+        # at the request's version where kafka.protocol describes it (its encoder then finds every field set)
+        version = self.api_version if self.api_version >= self.spec.native_min else None
+        return self.spec.response_cls(**fields, version=version)
 
     @staticmethod
     def later(awaitable: Awaitable[Any]) -> asyncio.Future[Any]:

@@ -279,3 +279,27 @@ def test_pipelined_produces_keep_their_order_and_a_later_request_waits_for_them(
     assert bases == list(range(n))
     assert wire.receive(ListOffsetsRequest, 7, latest).topics[0].partitions[0].offset == n
     assert [r.value for b in node.log("t", 0).read(0) for r in b.records()] == [b"%d" % i for i in range(n)]
+
+
+def test_produce_metrics_count_the_codes_answered_and_only_the_records_appended(node: Node) -> None:
+    # the metrics take Produce's codes and counts from its outcomes (no second walk of the messages): a refused
+    # batch counts its code and no bytes or messages in; acks=0 counts what it appended
+    from service.kafka.metrics import KafkaMetrics, error_name
+
+    node.create_topic("m", 1, {"cleanup.policy": "delete"})
+    metrics = KafkaMetrics()
+    listener = KafkaListener(node, KafkaListenerConfig(host="127.0.0.1", port=0), metrics=metrics).start()
+    w = Wire(listener.port)
+    try:
+        good = batch([(b"a", b"1"), (b"b", b"2")])
+        resp = produce(w, {"m": {0: good, 7: batch([(b"c", b"3")])}})
+        assert answer(resp, "m").error_code == 0
+        assert answer(resp, "m", 7).error_code == kerr.UnknownTopicOrPartitionError.errno
+        assert produce(w, {"m": {0: batch([(b"d", b"4")])}}, acks=0) is None
+        produce(w, {"m": {0: batch([(b"e", b"5")])}})  # answered: the acks=0 request before it has run
+    finally:
+        w.sock.close()
+        listener.stop()
+    assert metrics.messages_in["m"] == 4 and metrics.bytes_in["m"] == len(good) + 2 * len(batch([(b"d", b"4")]))
+    assert metrics.errors[("Produce", "NONE")] == 3
+    assert metrics.errors[("Produce", error_name(kerr.UnknownTopicOrPartitionError.errno))] == 1
