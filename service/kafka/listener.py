@@ -312,16 +312,15 @@ class KafkaListener:
         while not writer_task.done():
             await answers.room()
             await conn.lane.room()
-            async with asyncio.timeout(idle_s):  # no task per read, unlike wait_for
-                size_bytes = await reader.readexactly(4)
-            (size,) = struct.unpack(">i", size_bytes)
-            raw = conn.extra.get(RAW_TOKENS, False)  # a bare SASL token after a v0 handshake
-            if size < (0 if raw else 8) or size > self.config.max_request_bytes:
-                self._count("bad_frames")
-                logger.debug("closing %s: request size %d outside 8..%d", conn.peer, size,
-                             self.config.max_request_bytes)
-                raise _Closed
+            # one deadline for the whole request, size and body (no task per read, unlike wait_for)
             async with asyncio.timeout(idle_s):
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                raw = conn.extra.get(RAW_TOKENS, False)  # a bare SASL token after a v0 handshake
+                if size < (0 if raw else 8) or size > self.config.max_request_bytes:
+                    self._count("bad_frames")
+                    logger.debug("closing %s: request size %d outside 8..%d", conn.peer, size,
+                                 self.config.max_request_bytes)
+                    raise _Closed
                 frame = await reader.readexactly(size)
             if raw:
                 token, error = sasl_step(conn, frame)
