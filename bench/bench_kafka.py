@@ -73,18 +73,29 @@ def _idle_share(server: psutil.Process, seconds: float) -> float:
     return (_cpu_s(server) - cpu0) / seconds
 
 
-def _phase(server: psutil.Process, spec: dict[str, Any]) -> dict[str, Any]:
+def _requests(c: httpx.Client, api: str) -> float:
+    """The server's count of ``api`` requests answered so far (its /metrics, every version)."""
+    head = f'kafka_network_requestmetrics_requests_total{{request="{api}",'
+    return sum(float(line.rsplit(" ", 1)[1]) for line in c.get("/metrics").text.splitlines() if line.startswith(head))
+
+
+def _phase(server: psutil.Process, spec: dict[str, Any], c: httpx.Client) -> dict[str, Any]:
+    api = "Produce" if spec["action"] == "produce" else "Fetch"
+    requests0 = _requests(c, api)
     cpu0, t0 = _cpu_s(server), time.perf_counter()
     load = os.getloadavg()[0]
     r = _client(spec)
     cpu, wall = _cpu_s(server) - cpu0, time.perf_counter() - t0
+    requests = _requests(c, api) - requests0  # the client's warm-up included, as in the CPU figure
     mb = r["bytes"] / 1e6
     net = max(cpu - IDLE["cpu_share"] * wall, 1e-9)  # less what the idle server spends in the same time
     r.update({"mb_per_s": round(mb / r["seconds"], 1), "records_per_s": round(r["records"] / r["seconds"]),
               "server_cpu_s": round(cpu, 2), "server_cpu_s_per_gb": round(cpu / max(mb / 1000, 1e-9), 2),
               "mb_per_server_cpu_s": round(mb / max(cpu, 1e-9), 1),
               "mb_per_server_cpu_s_net_of_idle": round(mb / net, 1), "seconds": round(r["seconds"], 2),
-              "client_process_seconds": round(wall, 2), "loadavg_before": round(load, 2)})
+              "client_process_seconds": round(wall, 2), "loadavg_before": round(load, 2),
+              # librdkafka sends one ProduceRequest per partition batch: what the per-request costs are spread over
+              "requests": int(requests), "server_cpu_us_per_request": round(cpu / max(requests, 1) * 1e6)})
     return r
 
 
@@ -135,16 +146,16 @@ def run_partitions(srv: bench_service.ServeProcess, bootstrap: str, partitions: 
     common = {"bootstrap": bootstrap, "partitions": partitions}
     warm = 0.5 if quick() else 1.0
     peak = _phase(server, {**common, "action": "produce", "topic": big, "value_bytes": 1024 - 16,
-                           "seconds": seconds, "rate": 0, "warmup": warm})
+                           "seconds": seconds, "rate": 0, "warmup": warm}, c)
     half = _phase(server, {**common, "action": "produce", "topic": big, "value_bytes": 1024 - 16,
-                           "seconds": seconds, "rate": max(1, peak["records_per_s"] // 2), "warmup": warm})
+                           "seconds": seconds, "rate": max(1, peak["records_per_s"] // 2), "warmup": warm}, c)
     small_r = _phase(server, {**common, "action": "produce", "topic": small, "value_bytes": 100 - 16,
-                              "seconds": seconds, "rate": 0, "warmup": warm})
+                              "seconds": seconds, "rate": 0, "warmup": warm}, c)
     total = sum(c.get(f"/v1/topics/{big}/partitions/{p}").json()["log_end_offset"] for p in range(partitions))
-    local = _phase(server, {**common, "action": "consume", "topic": big, "records": total})
+    local = _phase(server, {**common, "action": "consume", "topic": big, "records": total}, c)
     _make_remote(c, big)
     left = _tier_all(c, big, partitions)
-    remote = _phase(server, {**common, "action": "consume", "topic": big, "records": total})
+    remote = _phase(server, {**common, "action": "consume", "topic": big, "records": total}, c)
     remote["segments_left_local"] = left
     return {"produce_1kib": peak, "produce_1kib_half_rate": half, "produce_100b": small_r,
             "fetch_local": local, "fetch_remote": remote}

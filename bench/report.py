@@ -266,6 +266,18 @@ _KAFKA_PHASES = (("produce_1kib", "produce 1 KiB records"), ("produce_1kib_half_
                  ("fetch_remote", "consume from remote segments"))
 
 
+def _per_request(d: dict[str, Any]) -> str:
+    """What the produce requests carried: librdkafka sends one ProduceRequest per partition batch."""
+    per = {k.split("_")[0]: r["produce_1kib"] for k, r in d["results"].items() if "requests" in r["produce_1kib"]}
+    if not per:
+        return ""
+    spread = " and ".join(f"about {_n(r['records'] / max(r['requests'], 1))} with {k}" for k, r in per.items())
+    return (" librdkafka sends one ProduceRequest per partition batch, so the listener's fixed cost per request "
+            "(decode, answer, the hand-offs between the event loop, the connection's lane and the fsync round) is "
+            f"spread over the records of one partition's batch: 1 KiB records a request at full rate, {spread} "
+            "partition(s).")
+
+
 def _kafka() -> list[str]:
     d = _load("kafka")
     if d is None:
@@ -274,17 +286,20 @@ def _kafka() -> list[str]:
     out = [f"**Kafka listener** (`bench kafka`){_scale(d)}: one `tiercompact serve` process, {d['client']}, "
            f"{d['seconds_per_phase']} s a phase. Server CPU is the whole server process's while the phase runs "
            f"(its idle share, {d['server_idle_cpu_share']} of a core, included; the net figure takes it off); "
-           "latencies are librdkafka's, from `produce()` to the acknowledgement (acks=all waits for the fsync).",
+           "latencies are librdkafka's, from `produce()` to the acknowledgement (acks=all waits for the fsync)."
+           + _per_request(d),
            "", "| partitions | phase | MB/s | records/s | server CPU-s per GB | MB per server CPU-s (net of idle) "
-           "| p50 / p99 ms | load average before |", "|---|---|---|---|---|---|---|---|"]
+           "| p50 / p99 ms | requests (server CPU µs a request) | load average before |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for key, res in d["results"].items():
         parts = key.split("_")[0]
         for phase, label in _KAFKA_PHASES:
             r = res[phase]
             lat = f"{r['p50_ms']} / {r['p99_ms']}" if "p99_ms" in r else "-"
+            reqs = f"{_n(r['requests'])} ({_n(r['server_cpu_us_per_request'])})" if "requests" in r else "-"
             out.append(f"| {parts} | {label} | {_n(r['mb_per_s'], 1)} | {_n(r['records_per_s'])} | "
                        f"{_n(r['server_cpu_s_per_gb'], 1)} | {_n(r['mb_per_server_cpu_s'], 1)} "
-                       f"({_n(r['mb_per_server_cpu_s_net_of_idle'], 1)}) | {lat} | {r['loadavg_before']} |")
+                       f"({_n(r['mb_per_server_cpu_s_net_of_idle'], 1)}) | {lat} | {reqs} | {r['loadavg_before']} |")
     h = d["http"]
     out += ["", f"The HTTP API in the same run ({h['records_per_request']} records of {h['record_bytes']} B a request, "
             f"{h['produce']['clients']} clients, {h['partitions']} partitions):", "",
