@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
-from typing import Any
-
-import pytest
 
 from coordinator.txn import state as S
 from coordinator.txn.coordinator import TxnConfig
 from log.types import TopicPartition
-from tests.coordinator.test_txn_coordinator import Harness
+from tests.coordinator.txn_harness import Harness
 
 TP0 = TopicPartition("t", 0)
 WEEK = TxnConfig().id_expiration_ms
-
-
-@pytest.fixture
-def h(tmp_path: Path) -> Any:
-    harness = Harness(tmp_path)
-    yield harness
-    harness.tc.close()
-    harness.store.close()
 
 
 def _committed(h: Harness, tid: str, commit: bool = True) -> tuple[int, int]:
