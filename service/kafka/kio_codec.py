@@ -26,13 +26,30 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
-from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
-from kio.static import primitive
+#: kio's integer types by Kafka's type name (filled by _kio() with kio itself)
+_INTS: dict[str, Any] = dict.fromkeys(("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"))
 
-_INTS = {"int8": primitive.i8, "int16": primitive.i16, "int32": primitive.i32, "int64": primitive.i64,
-         "uint8": primitive.u8, "uint16": primitive.u16, "uint32": primitive.u32, "uint64": primitive.u64}
+
+def _kio() -> types.SimpleNamespace:
+    """kio's modules, imported on first use: they take a noticeable part of a node's startup (kio's static types pull
+    in hypothesis where it is installed), and only requests at these old versions need them."""
+    global _KIO
+    if _KIO is None:
+        from kio.index import load_request_schema, load_response_schema
+        from kio.schema.errors import ErrorCode
+        from kio.serial import entity_reader, entity_writer
+        from kio.static import primitive
+
+        _INTS.update({"int8": primitive.i8, "int16": primitive.i16, "int32": primitive.i32, "int64": primitive.i64,
+                      "uint8": primitive.u8, "uint16": primitive.u16, "uint32": primitive.u32,
+                      "uint64": primitive.u64})
+        _KIO = types.SimpleNamespace(load_request_schema=load_request_schema, ErrorCode=ErrorCode,
+                                     load_response_schema=load_response_schema, entity_reader=entity_reader,
+                                     entity_writer=entity_writer)
+    return _KIO
+
+
+_KIO: types.SimpleNamespace | None = None
 _DURATIONS = frozenset({"timedelta_i32", "timedelta_i64"})
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
@@ -122,7 +139,7 @@ def _to_kio(kafka_type: str | None, v: Any) -> Any:
     if v is None:
         return None
     if kafka_type == "error_code":
-        return ErrorCode(v)
+        return _kio().ErrorCode(v)
     if kafka_type in _DURATIONS:
         return datetime.timedelta(milliseconds=v)
     if kafka_type == "datetime_i64":
@@ -177,25 +194,41 @@ class KioVersions:
     _requests: dict[int, tuple[_Plan, Any, Any]] = field(default_factory=dict, repr=False)
     _responses: dict[int, tuple[_Plan, Any]] = field(default_factory=dict, repr=False)
 
+    _bound: tuple[int, Any, Any] | None = field(default=None, repr=False)
+
     def bind(self, api_key: int, request_cls: Any, response_cls: Any) -> None:
-        """Map every version's kio entities onto kafka-python's classes (raises if a field has no counterpart)."""
+        """The API and kafka-python's classes these versions are served as (mapped on first use: :meth:`load`)."""
+        self._bound = (api_key, request_cls, response_cls)
+
+    def load(self) -> None:
+        """Map every version's kio entities onto kafka-python's classes (raises if a field has no counterpart); done
+        once, by the first request at one of these versions (tests call it for every API at startup's place)."""
+        if self._requests:
+            return
+        if self._bound is None:
+            raise RuntimeError("KioVersions.load before bind")
+        kio = _kio()
+        api_key, request_cls, response_cls = self._bound
+        requests, responses = {}, {}
         for v in range(self.min_version, self.max_version + 1):
-            kio_req, kio_resp = load_request_schema(api_key, v), load_response_schema(api_key, v)
+            kio_req, kio_resp = kio.load_request_schema(api_key, v), kio.load_response_schema(api_key, v)
             if kio_req.__flexible__ or request_cls.flexible_version_q(v):
                 raise TypeError(f"API {api_key} v{v}: a flexible version needs kafka-python's request header")
-            self._requests[v] = (_plan(kio_req, request_cls._struct, True),
-                                 entity_reader(kio_req), request_cls)
-            self._responses[v] = (_plan(kio_resp, response_cls._struct, False),
-                                  entity_writer(kio_resp))
+            requests[v] = (_plan(kio_req, request_cls._struct, True), kio.entity_reader(kio_req), request_cls)
+            responses[v] = (_plan(kio_resp, response_cls._struct, False), kio.entity_writer(kio_resp))
+        self._responses.update(responses)
+        self._requests.update(requests)  # last: a non-empty _requests means loaded
 
     def decode(self, body: bytes | memoryview, version: int) -> Any:
         """The request body (after the header) at ``version`` as the kafka-python request message."""
+        self.load()
         plan, read, request_cls = self._requests[version]
         entity, _size = read(body, 0)
         return request_cls(**_to_kp_fields(plan, entity))
 
     def encode(self, response: Any, version: int) -> bytes:
         """The handler's kafka-python response message as the body of kio's response at ``version``."""
+        self.load()
         plan, write = self._responses[version]
         buf = io.BytesIO()
         write(buf, _to_entity(plan, response))
