@@ -23,6 +23,17 @@ def test_compiled_kernels_are_built():
     assert COMPILED is not None
 
 
+def _mutated(data: bytes, edits: list[tuple[int, int]], cut: int) -> bytes:
+    """``data`` with bytes overwritten at ``edits`` (positions wrap around) and ``cut`` bytes cut off its end."""
+    buf = bytearray(data)
+    for pos, byte in edits:
+        if buf:
+            buf[pos % len(buf)] = byte
+    if cut:
+        buf = buf[: max(0, len(buf) - cut)]
+    return bytes(buf)
+
+
 def _reference_fields(data: bytes, count: int, base: int, base_ts: int, base_seq: int, append_time: int | None):
     try:
         return list(iter_record_fields(data, count, base, base_ts, base_seq, append_time))
@@ -58,13 +69,7 @@ def test_decode_records_is_the_reference_decoder_or_nothing(n, seed, edits, cut,
     fast = COMPILED.decode_records(data, n, base, base_ts, base_seq, append_time)
     if not any(hs for *_x, hs, _s in clean):
         assert fast == clean  # well-formed records without headers: always decoded here
-    buf = bytearray(data)
-    for pos, byte in edits:
-        if buf:
-            buf[pos % len(buf)] = byte
-    if cut:
-        buf = buf[: max(0, len(buf) - cut)]
-    data = bytes(buf)
+    data = _mutated(data, edits, cut)
     count = max(0, n + extra)
     ref = _reference_fields(data, count, base, base_ts, base_seq, append_time)
     fast = COMPILED.decode_records(data, count, base, base_ts, base_seq, append_time)
@@ -180,13 +185,7 @@ def test_check_produced_records_is_the_reference_or_nothing(n, seed, edits, cut,
     ref = _reference_check(data, n, base_ts, need_key, check_time, now, diff)
     fast = COMPILED.check_produced_records(data, n, base_ts, need_key, check_time, now, diff)
     assert fast == ref or (fast is None and max_diff == 2**62)  # beyond 2**61 it leaves it to the reference
-    buf = bytearray(data)
-    for pos, byte in edits:
-        if buf:
-            buf[pos % len(buf)] = byte
-    if cut:
-        buf = buf[: max(0, len(buf) - cut)]
-    data = bytes(buf)
+    data = _mutated(data, edits, cut)
     count = max(0, n + extra)
     fast = COMPILED.check_produced_records(data, count, base_ts, need_key, check_time, now, diff)
     assert fast is None or fast == _reference_check(data, count, base_ts, need_key, check_time, now, diff)
