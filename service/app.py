@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -193,13 +192,9 @@ class TiercompactAPI(FastAPI):
 DOCS_URL, REDOC_URL, OPENAPI_URL = "/docs", "/redoc", "/openapi.json"
 
 
-def create_app(node: Node, *, manage_lifecycle: bool = False, companions: Sequence[Any] = (),
-               freeze_heap: bool = False) -> TiercompactAPI:
+def create_app(node: Node, *, manage_lifecycle: bool = False, companions: Sequence[Any] = ()) -> TiercompactAPI:
     """``companions`` (objects with ``start()``/``stop()``, e.g. the Kafka listener) start after the node
-    and stop before it, with ``manage_lifecycle``. ``freeze_heap`` (the serve process): once everything has
-    started, the objects made so far (modules, the node, the metadata store's mappers) are moved out of the
-    cyclic collector's sight (``gc.freeze``), so its full collections while requests run scan only what came
-    later: they took 45-160 ms over the whole startup heap, stalling every request for as long."""
+    and stop before it, with ``manage_lifecycle``."""
     request_threads = RequestThreads()
 
     @asynccontextmanager
@@ -211,9 +206,6 @@ def create_app(node: Node, *, manage_lifecycle: bool = False, companions: Sequen
                 for c in companions:
                     c.start()
                     started.append(c)
-                if freeze_heap:
-                    gc.collect()
-                    gc.freeze()
             except BaseException:
                 for c in reversed(started):
                     c.stop()

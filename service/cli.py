@@ -185,7 +185,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from service.kafka.server import KafkaService
 
         companions.append(KafkaService(node, config))
-    app = create_app(node, manage_lifecycle=True, companions=companions, freeze_heap=True)
+    app = create_app(node, manage_lifecycle=True, companions=companions)
     # SIGTERM/SIGINT: a graceful stop within 10 s (the app's lifespan shuts the node down), exit 0
     return serve_in_foreground(app, host=config.host, port=config.port, log_level=config.log_level)
 
