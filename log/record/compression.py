@@ -146,8 +146,11 @@ def decompress(ctype: CompressionType | int, data: bytes | bytearray | memoryvie
 
 
 #: the codecs whose cramjam decoder writes into a caller's buffer (snappy's xerial stream is decoded block by block)
-_DECOMPRESS_INTO: dict[int, Callable[..., int]] = {CompressionType.GZIP: cramjam.gzip.decompress_into, CompressionType.LZ4: cramjam.lz4.decompress_into,
-                    CompressionType.ZSTD: cramjam.zstd.decompress_into}
+_DECOMPRESS_INTO: dict[int, Callable[..., int]] = {
+    CompressionType.GZIP: cramjam.gzip.decompress_into,
+    CompressionType.LZ4: cramjam.lz4.decompress_into,
+    CompressionType.ZSTD: cramjam.zstd.decompress_into,
+}
 #: the largest a thread's scratch buffer grows; a batch decompressing to more gets its own allocation
 SCRATCH_MAX_BYTES = 16 * 1024 * 1024
 _SCRATCH_START_BYTES = 1024 * 1024
@@ -177,4 +180,3 @@ def decompress_scratch(ctype: CompressionType | int, data: bytes | bytearray | m
             buf = _scratch.buf = bytearray(len(buf) * 2)
             continue
         return memoryview(buf)[:n]
-
