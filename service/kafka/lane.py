@@ -4,7 +4,8 @@ Kafka's broker processes one connection's requests strictly in order. A Produce 
 its appends on the connection's lane (:meth:`Lane.submit`, which queues at once and returns a
 future) and returns, so the listener reads and decodes the client's next pipelined requests
 while the appends run; whatever queued meanwhile runs next as one job on one worker thread, in
-the order the requests came. Any request that is not pipelined waits until the lane has
+the order the requests came; each request's future is settled as soon as its own work has run
+(not when the whole job ends), so its answer and its fsync wait start while the job goes on. Any request that is not pipelined waits until the lane has
 drained (:meth:`Lane.idle`) before its handler runs, so an EndTxn or a Fetch never overtakes
 a Produce sent before it on the same connection.
 
@@ -22,14 +23,18 @@ from typing import Any
 Runner = Callable[..., Awaitable[Any]]
 
 
-def _run_all(work: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[tuple[bool, Any]]:
-    out: list[tuple[bool, Any]] = []
-    for fn, args in work:
+Settle = Callable[[int, bool, Any], None]
+
+
+def _run_all(work: list[tuple[Callable[..., Any], tuple[Any, ...]]], settle: Settle) -> None:
+    """Run the job's work in order (on a worker thread), handing each outcome to ``settle`` as soon as it is known."""
+    for i, (fn, args) in enumerate(work):
         try:
-            out.append((True, fn(*args)))
+            value = fn(*args)
         except Exception as e:  # noqa: BLE001 - the failure belongs to that request's answer
-            out.append((False, e))
-    return out
+            settle(i, False, e)
+        else:
+            settle(i, True, value)
 
 
 class Lane:
@@ -60,27 +65,42 @@ class Lane:
         return fut
 
     async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while self._queued:
                 batch, self._queued = self._queued, []
+                settled = [0]  # items settled so far, in order (read on the loop only)
+
+                def settle_now(i: int, ok: bool, value: Any, batch: list[Any] = batch, settled: list[int] = settled) -> None:
+                    settled[0] = i + 1
+                    self._settle(batch[i], ok, value)
+
+                def settle(i: int, ok: bool, value: Any) -> None:  # on the worker thread
+                    loop.call_soon_threadsafe(settle_now, i, ok, value)
+
                 try:
-                    results = await self._run(_run_all, [(fn, args) for fn, args, _f, _s in batch])
+                    # settle's callbacks are queued on the loop before the job's own completion, so every item the
+                    # job ran is settled by the time this await returns
+                    await self._run(_run_all, [(fn, args) for fn, args, _f, _s in batch], settle)
                 except BaseException as e:  # noqa: BLE001 - the worker pool itself failed (stopping)
-                    results = [(False, e if isinstance(e, Exception) else RuntimeError(str(e)))] * len(batch)
+                    err = e if isinstance(e, Exception) else RuntimeError(str(e))
+                    for item in batch[settled[0]:]:
+                        self._settle(item, False, err)
                 self.jobs += 1
                 self.items += len(batch)
-                for (_fn, _args, fut, size), (ok, value) in zip(batch, results, strict=True):
-                    self._bytes -= size
-                    if fut.done():
-                        continue
-                    if ok:
-                        fut.set_result(value)
-                    else:
-                        fut.set_exception(value)
-                self._changed.set()
         finally:
             self._task = None
             self._changed.set()
+
+    def _settle(self, item: tuple[Any, Any, asyncio.Future[Any], int], ok: bool, value: Any) -> None:
+        _fn, _args, fut, size = item
+        self._bytes -= size
+        if not fut.done():
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(value)
+        self._changed.set()
 
     async def idle(self) -> None:
         """Wait until everything queued so far has run."""

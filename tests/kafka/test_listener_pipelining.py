@@ -53,6 +53,40 @@ def test_the_lane_runs_queued_work_in_order_in_few_jobs_and_idle_waits_for_it() 
     asyncio.run(main())
 
 
+def test_a_lane_item_is_settled_when_its_own_work_ran_not_when_the_job_ends() -> None:
+    """A request's answer (and its fsync wait) starts as soon as its append ran, though later requests of the same job
+    are still running: a slow neighbour does not hold back what is done."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    release = threading.Event()
+    pool = ThreadPoolExecutor(1)
+
+    async def runner(fn, *args):  # type: ignore[no-untyped-def]
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+    def slow() -> str:
+        assert release.wait(10)
+        return "slow"
+
+    async def main() -> None:
+        lane = Lane(runner, max_bytes=1 << 20)
+        first = lane.submit(lambda: "first")
+        second = lane.submit(slow)
+        assert await asyncio.wait_for(first, 5) == "first"
+        assert not second.done() and lane.busy  # the job is still running its second item
+        release.set()
+        assert await asyncio.wait_for(second, 5) == "slow"
+        await lane.idle()
+        assert lane.jobs == 1 and lane.items == 2
+
+    try:
+        asyncio.run(main())
+    finally:
+        release.set()
+        pool.shutdown()
+
+
 @pytest.mark.parametrize("flexible", [False, True])
 def test_the_request_header_parse_matches_the_protocol_librarys(flexible: bool) -> None:
     import io
