@@ -180,6 +180,8 @@ class KafkaListener:
         self._start_error: BaseException | None = None
         self._stopping: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        #: per open connection, when the request it is reading began (0: between requests); _watchdog reads it
+        self._reading: dict[asyncio.StreamReader, list[float]] = {}
         self.connections = 0
         self.cluster = ClusterView(broker_id=node.broker_id, host=self.config.advertised_host or "127.0.0.1",
                                    port=self.config.advertised_port or self.config.port,
@@ -230,7 +232,9 @@ class KafkaListener:
         logger.info("Kafka listener on %s:%d (advertised %s:%d)", self.config.host, self.port,
                     self.cluster.host, self.cluster.port)
         self._started.set()
+        watchdog = asyncio.create_task(self._watchdog())
         await self._stopping.wait()
+        watchdog.cancel()
         self._server.close()
         for t in list(self._tasks):
             t.cancel()
@@ -286,8 +290,10 @@ class KafkaListener:
                                lane=Lane(self.run_blocking, MAX_LANE_BYTES))
         answers = _Outbox()
         writer_task = asyncio.create_task(self._write_answers(answers, writer))
+        reading = [0.0]  # when the request being read began (0: not reading one); see _watchdog
+        self._reading[reader] = reading
         try:
-            await self._read_requests(reader, answers, conn, writer_task)
+            await self._read_requests(reader, answers, conn, writer_task, reading)
         except (_Closed, ConnectionError, asyncio.IncompleteReadError, TimeoutError, ssl.SSLError):
             pass
         except asyncio.CancelledError:
@@ -305,23 +311,41 @@ class KafkaListener:
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
             self.connections -= 1
             self._tasks.discard(task)
+            self._reading.pop(reader, None)
+
+    async def _watchdog(self) -> None:
+        """connections.max.idle.ms: close every connection whose current request (size and body) began longer ago,
+        checked a few times per idle period (reading a request costs a timestamp, not a timer per request)."""
+        idle_s = self.config.idle_ms / 1000
+        period = min(max(idle_s / 4, 0.01), 1.0)
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(period)
+            now = loop.time()
+            for reader, reading in list(self._reading.items()):
+                if reading[0] and now - reading[0] > idle_s:
+                    reading[0] = 0.0
+                    self._count("idle_closed")
+                    reader.set_exception(TimeoutError())  # the read fails; the connection closes as after any error
 
     async def _read_requests(self, reader: asyncio.StreamReader, answers: _Outbox,
-                             conn: ConnectionState, writer_task: asyncio.Task[None]) -> None:
-        idle_s = self.config.idle_ms / 1000
+                             conn: ConnectionState, writer_task: asyncio.Task[None], reading: list[float]) -> None:
+        loop = asyncio.get_running_loop()
         while not writer_task.done():
             await answers.room()
             await conn.lane.room()
-            # one deadline for the whole request, size and body (no task per read, unlike wait_for)
-            async with asyncio.timeout(idle_s):
-                (size,) = struct.unpack(">i", await reader.readexactly(4))
-                raw = conn.extra.get(RAW_TOKENS, False)  # a bare SASL token after a v0 handshake
-                if size < (0 if raw else 8) or size > self.config.max_request_bytes:
-                    self._count("bad_frames")
-                    logger.debug("closing %s: request size %d outside 8..%d", conn.peer, size,
-                                 self.config.max_request_bytes)
-                    raise _Closed
-                frame = await reader.readexactly(size)
+            # the watchdog closes the connection if this request, size and body, takes longer than
+            # connections.max.idle.ms to arrive (a timestamp per request, not a timer)
+            reading[0] = loop.time()
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+            raw = conn.extra.get(RAW_TOKENS, False)  # a bare SASL token after a v0 handshake
+            if size < (0 if raw else 8) or size > self.config.max_request_bytes:
+                self._count("bad_frames")
+                logger.debug("closing %s: request size %d outside 8..%d", conn.peer, size,
+                             self.config.max_request_bytes)
+                raise _Closed
+            frame = await reader.readexactly(size)
+            reading[0] = 0.0
             if raw:
                 token, error = sasl_step(conn, frame)
                 if error is not None:

@@ -208,8 +208,8 @@ class KafkaMetrics:
         g.add_metric([], float(self.connections_fn() if self.connections_fn is not None else 0))
         yield g
         c = CounterMetricFamily(REFUSED_TOTAL, "Kafka connections refused or closed by the listener, by reason "
-                                               "(max.connections, bad frames, unauthenticated requests, SASL "
-                                               "failures).", labels=["reason"])
+                                               "(max.connections, connections.max.idle.ms, bad frames, unauthenticated "
+                                               "requests, SASL failures).", labels=["reason"])
         for reason, n in sorted(refused.items()):
             c.add_metric([reason], n)
         yield c
