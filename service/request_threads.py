@@ -1,4 +1,4 @@
-"""RequestThreads: the worker threads that run a produce or read request's blocking work.
+"""RequestThreads: the worker threads that run a request's blocking work (HTTP fast lane, Kafka listener).
 
 The hot routes (service/routes/partitions.py ``RecordsFastLane``) hand each request's work,
 decode-and-append or read-and-encode, to a thread so that the event loop never waits on a
@@ -7,6 +7,11 @@ disk write, a roll's fsync, a log lock or an object-store download. AnyIO's
 (a checkpoint, a capacity limiter, a context copy, a Python-level queue with a condition),
 as much as the append itself; this pool costs about 10 us: a C ``SimpleQueue`` to the
 workers and ``call_soon_threadsafe`` back.
+
+:meth:`RequestThreads.run` is the awaitable form. :meth:`RequestThreads.submit` hands the outcome
+to a callback on the worker thread instead, for callers that chain work without a Task per hop
+(the Kafka listener's connection lanes and fsync rounds call ``loop.call_soon_threadsafe``
+from it once per outcome).
 
 Like AnyIO's, a request whose task is cancelled (uvicorn cancels the requests still running
 when a stop's drain time is over) is not abandoned half-way: its thread finishes the work and
@@ -36,14 +41,27 @@ T = TypeVar("T")
 DEFAULT_MAX_THREADS = 40
 
 
-def _resolve(fut: asyncio.Future[Any], result: Any) -> None:
-    if not fut.done():  # a cancelled request: its answer is dropped
-        fut.set_result(result)
+#: what a worker calls with a job's outcome: ``done(True, result)`` or ``done(False, exception)``
+Done = Callable[[bool, Any], None]
 
 
-def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(exc)
+def settle(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    """Set an asyncio future from a worker's outcome (on its loop)."""
+    if fut.done():  # a cancelled request: its answer is dropped
+        return
+    if ok:
+        fut.set_result(value)
+    else:
+        fut.set_exception(value)
+
+
+def _hand_back(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any]) -> Done:
+    def done(ok: bool, value: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(settle, fut, ok, value)
+        except RuntimeError:  # the loop is closed: nobody waits for the answer any more
+            logger.debug("request finished after its event loop closed; answer dropped")
+    return done
 
 
 class RequestThreads:
@@ -52,8 +70,7 @@ class RequestThreads:
             raise ValueError(f"max_threads={max_threads} must be at least 1")
         self.max_threads = max_threads
         self.name = name
-        self._queue: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[Any],
-                                             Callable[..., Any], tuple[Any, ...]] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], Done] | None] = queue.SimpleQueue()
         self._lock = ordered_lock("service.request_threads", RANK_LEAF)
         # Every queued request has a thread: an idle one it claimed, one started for it, or
         # (all max_threads busy) the next to finish, which counts it in _waiting.
@@ -67,6 +84,11 @@ class RequestThreads:
         """``fn(*args)`` on a worker thread; its result, or its exception raised here."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
+        self.submit(fn, args, _hand_back(loop, fut))
+        return await fut
+
+    def submit(self, fn: Callable[..., Any], args: tuple[Any, ...], done: Done) -> None:
+        """Queue ``fn(*args)`` for a worker thread, which then calls ``done(ok, value)`` itself (on that thread)."""
         spawn = 0
         with self._lock:
             self._closing = False
@@ -85,8 +107,7 @@ class RequestThreads:
                 with self._lock:
                     self._threads -= 1
                 raise
-        self._queue.put((loop, fut, fn, args))
-        return await fut
+        self._queue.put((fn, args, done))
 
     def _work(self) -> None:
         with request_scope():  # every job here is a request's: its partition-lock waits are bounded
@@ -98,14 +119,13 @@ class RequestThreads:
             item = get()
             if item is None:  # stop() counted this thread out already
                 return
-            loop, fut, fn, args = item
+            fn, args, done = item
             del item
-            how: Callable[[asyncio.Future[Any], Any], None]
             try:
                 value: Any = fn(*args)
-                how = _resolve
+                ok = True
             except BaseException as e:  # handed to the awaiting request, as AnyIO does
-                value, how = e, _fail
+                value, ok = e, False
             # idle (or on to a waiting request) before the answer goes back, so that the request
             # it lets go on finds this thread instead of starting another
             with lock:
@@ -118,18 +138,13 @@ class RequestThreads:
                 else:
                     self._idle += 1
                     end = False
-            self._hand_back(loop, how, fut, value)
-            del loop, fut, fn, args, value
+            try:
+                done(ok, value)
+            except Exception:  # noqa: BLE001 - a callback's bug must not end the worker
+                logger.exception("a request thread's completion callback failed")
+            del fn, args, done, value
             if end:
                 return
-
-    @staticmethod
-    def _hand_back(loop: asyncio.AbstractEventLoop, how: Callable[[asyncio.Future[Any], Any], None],
-                   fut: asyncio.Future[Any], value: Any) -> None:
-        try:
-            loop.call_soon_threadsafe(how, fut, value)
-        except RuntimeError:  # the loop is closed: nobody waits for the answer any more
-            logger.debug("request finished after its event loop closed; answer dropped")
 
     @property
     def threads(self) -> int:

@@ -14,14 +14,14 @@ rate: Kafka's group commit, done node-wide. Each fsync also tells the node's Flu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from log.flush import FlushTracker
 from log.local_log import LocalLog
-from log.locks import run_as_request
 from service.flush_policy import flush_tracker_for
+from service.request_threads import RequestThreads
 
 
 class _Waiter:
@@ -41,7 +41,7 @@ class GroupSync:
         self._waiting: list[_Waiter] = []
         self._running = False
         #: one thread: fsyncs of one filesystem do not go faster in parallel (the journal orders them)
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tiercompact-fsync")
+        self._thread = RequestThreads(1, "tiercompact-fsync")
         #: fsyncs run, rounds run, and requests they answered (metrics, tests)
         self.syncs = 0
         self.rounds = 0
@@ -53,36 +53,50 @@ class GroupSync:
         needs = {log: end for log, end in ends.items() if self._durable.get(log, -1) < end}
         if not needs:
             return {}
-        fut: asyncio.Future[dict[LocalLog, Exception]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[dict[LocalLog, Exception]] = loop.create_future()
         self._waiting.append(_Waiter(needs, fut))
         if not self._running:
-            self._running = True
-            asyncio.ensure_future(self._rounds())
+            self._start_round(loop)
         return await fut
 
-    async def _rounds(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while self._waiting:
-                waiting, self._waiting = self._waiting, []
-                logs = {log for w in waiting for log, end in w.needs.items() if self._durable.get(log, -1) < end}
-                synced, failed = await loop.run_in_executor(self._thread, run_as_request, self._sync_all, logs)
-                self.rounds += 1
-                self.syncs += len(synced)
-                for log, end in synced.items():
-                    self._durable[log] = max(self._durable.get(log, -1), end)
-                for w in waiting:
-                    if w.future.done():
-                        continue
-                    bad = {log: failed[log] for log in w.needs if log in failed}
-                    if bad:
-                        w.future.set_result(bad)
-                    elif all(self._durable.get(log, -1) >= end for log, end in w.needs.items()):
-                        self.answered += 1
-                        w.future.set_result({})
-                    else:  # appended after the round read that log's end: the next round covers it
-                        self._waiting.append(w)
-        finally:
+    def _start_round(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand the round thread every log a waiting request still needs (on the loop)."""
+        waiting, self._waiting = self._waiting, []
+        logs = {log for w in waiting for log, end in w.needs.items() if self._durable.get(log, -1) < end}
+        self._running = True
+
+        def done(ok: bool, value: Any) -> None:  # on the round thread
+            with contextlib.suppress(RuntimeError):  # the loop closed while stopping
+                loop.call_soon_threadsafe(self._round_done, loop, waiting, logs, ok, value)
+
+        self._thread.submit(self._sync_all, (logs,), done)
+
+    def _round_done(self, loop: asyncio.AbstractEventLoop, waiting: list[_Waiter], logs: set[LocalLog], ok: bool,
+                    value: Any) -> None:
+        if ok:
+            synced, failed = value
+        else:  # the round itself failed (stopping): every log it held fails, so no request waits for ever
+            err = value if isinstance(value, Exception) else RuntimeError(f"fsync round interrupted: {value!r}")
+            synced, failed = {}, dict.fromkeys(logs, err)
+        self.rounds += 1
+        self.syncs += len(synced)
+        for log, end in synced.items():
+            self._durable[log] = max(self._durable.get(log, -1), end)
+        for w in waiting:
+            if w.future.done():
+                continue
+            bad = {log: failed[log] for log in w.needs if log in failed}
+            if bad:
+                w.future.set_result(bad)
+            elif all(self._durable.get(log, -1) >= end for log, end in w.needs.items()):
+                self.answered += 1
+                w.future.set_result({})
+            else:  # appended after the round read that log's end: the next round covers it
+                self._waiting.append(w)
+        if self._waiting:
+            self._start_round(loop)
+        else:
             self._running = False
 
     def _sync_all(self, logs: set[LocalLog]) -> tuple[dict[LocalLog, int], dict[LocalLog, Exception]]:

@@ -4,10 +4,14 @@ Kafka's broker processes one connection's requests strictly in order. A Produce 
 its appends on the connection's lane (:meth:`Lane.submit`, which queues at once and returns a
 future) and returns, so the listener reads and decodes the client's next pipelined requests
 while the appends run; whatever queued meanwhile runs next as one job on one worker thread, in
-the order the requests came; each request's future is settled as soon as its own work has run
-(not when the whole job ends), so its answer and its fsync wait start while the job goes on. Any request that is not pipelined waits until the lane has
-drained (:meth:`Lane.idle`) before its handler runs, so an EndTxn or a Fetch never overtakes
-a Produce sent before it on the same connection.
+the order the requests came. Each request's future is settled as soon as its own work has run
+(not when the whole job ends), so its answer and its fsync wait start while the job goes on.
+Any request that is not pipelined waits until the lane has drained (:meth:`Lane.idle`) before
+its handler runs, so an EndTxn or a Fetch never overtakes a Produce sent before it on the same
+connection.
+
+The jobs go to the listener's :class:`~service.request_threads.RequestThreads`, whose threads hand each
+outcome back with one loop callback: no Task drives the lane and no executor future is chained.
 
 The lane holds at most ``max_bytes`` of queued request payload before the listener stops
 reading the connection (:meth:`Lane.room`), so memory stays bounded however fast a client
@@ -17,11 +21,11 @@ pipelines.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Callable
 from typing import Any
 
-Runner = Callable[..., Awaitable[Any]]
-
+from service.request_threads import RequestThreads
 
 Settle = Callable[[int, bool, Any], None]
 
@@ -40,12 +44,12 @@ def _run_all(work: list[tuple[Callable[..., Any], tuple[Any, ...]]], settle: Set
 class Lane:
     """One connection's queue of blocking work (used from the listener's event loop only)."""
 
-    def __init__(self, run: Runner, max_bytes: int) -> None:
-        self._run = run
+    def __init__(self, workers: RequestThreads, max_bytes: int) -> None:
+        self._workers = workers
         self.max_bytes = max_bytes
         self._queued: list[tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future[Any], int]] = []
         self._bytes = 0
-        self._task: asyncio.Future[None] | None = None
+        self._running = False
         self._changed = asyncio.Event()
         #: worker jobs run and the work items they ran (metrics, tests)
         self.jobs = 0
@@ -53,44 +57,51 @@ class Lane:
 
     @property
     def busy(self) -> bool:
-        return self._task is not None
+        return self._running
 
     def submit(self, fn: Callable[..., Any], *args: Any, size: int = 0) -> asyncio.Future[Any]:
         """Queue ``fn(*args)`` behind everything queued before it; the future gets its result or exception."""
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
         self._queued.append((fn, args, fut, size))
         self._bytes += size
-        if self._task is None:
-            self._task = asyncio.ensure_future(self._drain())
+        if not self._running:
+            self._start(loop)
         return fut
 
-    async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while self._queued:
-                batch, self._queued = self._queued, []
-                settled = [0]  # items settled so far, in order (read on the loop only)
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand everything queued to a worker as one job."""
+        batch, self._queued = self._queued, []
+        self._running = True
+        settled = [0]  # items settled so far, in order (read and written on the loop only)
 
-                def settle_now(i: int, ok: bool, value: Any, batch: list[Any] = batch, settled: list[int] = settled) -> None:
-                    settled[0] = i + 1
-                    self._settle(batch[i], ok, value)
+        def settle_now(i: int, ok: bool, value: Any) -> None:
+            settled[0] = i + 1
+            self._settle(batch[i], ok, value)
 
-                def settle(i: int, ok: bool, value: Any) -> None:  # on the worker thread
-                    loop.call_soon_threadsafe(settle_now, i, ok, value)
+        def settle(i: int, ok: bool, value: Any) -> None:  # on the worker thread, as each item finishes
+            with contextlib.suppress(RuntimeError):  # the loop closed while stopping
+                loop.call_soon_threadsafe(settle_now, i, ok, value)
 
-                try:
-                    # settle's callbacks are queued on the loop before the job's own completion, so every item the
-                    # job ran is settled by the time this await returns
-                    await self._run(_run_all, [(fn, args) for fn, args, _f, _s in batch], settle)
-                except BaseException as e:  # noqa: BLE001 - the worker pool itself failed (stopping)
-                    err = e if isinstance(e, Exception) else RuntimeError(str(e))
-                    for item in batch[settled[0]:]:
-                        self._settle(item, False, err)
-                self.jobs += 1
-                self.items += len(batch)
-        finally:
-            self._task = None
-            self._changed.set()
+        def job_done(ok: bool, value: Any) -> None:  # on the worker thread, after every settle of the job
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._job_done, loop, batch, settled, ok, value)
+
+        self._workers.submit(_run_all, ([(fn, args) for fn, args, _f, _s in batch], settle), job_done)
+
+    def _job_done(self, loop: asyncio.AbstractEventLoop, batch: list[Any], settled: list[int], ok: bool,
+                  value: Any) -> None:
+        if not ok:  # the job itself failed (the workers are stopping): what it did not run fails with it
+            err = value if isinstance(value, Exception) else RuntimeError(f"lane job interrupted: {value!r}")
+            for item in batch[settled[0]:]:
+                self._settle(item, False, err)
+        self.jobs += 1
+        self.items += len(batch)
+        if self._queued:
+            self._start(loop)
+        else:
+            self._running = False
+        self._changed.set()
 
     def _settle(self, item: tuple[Any, Any, asyncio.Future[Any], int], ok: bool, value: Any) -> None:
         _fn, _args, fut, size = item
@@ -104,12 +115,12 @@ class Lane:
 
     async def idle(self) -> None:
         """Wait until everything queued so far has run."""
-        while self._task is not None:
+        while self._running:
             self._changed.clear()
             await self._changed.wait()
 
     async def room(self) -> None:
         """Wait while more than ``max_bytes`` of queued work waits to run."""
-        while self._bytes > self.max_bytes and self._task is not None:
+        while self._bytes > self.max_bytes and self._running:
             self._changed.clear()
             await self._changed.wait()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import inspect
 import logging
 import ssl
@@ -27,16 +26,15 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from log.locks import run_as_request
 from log.types import TopicPartition
 from service.kafka import registry
 from service.kafka.lane import Lane
 from service.kafka.registry import ClusterView, ConnectionState, RequestContext, RequestHeaderInfo
 from service.kafka.sasl_api import RAW_TOKENS, sasl_step
+from service.request_threads import RequestThreads
 
 if TYPE_CHECKING:
     from service.node import Node
@@ -172,7 +170,7 @@ class KafkaListener:
         self.config = config or KafkaListenerConfig()
         self.metrics = metrics
         self.notifier = AppendNotifier()
-        self._pool = ThreadPoolExecutor(max_workers=self.config.worker_threads, thread_name_prefix="tiercompact-kafka")
+        self._workers = RequestThreads(self.config.worker_threads, "tiercompact-kafka")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._thread: threading.Thread | None = None
@@ -257,7 +255,7 @@ class KafkaListener:
                 self._loop.call_soon_threadsafe(self._stopping.set)
         if self._thread is not None:
             self._thread.join(timeout)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._workers.stop()
 
     def __enter__(self) -> KafkaListener:
         return self.start()
@@ -270,9 +268,8 @@ class KafkaListener:
         self.notifier.notify(tp)
 
     async def run_blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        # request scope: a wait for a partition busy with background I/O is bounded (log.locks)
-        return await loop.run_in_executor(self._pool, functools.partial(run_as_request, fn, *args))
+        # on a worker, in request scope: a wait for a partition busy with background I/O is bounded (log.locks)
+        return await self._workers.run(fn, *args)
 
     # ---- connections -----------------------------------------------------------------
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -287,7 +284,7 @@ class KafkaListener:
         peer = writer.get_extra_info("peername")
         conn = ConnectionState(peer=f"{peer[0]}:{peer[1]}" if peer else "?",
                                tls=writer.get_extra_info("ssl_object") is not None, listener_metrics=self.metrics,
-                               lane=Lane(self.run_blocking, MAX_LANE_BYTES))
+                               lane=Lane(self._workers, MAX_LANE_BYTES))
         answers = _Outbox()
         writer_task = asyncio.create_task(self._write_answers(answers, writer))
         reading = [0.0]  # when the request being read began (0: not reading one); see _watchdog

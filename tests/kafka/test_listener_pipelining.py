@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import threading
 
 import pytest
 from kafka.protocol.api_header import ResponseHeader
 
 from service.kafka.lane import Lane
 from service.kafka.listener import _frame, _frame_pieces
+from service.request_threads import RequestThreads
 
 
 @pytest.mark.parametrize("flexible", [False, True])
@@ -25,66 +27,100 @@ def test_response_framing_matches_the_protocol_librarys_header(flexible: bool) -
 
 def test_the_lane_runs_queued_work_in_order_in_few_jobs_and_idle_waits_for_it() -> None:
     ran: list[int] = []
-
-    async def runner(fn, *args):  # type: ignore[no-untyped-def]
-        await asyncio.sleep(0.01)  # a worker thread's latency: work queued meanwhile joins the next job
-        return fn(*args)
+    gate = threading.Event()
 
     def work(i: int) -> int:
+        if i == 0:
+            assert gate.wait(10)  # the first job is busy while the rest queue: they make the next job together
         if i == 3:
             raise ValueError("bad batch")
         ran.append(i)
         return i * 10
 
+    workers = RequestThreads(2, "test-lane")
+
     async def main() -> None:
-        lane = Lane(runner, max_bytes=100)
+        lane = Lane(workers, max_bytes=100)
         futs = [lane.submit(work, i, size=10) for i in range(6)]
         assert lane.busy
+        gate.set()
         await lane.idle()
         assert not lane.busy
         assert ran == [0, 1, 2, 4, 5]
         assert [f.result() for i, f in enumerate(futs) if i != 3] == [0, 10, 20, 40, 50]
         assert isinstance(futs[3].exception(), ValueError)
-        assert lane.jobs == 1 and lane.items == 6
+        assert lane.jobs == 2 and lane.items == 6
         more = [lane.submit(work, 10 + i, size=60) for i in range(2)]
-        await lane.room()  # 120 bytes queued > 100: waits until they ran
-        assert all(f.done() for f in more)
+        await lane.room()  # 120 bytes queued > 100: waits until no more than 100 of them wait
+        assert sum(60 for f in more if not f.done()) <= 100
+        await lane.idle()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        gate.set()
+        workers.stop()
 
 
 def test_a_lane_item_is_settled_when_its_own_work_ran_not_when_the_job_ends() -> None:
     """A request's answer (and its fsync wait) starts as soon as its append ran, though later requests of the same job
     are still running: a slow neighbour does not hold back what is done."""
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-
     release = threading.Event()
-    pool = ThreadPoolExecutor(1)
-
-    async def runner(fn, *args):  # type: ignore[no-untyped-def]
-        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+    workers = RequestThreads(1, "test-lane")
 
     def slow() -> str:
         assert release.wait(10)
         return "slow"
 
     async def main() -> None:
-        lane = Lane(runner, max_bytes=1 << 20)
+        lane = Lane(workers, max_bytes=1 << 20)
+        busy = threading.Event()
+        ahead = lane.submit(busy.wait, 10)  # a job running while the next two queue: they share the next job
         first = lane.submit(lambda: "first")
         second = lane.submit(slow)
+        busy.set()
+        assert await asyncio.wait_for(ahead, 5) is True
         assert await asyncio.wait_for(first, 5) == "first"
         assert not second.done() and lane.busy  # the job is still running its second item
         release.set()
         assert await asyncio.wait_for(second, 5) == "slow"
         await lane.idle()
-        assert lane.jobs == 1 and lane.items == 2
+        assert lane.jobs == 2 and lane.items == 3
 
     try:
         asyncio.run(main())
     finally:
         release.set()
-        pool.shutdown()
+        workers.stop()
+
+
+def test_a_job_cut_short_fails_the_requests_it_did_not_answer_and_the_lane_goes_on() -> None:
+    """A BaseException escaping a work item ends the worker's job: the requests it settled keep their answers, the
+    rest of the job fails (nobody waits for ever), and the lane runs what comes next."""
+    workers = RequestThreads(1, "test-lane")
+    gate = threading.Event()
+
+    def interrupted() -> None:
+        raise SystemExit("stop")
+
+    async def main() -> None:
+        lane = Lane(workers, max_bytes=1 << 20)
+        ahead = lane.submit(gate.wait, 10)  # running, so the next three make one job
+        futs = [lane.submit(lambda: "done"), lane.submit(interrupted), lane.submit(lambda: "never ran")]
+        gate.set()
+        assert await asyncio.wait_for(ahead, 5) is True
+        assert await asyncio.wait_for(futs[0], 5) == "done"
+        for f in futs[1:]:
+            with pytest.raises(RuntimeError, match="interrupted"):
+                await asyncio.wait_for(f, 5)
+        assert await asyncio.wait_for(lane.submit(lambda: "after"), 5) == "after"
+        await lane.idle()
+
+    try:
+        asyncio.run(main())
+    finally:
+        gate.set()
+        workers.stop()
 
 
 @pytest.mark.parametrize("flexible", [False, True])
