@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -267,9 +268,23 @@ def cmd_clean(args: argparse.Namespace) -> int:
     _check_server_flags(args)
     if args.server is not None:
         topic = urllib.parse.quote(args.topic, safe="")
-        query = "dry_run=true" if args.dry_run else "wait=true"
-        _print_json(_server_request(args, "POST", f"/v1/topics/{topic}/partitions/{args.partition}/clean?{query}"))
-        return 0
+        path = f"/v1/topics/{topic}/partitions/{args.partition}/clean"
+        if args.dry_run:
+            _print_json(_server_request(args, "POST", f"{path}?dry_run=true"))
+            return 0
+        deadline = time.monotonic() + args.timeout
+        wait_s = max(1.0, min(60.0, args.timeout / 2))
+        out = _server_request(args, "POST", f"{path}?wait=true&timeout_s={wait_s:g}")
+        if not (isinstance(out, dict) and "job_id" in out):
+            _print_json(out)  # the round's stats
+            return 0
+        # the round outlived the service's wait: it goes on as a job, followed here up to --timeout
+        job = out
+        while job.get("state") not in ("succeeded", "failed") and time.monotonic() < deadline:
+            time.sleep(1.0)
+            job = _server_request(args, "GET", f"/v1/jobs/{out['job_id']}")
+        _print_json(job)
+        return 0 if job.get("state") == "succeeded" else 1
     node = _open_local_node(args, "clean", f"clean {args.topic} {args.partition}")
     if node is None:
         return 1

@@ -1,9 +1,14 @@
-"""In-memory registry of asynchronous clean jobs (``POST .../clean?wait=false``).
+"""In-memory registry of asynchronous clean jobs (``POST .../clean?wait=false``, and waited ones past their bound).
 
 A job runs on a small worker pool; its state moves pending -> running -> succeeded |
 failed and is read back through ``GET /v1/jobs/{id}``. Finished jobs are kept up to
 ``max_finished`` (oldest dropped first); jobs do not survive a restart, which is fine
 because a clean is idempotent and can simply be requested again. Thread-safe.
+
+:meth:`JobRegistry.run_bounded` serves ``POST .../clean?wait=true``: the round runs on its own
+thread and the request waits for it at most ``timeout_s``; a round that takes longer (a huge
+partition, an object store answering slowly) goes on as a job and the request answers with its
+id, so no request waits without a bound.
 """
 
 from __future__ import annotations
@@ -57,6 +62,19 @@ class Job:
                 "created_ms": self.created_ms, "ended_ms": self.ended_ms}
 
 
+def _settle(job: Job, stats: dict[str, Any] | None, error: Exception | None) -> None:
+    """A job's end: its stats, or its error as a client reads it."""
+    if error is None:
+        job.stats, job.state = stats, SUCCEEDED
+    elif isinstance(error, TiercompactError):
+        job.error, job.state = f"{type(error).__name__}: {error}", FAILED
+    else:
+        logger.error("clean job %s failed", job.job_id, exc_info=error)
+        job.error, job.state = f"internal error ({type(error).__name__}): {error}", FAILED
+    job.ended_ms = int(time.time() * 1000)
+    job.done.set()
+
+
 class JobRegistry:
     def __init__(self, workers: int = 2, max_finished: int = 1000) -> None:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tiercompact-job")
@@ -102,16 +120,50 @@ class JobRegistry:
     def _run(self, job: Job, fn: Callable[[], dict[str, Any]]) -> None:
         job.state = RUNNING
         try:
-            job.stats = fn()
-            job.state = SUCCEEDED
-        except TiercompactError as e:
-            job.error, job.state = f"{type(e).__name__}: {e}", FAILED
-        except Exception as e:  # a job must always finish with a state a client can read
-            logger.exception("clean job %s failed", job.job_id)
-            job.error, job.state = f"internal error ({type(e).__name__}): {e}", FAILED
-        finally:
-            job.ended_ms = int(time.time() * 1000)
-            job.done.set()
+            stats = fn()
+        except Exception as e:  # noqa: BLE001 - a job must always finish with a state a client can read
+            _settle(job, None, e)
+        else:
+            _settle(job, stats, None)
+
+    def run_bounded(self, topic: str, partition: int, fn: Callable[[], dict[str, Any]],
+                    timeout_s: float) -> tuple[dict[str, Any] | None, Job | None]:
+        """Run ``fn`` on its own thread and wait for it up to ``timeout_s``: ``(result, None)`` when it ended in time
+        (its exception is raised here, as if it had run on the caller's thread), else ``(None, job)``: a job, in the
+        registry from now on, that finishes when ``fn`` does."""
+        with self._lock:
+            if self._closed:
+                raise ServiceUnavailableError("the node is shutting down; retry the clean after it restarts")
+        job = Job(uuid.uuid4().hex, topic, partition, state=RUNNING)
+        outcome: list[Any] = []
+        ended = threading.Event()
+        handover = threading.Lock()  # the caller's give-up and the thread's end, in one order
+        tracked = [False]
+
+        def run() -> None:
+            try:
+                result: tuple[Any, BaseException | None] = (fn(), None)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller or to the job
+                result = (None, e)
+            with handover:
+                outcome.append(result)
+                ended.set()
+                if tracked[0]:
+                    err = result[1]
+                    _settle(job, result[0], err if isinstance(err, Exception) or err is None
+                            else RuntimeError(f"interrupted: {err!r}"))
+
+        threading.Thread(target=run, name=f"tiercompact-clean-{topic}-{partition}", daemon=True).start()
+        ended.wait(timeout_s)
+        with handover:
+            if not outcome:  # past the bound: the round goes on as a job
+                tracked[0] = True
+                self.track(job)
+                return None, job
+        stats, err = outcome[0]
+        if err is not None:
+            raise err
+        return stats, None
 
     def _trim(self) -> None:
         finished = [j for j in self._jobs.values() if j.state in (SUCCEEDED, FAILED)]

@@ -580,6 +580,12 @@ class Node:
                 self.clock.sleep(CLEAN_BUSY_WAIT_MS)
         return clean_partition(self.log_manager, tp, log_cleaner=self.cleaner).as_dict()
 
+    def clean_bounded(self, topic: str, partition: int, timeout_s: float) -> tuple[dict[str, Any] | None, Any]:
+        """:meth:`clean` waited for at most ``timeout_s``: ``(stats, None)``, or ``(None, job)`` when the round
+        goes on past the bound as a job (service/jobs.py ``run_bounded``)."""
+        self.log(topic, partition)  # unknown partitions fail now, on the caller's thread
+        return self.jobs.run_bounded(topic, partition, lambda: self.clean(topic, partition), timeout_s)
+
     def submit_clean(self, topic: str, partition: int) -> str:
         self.log(topic, partition)  # unknown partitions fail now, not in the job
         return self.jobs.submit(topic, partition, lambda: self.clean(topic, partition)).job_id

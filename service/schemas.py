@@ -264,6 +264,9 @@ class LeadershipRequest(_Request):
 
 class JobAccepted(BaseModel):
     job_id: str
+    #: a waited clean past its timeout_s: the job's state then ("running") and the bound it waited
+    state: str | None = None
+    timeout_s: float | None = None
 
 
 class Job(BaseModel):

@@ -40,6 +40,9 @@ from service.schemas import (
     range_schema,
 )
 
+#: how long POST .../clean?wait=true waits for its round before answering 202 with the job it goes on as
+DEFAULT_CLEAN_WAIT_S = 60.0
+
 router = APIRouter(prefix="/v1/topics/{topic}/partitions/{partition}", tags=["partitions"],
                    responses={400: {"model": Error}, 401: {"model": Error}, 403: {"model": Error},
                               404: {"model": Error}, 409: {"model": Error}, 413: {"model": Error}})
@@ -242,9 +245,10 @@ def roll(topic: TopicPath, partition: PartitionPath, node: NodeDep) -> dict:
 @router.post("/clean", dependencies=WRITE, status_code=200,
              responses={200: {"description": "cleaner stats"}, 202: {"model": JobAccepted}})
 def clean(topic: TopicPath, partition: PartitionPath, node: NodeDep, wait: bool = True,
-          dry_run: bool = False) -> Any:
-    """One cleaning round now (ignores min.cleanable.dirty.ratio); wait=false runs it as a job;
-    dry_run=true answers the round's plan (a DryRunPlan) and changes nothing."""
+          timeout_s: Annotated[float, Query(gt=0, le=86_400)] = DEFAULT_CLEAN_WAIT_S, dry_run: bool = False) -> Any:
+    """One cleaning round now (ignores min.cleanable.dirty.ratio); wait=false runs it as a job; a waited round that
+    takes longer than timeout_s goes on as a job, answered 202 with its id (GET /v1/jobs/{id}); dry_run=true answers
+    the round's plan (a DryRunPlan) and changes nothing."""
     if dry_run:
         from cleaner.dry_run import dry_run as plan_round_now
         from service.schemas import DryRunPlan
@@ -252,7 +256,10 @@ def clean(topic: TopicPath, partition: PartitionPath, node: NodeDep, wait: bool 
         return DryRunPlan.model_validate(plan_round_now(node.cleaner, node.log(topic, partition).topic_partition))
     if not wait:
         return JSONResponse({"job_id": node.submit_clean(topic, partition)}, status_code=202)
-    return node.clean(topic, partition)
+    stats, job = node.clean_bounded(topic, partition, timeout_s)
+    if job is not None:
+        return JSONResponse({"job_id": job.job_id, "state": job.state, "timeout_s": timeout_s}, status_code=202)
+    return stats
 
 
 @router.post("/tier", response_model=TierResponse, dependencies=WRITE)

@@ -238,3 +238,46 @@ def test_the_kafka_port_answers_request_timed_out_within_the_bound(node: Node) -
         t.join(5)
         wire.sock.close()
         listener.stop()
+
+
+def test_a_waited_clean_slower_than_its_timeout_answers_202_and_goes_on_as_a_job(node: Node) -> None:
+    """POST .../clean?wait=true on a store that answers every call late: past timeout_s the request answers 202 with
+    a job id instead of waiting for the whole round (a soak saw one wait 8 minutes); the round still completes, and
+    the job says so. A round that ends in time answers its stats as before."""
+    with TestClient(create_app(node)) as c:
+        r = c.post("/v1/topics", json={"name": "t", "config": {
+            "cleanup.policy": "compact", "segment.bytes": 1024, "min.cleanable.dirty.ratio": 0.01,
+            "remote.storage.enable": True, "local.retention.ms": -1}})
+        assert r.status_code == 201, r.text
+        for rnd in range(2):
+            for i in range(20):
+                assert c.post(f"{P0}/records", json={"records": [{"key": f"k{i}", "value": f"w{rnd}-{i}"}]}) \
+                    .status_code == 200
+            assert c.post(f"{P0}/roll").status_code == 200
+        assert c.post(f"{P0}/tier").status_code == 200
+        _slow(node, 0.05)
+        t0 = time.monotonic()
+        r = c.post(f"{P0}/clean", params={"wait": "true", "timeout_s": 0.2})
+        took = time.monotonic() - t0
+        assert r.status_code == 202, r.text
+        assert took < 0.2 + 1.0, f"the waited clean answered after {took:.2f} s"
+        body = r.json()
+        assert body["state"] == "running" and body["timeout_s"] == 0.2
+        deadline = time.monotonic() + 120
+        while (job := c.get(f"/v1/jobs/{body['job_id']}").json())["state"] == "running":
+            assert time.monotonic() < deadline, job
+            time.sleep(0.1)
+        assert job["state"] == "succeeded", job
+        assert job["stats"], job
+        assert _latest(c) == {f"k{i}": f"w1-{i}" for i in range(20)}
+        node.remote.rsm.store = node.remote.rsm.store.inner  # the store is healthy again
+        r = c.post(f"{P0}/clean", params={"wait": "true"})
+        assert r.status_code == 200 and "job_id" not in r.json(), r.text
+
+
+def test_a_waited_clean_keeps_its_errors_status_codes(node: Node) -> None:
+    with TestClient(create_app(node)) as c:
+        assert c.post("/v1/topics/nope/partitions/0/clean", params={"wait": "true"}).status_code == 404
+        assert c.post("/v1/topics", json={"name": "t", "config": {"cleanup.policy": "compact"}}).status_code == 201
+        assert c.post(f"{P0}/clean", params={"wait": "true", "timeout_s": 0}).status_code == 400
+        assert c.post(f"{P0}/clean", params={"wait": "true"}).status_code == 200

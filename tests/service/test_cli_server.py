@@ -154,3 +154,47 @@ def test_dump_log_into_head_exits_quietly(tmp_path: Path) -> None:
                        shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120)
     assert len(r.stdout.splitlines()) == 2
     assert r.stderr == ""  # no BrokenPipeError traceback, no "Exception ignored" line
+
+
+def test_clean_through_the_service_follows_a_round_that_outlives_the_services_wait(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The service answers a waited clean 202 with a job id once its round takes longer than timeout_s; the CLI
+    follows the job (GET /v1/jobs/{id}) and prints how it ended, exit 0 only when it succeeded."""
+    import http.server
+    import threading
+
+    seen: list[str] = []
+    polls = {"n": 0}
+
+    class Fake(http.server.BaseHTTPRequestHandler):
+        def _answer(self, code: int, body: dict) -> None:
+            raw = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def do_POST(self) -> None:  # noqa: N802
+            seen.append(self.path)
+            self._answer(202, {"job_id": "j1", "state": "running", "timeout_s": 1.0})
+
+        def do_GET(self) -> None:  # noqa: N802
+            seen.append(self.path)
+            polls["n"] += 1
+            state = "running" if polls["n"] < 2 else "succeeded"
+            self._answer(200, {"job_id": "j1", "state": state, "stats": {"rounds": 1} if state == "succeeded" else None})
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Fake)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        assert main(["clean", "t", "0", "--server", url, "--timeout", "2"]) == 0
+    finally:
+        srv.shutdown()
+    assert seen[0] == "/v1/topics/t/partitions/0/clean?wait=true&timeout_s=1"
+    assert seen[1:] == ["/v1/jobs/j1", "/v1/jobs/j1"]
+    assert json.loads(capsys.readouterr().out)["state"] == "succeeded"

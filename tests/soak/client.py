@@ -33,6 +33,8 @@ import httpx
 from tests.soak.model import HEADER, Model, Rec, Txn, Violation, check_read
 
 REQUEST_TIMEOUT_S = 30.0
+#: how long a waited clean may wait before it answers 202 and goes on as a job (within REQUEST_TIMEOUT_S)
+CLEAN_WAIT_S = 20.0
 LONG_MAX = 2**63 - 1
 STORE_HEALTHY_GRACE_S = 20.0  # store-related 5xx within this long after a fault are expected
 MAX_RETRIES = 8
@@ -530,17 +532,22 @@ class Client:
     def op_clean(self, http: httpx.Client, rng: random.Random, *_: Any) -> None:
         tp = self._pick_tp(rng, compacted=True)
         assert tp is not None
-        self.call(http, "clean", "POST", f"{self._path(tp)}/clean", params={"wait": "true"},
-                  store=self.topics[tp[0]].tiered, tolerate=(409,))
+        # waited, but within the request budget: a round that takes longer answers 202 and goes on as a job
+        o = self.call(http, "clean", "POST", f"{self._path(tp)}/clean",
+                      params={"wait": "true", "timeout_s": CLEAN_WAIT_S},
+                      store=self.topics[tp[0]].tiered, tolerate=(409,))
+        if o.ok and o.status == 202:
+            self._follow_job(http, tp, o.body["job_id"])
 
     def op_clean_async(self, http: httpx.Client, rng: random.Random, *_: Any) -> None:
         tp = self._pick_tp(rng, compacted=True)
         assert tp is not None
         o = self.call(http, "clean_async", "POST", f"{self._path(tp)}/clean", params={"wait": "false"},
                       store=self.topics[tp[0]].tiered, tolerate=(409,))
-        if not o.ok:
-            return
-        job = o.body["job_id"]
+        if o.ok:
+            self._follow_job(http, tp, o.body["job_id"])
+
+    def _follow_job(self, http: httpx.Client, tp: Any, job: str) -> None:
         gen0 = self.shared["generation"].value
         deadline = time.monotonic() + REQUEST_TIMEOUT_S * 2
         while time.monotonic() < deadline and self.shared["generation"].value == gen0:
