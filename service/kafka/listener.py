@@ -18,7 +18,9 @@ the node wake Fetch long polls through :meth:`KafkaListener.notify_append`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import functools
 import inspect
 import logging
 import ssl
@@ -54,28 +56,95 @@ MAX_UNSENT_BYTES = 4 * 1024 * 1024
 MAX_LANE_BYTES = 16 * 1024 * 1024
 
 
+class _Slot:
+    """One request's place in its connection's answer order: an encoded answer, or a future and how to encode it."""
+
+    __slots__ = ("future", "encode", "answer")
+
+    def __init__(self, future: asyncio.Future[Any] | None, encode: Callable[[Any], Any] | None, answer: Any) -> None:
+        self.future = future
+        self.encode = encode
+        self.answer = answer
+
+
 class _Outbox:
-    """A connection's answers in request order, with the bytes not yet written (so memory stays bounded)."""
+    """A connection's answers in request order, each written to the transport as soon as it and every answer before it
+    are ready: no writer task and no queue, a completed future writes what it unblocks from its done callback.
 
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue[Any] = asyncio.Queue(PIPELINE_DEPTH)
-        self.unsent = 0
-        self.sent = asyncio.Event()
+    At most PIPELINE_DEPTH answers wait; the transport holds at most MAX_UNSENT_BYTES unsent (its high-water mark:
+    :meth:`room` waits for the client to read). A handler that fails closes the connection, as Kafka's does."""
 
-    async def put(self, answer: Any) -> None:
-        if isinstance(answer, bytes | bytearray | Framed):
-            self.unsent += len(answer)
-        await self.queue.put(answer)
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.transport = writer.transport
+        self.transport.set_write_buffer_limits(high=MAX_UNSENT_BYTES)
+        self.slots: collections.deque[_Slot] = collections.deque()
+        self.closed = False
+        self._changed = asyncio.Event()
+
+    def put(self, answer: Any) -> None:
+        """An answer ready now: bytes, a Framed, or None (no answer)."""
+        if self.slots:
+            self.slots.append(_Slot(None, None, answer))
+        else:
+            self._write(answer)
+
+    def put_pending(self, future: asyncio.Future[Any], encode: Callable[[Any], Any] | None = None) -> None:
+        """An answer ``future`` will give (``encode``d when it does, else written as it comes)."""
+        self.slots.append(_Slot(future, encode, None))
+        future.add_done_callback(self._on_done)
+
+    def _on_done(self, _future: asyncio.Future[Any]) -> None:
+        while self.slots:
+            slot = self.slots[0]
+            answer = slot.answer
+            if slot.future is not None:
+                if not slot.future.done():
+                    break
+                try:
+                    answer = slot.future.result()
+                    if slot.encode is not None:
+                        answer = slot.encode(answer)
+                except BaseException:  # noqa: BLE001 - a failed handler closes its connection only
+                    if not self.closed:
+                        logger.exception("Kafka request failed; closing the connection")
+                    self.close_now()
+                    return
+            self.slots.popleft()
+            self._write(answer)
+        self._changed.set()
+
+    def _write(self, answer: Any) -> None:
+        if answer is None or self.closed:
+            return
+        if isinstance(answer, Framed):
+            self.transport.writelines(answer)
+        else:
+            self.transport.write(answer)
+
+    def close_now(self) -> None:
+        """Drop what waits and abort the connection (a failed handler, a listener stopping)."""
+        self.closed = True
+        for slot in self.slots:
+            if slot.future is not None and not slot.future.done():
+                slot.future.remove_done_callback(self._on_done)
+        self.slots.clear()
+        self.transport.abort()
+        self._changed.set()
 
     async def room(self) -> None:
-        """Wait while more than MAX_UNSENT_BYTES of answers wait to be written."""
-        while self.unsent > MAX_UNSENT_BYTES:
-            self.sent.clear()
-            await self.sent.wait()
+        """Wait while PIPELINE_DEPTH answers wait, or the client has not read MAX_UNSENT_BYTES of them."""
+        while len(self.slots) >= PIPELINE_DEPTH and not self.closed:
+            self._changed.clear()
+            await self._changed.wait()
+        if self.transport.get_write_buffer_size() > MAX_UNSENT_BYTES:
+            await self.writer.drain()
 
-    def written(self, n: int) -> None:
-        self.unsent = max(self.unsent - n, 0)
-        self.sent.set()
+    async def flushed(self) -> None:
+        """Wait until every answer is written (or the connection was closed)."""
+        while self.slots and not self.closed:
+            self._changed.clear()
+            await self._changed.wait()
 
 
 @dataclass
@@ -285,24 +354,20 @@ class KafkaListener:
         conn = ConnectionState(peer=f"{peer[0]}:{peer[1]}" if peer else "?",
                                tls=writer.get_extra_info("ssl_object") is not None, listener_metrics=self.metrics,
                                lane=Lane(self._workers, MAX_LANE_BYTES))
-        answers = _Outbox()
-        writer_task = asyncio.create_task(self._write_answers(answers, writer))
+        answers = _Outbox(writer)
         reading = [0.0]  # when the request being read began (0: not reading one); see _watchdog
         self._reading[reader] = reading
         try:
-            await self._read_requests(reader, answers, conn, writer_task, reading)
+            await self._read_requests(reader, answers, conn, reading)
         except (_Closed, ConnectionError, asyncio.IncompleteReadError, TimeoutError, ssl.SSLError):
             pass
         except asyncio.CancelledError:
-            pass
+            answers.close_now()  # the listener is stopping
         except Exception:  # noqa: BLE001 - one connection's bug never takes the listener down
             logger.exception("Kafka connection %s failed", conn.peer)
         finally:
-            with contextlib.suppress(asyncio.QueueFull):
-                answers.queue.put_nowait(None)  # the writer stops after what is queued
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(writer_task, 5.0)
-            writer_task.cancel()
+            with contextlib.suppress(BaseException):  # the answers already owed are still written
+                await asyncio.wait_for(answers.flushed(), 5.0)
             writer.close()
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
@@ -326,9 +391,9 @@ class KafkaListener:
                     reader.set_exception(TimeoutError())  # the read fails; the connection closes as after any error
 
     async def _read_requests(self, reader: asyncio.StreamReader, answers: _Outbox,
-                             conn: ConnectionState, writer_task: asyncio.Task[None], reading: list[float]) -> None:
+                             conn: ConnectionState, reading: list[float]) -> None:
         loop = asyncio.get_running_loop()
-        while not writer_task.done():
+        while not answers.closed:
             await answers.room()
             await conn.lane.room()
             # the watchdog closes the connection if this request, size and body, takes longer than
@@ -347,16 +412,14 @@ class KafkaListener:
                 token, error = sasl_step(conn, frame)
                 if error is not None:
                     raise _Closed
-                await answers.put(struct.pack(">i", len(token)) + token)
+                answers.put(struct.pack(">i", len(token)) + token)
                 continue
-            answer = await self._dispatch(frame, conn)
-            if answer is not None:
-                await answers.put(answer)
+            await self._dispatch(frame, conn, answers)
             if conn.close_after_response:
                 return
 
-    async def _dispatch(self, frame: bytes, conn: ConnectionState) -> Any:
-        """The answer to one request: a framed bytes, an awaitable of one, or None (no answer)."""
+    async def _dispatch(self, frame: bytes, conn: ConnectionState, answers: _Outbox) -> None:
+        """Handle one request and give ``answers`` its answer (framed bytes, one to come, or None: no answer)."""
         api_key, api_version, correlation_id = struct.unpack_from(">hhi", frame, 0)
         spec = registry.lookup(api_key)
         if spec is None:
@@ -364,7 +427,8 @@ class KafkaListener:
             raise _Closed
         if not spec.supports(api_version):
             if api_key == API_VERSIONS_KEY:
-                return _frame(correlation_id, _unsupported_api_versions(), flexible=False)
+                answers.put(_frame(correlation_id, _unsupported_api_versions(), flexible=False))
+                return
             self._count("bad_frames")
             raise _Closed
         if self.config.authenticator is not None and conn.principal is None and not spec.before_auth:
@@ -388,9 +452,13 @@ class KafkaListener:
         started = time.perf_counter()
         result = await spec.handler(ctx, request)
         resp_flexible = flexible and api_key != API_VERSIONS_KEY  # ApiVersions answers with header v0
-        if inspect.isawaitable(result):
-            return asyncio.ensure_future(self._finish(result, ctx, request, resp_flexible, started))
-        return self._encode(result, ctx, request, resp_flexible, started)
+        if isinstance(result, asyncio.Future):  # completed by callbacks (Produce): encoded when it is set
+            answers.put_pending(result, functools.partial(self._encode, ctx=ctx, request=request,
+                                                          flexible=resp_flexible, started=started))
+        elif inspect.isawaitable(result):
+            answers.put_pending(asyncio.ensure_future(self._finish(result, ctx, request, resp_flexible, started)))
+        else:
+            answers.put(self._encode(result, ctx, request, resp_flexible, started))
 
     async def _finish(self, pending: Any, ctx: RequestContext, request: Any, flexible: bool,
                       started: float) -> bytes | Framed | None:
@@ -408,34 +476,6 @@ class KafkaListener:
         body = (response.encode(version=ctx.api_version) if ctx.api_version >= ctx.spec.native_min
                 else ctx.spec.older.encode(response, ctx.api_version))  # a version only kio still describes
         return _frame(ctx.header.correlation_id, body, flexible=flexible)
-
-    async def _write_answers(self, answers: _Outbox, writer: asyncio.StreamWriter) -> None:
-        try:
-            await self._write_loop(answers, writer)
-        except (ConnectionError, asyncio.CancelledError):
-            writer.transport.abort()
-        except Exception:  # noqa: BLE001 - a failed handler closes its connection only
-            logger.exception("Kafka request failed; closing the connection")
-            writer.transport.abort()
-        finally:
-            answers.written(answers.unsent)  # a reader waiting for room sees the closed connection
-
-    async def _write_loop(self, answers: _Outbox, writer: asyncio.StreamWriter) -> None:
-        while True:
-            answer = await answers.queue.get()
-            if answer is None:
-                return
-            counted = isinstance(answer, bytes | bytearray | Framed)
-            if not counted:
-                answer = await answer
-                if answer is None:
-                    continue
-            if isinstance(answer, Framed):
-                writer.writelines(answer)
-            else:
-                writer.write(answer)
-            await writer.drain()
-            answers.written(len(answer) if counted else 0)
 
     def _count(self, what: str) -> None:
         if self.metrics is not None:

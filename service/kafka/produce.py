@@ -20,6 +20,8 @@ it.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import time
 from typing import Any, cast
@@ -249,35 +251,52 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
         return _invalid_acks(ctx, request)
     size = sum(len(pd.records or b"") for td in request.topic_data for pd in td.partition_data)
     appended = ctx.in_order(_append_all, ctx.node, ctx.cluster, request, ctx.api_version, size=size)
-    return _after_append(ctx, appended, acks)  # the listener awaits it while it reads the next requests
+    # the answer is completed by callbacks (the append's, then the fsync round's), not by a Task per request: the
+    # listener writes it when it is set, in request order, and reads the next requests meanwhile
+    answer: asyncio.Future[Any] = appended.get_loop().create_future()
+    appended.add_done_callback(functools.partial(_appended, ctx, acks, answer))
+    return answer
 
 
-async def _after_append(ctx: RequestContext, appended: Any, acks: int) -> Any:
-    done = await appended
-    if acks == 0:
-        _count(ctx, done)
-        ctx.error_codes = []  # no answer, so no code answered
-        return None
-    if acks == 1:
-        return _answer(ctx, done)
-    waiting = [o for _n, outs in done for o in outs if o.error == 0 and o.log is not None]
-    if not waiting:
-        return _answer(ctx, done)
-    return await _durable_then_answer(ctx, done, waiting)
+def _appended(ctx: RequestContext, acks: int, answer: asyncio.Future[Any], appended: asyncio.Future[Any]) -> None:
+    if answer.done():
+        return
+    if appended.cancelled():
+        answer.cancel()
+        return
+    try:
+        done = appended.result()
+        if acks == 0:
+            _count(ctx, done)
+            ctx.error_codes = []  # no answer, so no code answered
+            answer.set_result(None)
+            return
+        waiting = [o for _n, outs in done for o in outs if o.error == 0 and o.log is not None] if acks == -1 else []
+        if not waiting:
+            answer.set_result(_answer(ctx, done))
+            return
+        ends: dict[LocalLog, int] = {}
+        for o in waiting:
+            log = cast(LocalLog, o.log)
+            ends[log] = max(ends.get(log, -1), o.end)
+        group_sync_for(ctx.node).when_durable(ends, functools.partial(_durable, ctx, done, waiting, answer))
+    except BaseException as e:  # noqa: BLE001 - the request's failure, as its awaited answer would raise it
+        if not answer.done():
+            answer.set_exception(e)
 
 
-async def _durable_then_answer(ctx: RequestContext, done: list[tuple[str, list[_Outcome]]],
-                               waiting: list[_Outcome]) -> Any:
-    ends: dict[LocalLog, int] = {}
-    for o in waiting:
-        log = cast(LocalLog, o.log)
-        ends[log] = max(ends.get(log, -1), o.end)
-    failed = await group_sync_for(ctx.node).wait_durable(ends)
-    for o in waiting:
-        err = failed.get(cast(LocalLog, o.log))
-        if err is not None:
-            logger.error("fsync of %s failed: %s", cast(LocalLog, o.log).topic_partition, err)
-            o.error = kerr.KafkaStorageError.errno
-            o.message = f"the records were appended but the fsync failed: {err}"
-            o.base_offset = -1
-    return _answer(ctx, done)
+def _durable(ctx: RequestContext, done: list[tuple[str, list[_Outcome]]], waiting: list[_Outcome],
+             answer: asyncio.Future[Any], failed: dict[LocalLog, Exception]) -> None:
+    if answer.done():
+        return
+    try:
+        for o in waiting:
+            err = failed.get(cast(LocalLog, o.log))
+            if err is not None:
+                logger.error("fsync of %s failed: %s", cast(LocalLog, o.log).topic_partition, err)
+                o.error = kerr.KafkaStorageError.errno
+                o.message = f"the records were appended but the fsync failed: {err}"
+                o.base_offset = -1
+        answer.set_result(_answer(ctx, done))
+    except BaseException as e:  # noqa: BLE001
+        answer.set_exception(e)
