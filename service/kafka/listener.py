@@ -368,6 +368,7 @@ class KafkaListener:
         finally:
             with contextlib.suppress(BaseException):  # the answers already owed are still written
                 await asyncio.wait_for(answers.flushed(), 5.0)
+            answers.closed = True  # an answer completing after this is dropped, not written to a closed transport
             writer.close()
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
