@@ -34,7 +34,7 @@ with warnings.catch_warnings():
 P0 = "/v1/topics/t/partitions/0"
 TP = TopicPartition("t", 0)
 TIMEOUT_MS = 1500
-DELAY_S = 0.3
+DELAY_S = 0.15
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 
 from tests.soak.harness import TIERCOMPACT, SoakConfig, format_summary, run_soak
 
-BOUNDED_SECONDS = 120
+BOUNDED_SECONDS = 90
 SEED = 12
 #: HEAD responses cut mid-header (truncate fault): on since S3ObjectStore maps a HEAD without a
 #: Content-Length to a transient error (e55f52f; before it, a KeyError: 500 and an uncleanable partition).
