@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import threading
+from collections.abc import Awaitable, Callable
 
 import pytest
 from kafka.protocol.api_header import ResponseHeader
@@ -23,6 +24,16 @@ def test_response_framing_matches_the_protocol_librarys_header(flexible: bool) -
     assert _frame(123456, body, flexible=flexible) == expected
     assert b"".join(bytes(p) for p in _frame_pieces(123456, [body[:3], memoryview(body[3:])], flexible=flexible)) \
         == expected
+
+
+def _run(main: Callable[[], Awaitable[None]], workers: RequestThreads, *gates: threading.Event) -> None:
+    """Run ``main`` on a fresh loop; whatever happens, open ``gates`` (so no worker stays blocked) and stop ``workers``."""
+    try:
+        asyncio.run(main())
+    finally:
+        for gate in gates:
+            gate.set()
+        workers.stop()
 
 
 def test_the_lane_runs_queued_work_in_order_in_few_jobs_and_idle_waits_for_it() -> None:
@@ -55,11 +66,7 @@ def test_the_lane_runs_queued_work_in_order_in_few_jobs_and_idle_waits_for_it() 
         assert sum(60 for f in more if not f.done()) <= 100
         await lane.idle()
 
-    try:
-        asyncio.run(main())
-    finally:
-        gate.set()
-        workers.stop()
+    _run(main, workers, gate)
 
 
 def test_a_lane_item_is_settled_when_its_own_work_ran_not_when_the_job_ends() -> None:
@@ -87,11 +94,7 @@ def test_a_lane_item_is_settled_when_its_own_work_ran_not_when_the_job_ends() ->
         await lane.idle()
         assert lane.jobs == 2 and lane.items == 3
 
-    try:
-        asyncio.run(main())
-    finally:
-        release.set()
-        workers.stop()
+    _run(main, workers, release)
 
 
 def test_a_job_cut_short_fails_the_requests_it_did_not_answer_and_the_lane_goes_on() -> None:
@@ -116,11 +119,7 @@ def test_a_job_cut_short_fails_the_requests_it_did_not_answer_and_the_lane_goes_
         assert await asyncio.wait_for(lane.submit(lambda: "after"), 5) == "after"
         await lane.idle()
 
-    try:
-        asyncio.run(main())
-    finally:
-        gate.set()
-        workers.stop()
+    _run(main, workers, gate)
 
 
 @pytest.mark.parametrize("flexible", [False, True])

@@ -52,12 +52,17 @@ def _slow(node: Node, delay_s: float) -> SlowObjectStore:
     return slow
 
 
-def _with_superseded_segments(c: TestClient, node: Node) -> None:
-    """A tiered topic whose remote segments a compaction superseded (waiting for deferred deletion)."""
+def _create_tiered_topic(c: TestClient) -> None:
+    """Topic t: compacted, tiered, small segments, every local copy kept."""
     r = c.post("/v1/topics", json={"name": "t", "config": {
         "cleanup.policy": "compact", "segment.bytes": 1024, "min.cleanable.dirty.ratio": 0.01,
         "remote.storage.enable": True, "local.retention.ms": -1}})
     assert r.status_code == 201, r.text
+
+
+def _with_superseded_segments(c: TestClient, node: Node) -> None:
+    """A tiered topic whose remote segments a compaction superseded (waiting for deferred deletion)."""
+    _create_tiered_topic(c)
     for rnd in range(3):
         for i in range(20):
             r = c.post(f"{P0}/records", json={"records": [{"key": f"k{i}", "value": f"v{rnd}-{i}" + "x" * 40}]})
@@ -245,10 +250,7 @@ def test_a_waited_clean_slower_than_its_timeout_answers_202_and_goes_on_as_a_job
     a job id instead of waiting for the whole round (a soak saw one wait 8 minutes); the round still completes, and
     the job says so. A round that ends in time answers its stats as before."""
     with TestClient(create_app(node)) as c:
-        r = c.post("/v1/topics", json={"name": "t", "config": {
-            "cleanup.policy": "compact", "segment.bytes": 1024, "min.cleanable.dirty.ratio": 0.01,
-            "remote.storage.enable": True, "local.retention.ms": -1}})
-        assert r.status_code == 201, r.text
+        _create_tiered_topic(c)
         for rnd in range(2):
             for i in range(20):
                 assert c.post(f"{P0}/records", json={"records": [{"key": f"k{i}", "value": f"w{rnd}-{i}"}]}) \
