@@ -25,7 +25,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from service.request_threads import RequestThreads
+from service.request_threads import RequestThreads, settle
 
 Settle = Callable[[int, bool, Any], None]
 
@@ -79,7 +79,7 @@ class Lane:
             settled[0] = i + 1
             self._settle(batch[i], ok, value)
 
-        def settle(i: int, ok: bool, value: Any) -> None:  # on the worker thread, as each item finishes
+        def on_item(i: int, ok: bool, value: Any) -> None:  # on the worker thread, as each item finishes
             with contextlib.suppress(RuntimeError):  # the loop closed while stopping
                 loop.call_soon_threadsafe(settle_now, i, ok, value)
 
@@ -87,11 +87,11 @@ class Lane:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._job_done, loop, batch, settled, ok, value)
 
-        self._workers.submit(_run_all, ([(fn, args) for fn, args, _f, _s in batch], settle), job_done)
+        self._workers.submit(_run_all, ([(fn, args) for fn, args, _f, _s in batch], on_item), job_done)
 
     def _job_done(self, loop: asyncio.AbstractEventLoop, batch: list[Any], settled: list[int], ok: bool,
                   value: Any) -> None:
-        if not ok:  # the job itself failed (the workers are stopping): what it did not run fails with it
+        if not ok:  # a BaseException escaped a work item and ended the job: what it did not settle fails with it
             err = value if isinstance(value, Exception) else RuntimeError(f"lane job interrupted: {value!r}")
             for item in batch[settled[0]:]:
                 self._settle(item, False, err)
@@ -104,13 +104,8 @@ class Lane:
         self._changed.set()
 
     def _settle(self, item: tuple[Any, Any, asyncio.Future[Any], int], ok: bool, value: Any) -> None:
-        _fn, _args, fut, size = item
-        self._bytes -= size
-        if not fut.done():
-            if ok:
-                fut.set_result(value)
-            else:
-                fut.set_exception(value)
+        self._bytes -= item[3]
+        settle(item[2], ok, value)
         self._changed.set()
 
     async def idle(self) -> None:
