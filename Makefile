@@ -1,7 +1,5 @@
 # The README's commands. Each target sets itself up: the venv is created and the
 # project installed from pyproject.toml on first use (and again when pyproject changes).
-# --no-compile: Python compiles a module's bytecode when it is first imported; compiling every
-# installed file up front (pyspark alone has thousands) made the first make ~30 s slower.
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -14,7 +12,7 @@ $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=python3 ...'"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -qq --upgrade pip
-	$(BIN)/python -m pip install -qq --no-compile -e '.[dev,spark]'
+	$(BIN)/python -m pip install -qq -e '.[dev,spark]'
 	@touch $(STAMP)
 
 serve: $(STAMP)
