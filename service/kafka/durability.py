@@ -1,8 +1,9 @@
-"""acks=-1 on one copy: a produce answer waits until its records are fsynced, in rounds of fsyncs shared by every waiting request.
+"""acks=-1 on one copy: a produce answer waits until its records are fsynced, in shared fsync rounds.
 
 A request whose records end at offsets ``ends`` (one per partition it wrote) registers a callback
-with :meth:`GroupSync.when_durable`, called on the event loop once they are on disk. The node has one sync round running at a time, on its own
-thread (never on the request workers, so an append never waits behind an fsync): the round
+with :meth:`GroupSync.when_durable`, called on the event loop once they are on disk. The node has
+one sync round running at a time, on its own thread (never on the request workers, so an append
+never waits behind an fsync): the round
 fsyncs every partition some waiting request still needs (log/flush.py's ``sync_log``, outside
 the log's lock), then answers every request it covered. Requests arriving while a round runs
 wait for the next one, which covers all of them, so however many producers and partitions
@@ -81,7 +82,7 @@ class GroupSync:
                     value: Any) -> None:
         if ok:
             synced, failed = value
-        else:  # the round itself failed (stopping): every log it held fails, so no request waits for ever
+        else:  # a BaseException escaped _sync_all: every log the round held fails, so no request waits for ever
             err = value if isinstance(value, Exception) else RuntimeError(f"fsync round interrupted: {value!r}")
             synced, failed = {}, dict.fromkeys(logs, err)
         self.rounds += 1

@@ -205,21 +205,22 @@ def _append_all(node: Any, cluster: Any, request: Any, version: int) -> list[tup
     return done
 
 
-def _count(ctx: RequestContext, done: list[tuple[str, list[_Outcome]]]) -> None:
-    """Hand the metrics what the outcomes already say (the codes answered, bytes and records appended per topic)."""
-    ctx.error_codes = [o.error for _n, outs in done for o in outs]
+def _count(ctx: RequestContext, done: list[tuple[str, list[_Outcome]]]) -> list[int]:
+    """Hand the metrics what the outcomes already say (the codes answered, bytes and records appended per topic);
+    returns the codes."""
+    codes = ctx.error_codes = [o.error for _n, outs in done for o in outs]
     produced: dict[str, tuple[int, int]] = {}
     for name, outs in done:
         size = sum(o.size for o in outs)
         if size:
             produced[name] = (size, sum(o.records for o in outs))
     ctx.produced = produced
+    return codes
 
 
 def _answer(ctx: RequestContext, done: list[tuple[str, list[_Outcome]]]) -> Any:
     v = ctx.api_version
-    _count(ctx, done)
-    if not any(ctx.error_codes) and all(o.message is None and not o.record_errors for _n, outs in done for o in outs):
+    if not any(_count(ctx, done)) and all(o.message is None and not o.record_errors for _n, outs in done for o in outs):
         # every partition appended: the answer is written from its shape's layout (service/kafka/produce_answer.py)
         fast = PRODUCE_ANSWERS.answer(v, [(name, [(o.index, o.base_offset, o.append_time, o.log_start) for o in outs])
                                           for name, outs in done])

@@ -60,24 +60,16 @@ class AnswerLayouts:
     def answer(self, version: int, answered: Answered) -> EncodedResponse | None:
         """The encoded answer, or None where no layout could be made (the caller then encodes it itself)."""
         shape = (version, tuple((name, tuple(p[0] for p in parts)) for name, parts in answered))
-        layout = self._layouts.get(shape, False)
-        if layout is False:
+        try:
+            layout = self._layouts[shape]
+        except KeyError:
             if len(self._layouts) >= MAX_LAYOUTS:
                 self._layouts.clear()
             layout = self._layouts[shape] = self._learn(version, answered)
         if layout is None:
             return None
-        body = bytearray(layout.template)
-        places = layout.places
-        k = 0
-        for _name, parts in answered:
-            for _index, base, append_time, log_start in parts:
-                for value in (base, append_time, log_start):
-                    at = places[k]
-                    k += 1
-                    if at is not None:
-                        _Q.pack_into(body, at, value)
-        return EncodedResponse(body)
+        values = [v for _name, parts in answered for _index, *offsets in parts for v in offsets]
+        return EncodedResponse(_fill(layout, values))
 
     def _learn(self, version: int, answered: Answered) -> _Layout | None:
         n = sum(len(parts) for _n, parts in answered)
@@ -93,11 +85,16 @@ class AnswerLayouts:
         # check the layout once: other values written in must give exactly the library's own encoding
         probe = [(-1) ** k * (k * 7_919 + 12_345) for k in range(3 * n)]
         expected = self._encode(version, _with_values(answered, probe))
-        body = bytearray(layout.template)
-        for at, value in zip(places, probe, strict=True):
-            if at is not None:
-                _Q.pack_into(body, at, value)
-        return layout if bytes(body) == bytes(expected) else None
+        return layout if bytes(_fill(layout, probe)) == bytes(expected) else None
+
+
+def _fill(layout: _Layout, values: list[int]) -> bytearray:
+    """The layout's template with ``values`` written at its places (one per int64 field, in order)."""
+    body = bytearray(layout.template)
+    for at, value in zip(layout.places, values, strict=True):
+        if at is not None:
+            _Q.pack_into(body, at, value)
+    return body
 
 
 def _with_values(answered: Answered, values: list[int]) -> Answered:
