@@ -15,8 +15,9 @@ def decode_records(const uint8_t[::1] data, Py_ssize_t count, int64_t base_offse
     reference's list or nothing.
     """
     cdef const uint8_t* p = &data[0] if data.shape[0] else NULL
-    cdef Py_ssize_t end = data.shape[0], pos = 0, rec_end, start, i
-    cdef int64_t length, ts_delta, od, klen, vlen, ts, off, seq
+    cdef Py_ssize_t end = data.shape[0], pos = 0, i
+    cdef int64_t ts, off, seq, od
+    cdef RecordSpan r
     cdef bint append_time = log_append_time is not None
     cdef int64_t lat = log_append_time if append_time else 0
     cdef int32_t i32max = 2147483647
@@ -24,51 +25,25 @@ def decode_records(const uint8_t[::1] data, Py_ssize_t count, int64_t base_offse
     if count and p == NULL:
         return None
     for i in range(count):
-        if _varint(p, &pos, end, 5, &length) < 0:
-            return None
-        rec_end = pos + length
-        if length < 6 or rec_end > end:
-            return None
-        pos += 1  # attributes
-        start = pos
-        if _varint(p, &pos, end, 10, &ts_delta) < 0 or pos - start >= 10:
-            return None
-        if _varint(p, &pos, end, 5, &od) < 0 or _varint(p, &pos, end, 5, &klen) < 0:
-            return None
-        if klen >= 0:
-            if pos + klen > rec_end:
-                return None
-            key = PyBytes_FromStringAndSize(<char*>(p + pos), klen)
-            pos += klen
-        elif klen == -1:
-            key = None
-        else:
-            return None
-        if _varint(p, &pos, end, 5, &vlen) < 0:
-            return None
-        if vlen >= 0:
-            if pos + vlen > rec_end:
-                return None
-            value = PyBytes_FromStringAndSize(<char*>(p + pos), vlen)
-            pos += vlen
-        elif vlen == -1:
-            value = None
-        else:
+        if _read_record(p, &pos, end, &r) < 0:
             return None
         if pos >= end or p[pos] != 0:
             return None  # headers (or a truncated record): the reference decodes them
         pos += 1
-        if pos != rec_end:
+        if pos != r.rec_end:
             return None
+        key = None if r.key_len < 0 else PyBytes_FromStringAndSize(<char*>(p + r.key_pos), r.key_len)
+        value = None if r.value_len < 0 else PyBytes_FromStringAndSize(<char*>(p + r.value_pos), r.value_len)
+        od = r.offset_delta
         if _add_overflows(base_offset, od):
             return None
         off = base_offset + od
         if append_time:
             ts = lat
         else:
-            if _add_overflows(base_timestamp, ts_delta):
+            if _add_overflows(base_timestamp, r.ts_delta):
                 return None
-            ts = base_timestamp + ts_delta
+            ts = base_timestamp + r.ts_delta
         if base_sequence < 0:
             seq = -1
         elif base_sequence > i32max - od:
@@ -199,9 +174,10 @@ def check_produced_records(const uint8_t[::1] data, Py_ssize_t count, int64_t ba
     runs the reference and reports what it finds.
     """
     cdef const uint8_t* p = &data[0] if data.shape[0] else NULL
-    cdef Py_ssize_t end = data.shape[0], pos = 0, rec_end, start, i, h
-    cdef int64_t length, ts_delta, od, klen, vlen, ts, nh, hklen, hvlen
+    cdef Py_ssize_t end = data.shape[0], pos = 0, i, h
+    cdef int64_t ts, nh, hklen, hvlen
     cdef int64_t max_ts = -1, lo = 0, hi = 0
+    cdef RecordSpan r
     if check_time:
         if max_diff < 0 or max_diff > (<int64_t>1 << 61) or now_ms < -(<int64_t>1 << 61) \
                 or now_ms > (<int64_t>1 << 61):
@@ -211,42 +187,17 @@ def check_produced_records(const uint8_t[::1] data, Py_ssize_t count, int64_t ba
     if count and p == NULL:
         return None
     for i in range(count):
-        if _varint(p, &pos, end, 5, &length) < 0:
-            return None
-        rec_end = pos + length
-        if length < 6 or rec_end > end:
-            return None
-        pos += 1  # attributes
-        start = pos
-        if _varint(p, &pos, end, 10, &ts_delta) < 0 or pos - start >= 10:
-            return None
-        if _varint(p, &pos, end, 5, &od) < 0 or od != i:
-            return None
-        if _varint(p, &pos, end, 5, &klen) < 0:
-            return None
-        if klen >= 0:
-            if pos + klen > rec_end:
-                return None
-            pos += klen
-        elif klen != -1 or need_key:
-            return None
-        if _varint(p, &pos, end, 5, &vlen) < 0:
-            return None
-        if vlen >= 0:
-            if pos + vlen > rec_end:
-                return None
-            pos += vlen
-        elif vlen != -1:
+        if _read_record(p, &pos, end, &r) < 0 or r.offset_delta != i or (r.key_len < 0 and need_key):
             return None
         if pos >= end:
             return None
         if p[pos] == 0:
             pos += 1
         else:
-            if _varint(p, &pos, end, 5, &nh) < 0 or nh < 0 or nh > rec_end - pos:
+            if _varint(p, &pos, end, 5, &nh) < 0 or nh < 0 or nh > r.rec_end - pos:
                 return None
             for h in range(nh):
-                if _varint(p, &pos, end, 5, &hklen) < 0 or hklen < 0 or pos + hklen > rec_end:
+                if _varint(p, &pos, end, 5, &hklen) < 0 or hklen < 0 or pos + hklen > r.rec_end:
                     return None
                 if not _utf8_ok(p + pos, hklen):
                     return None
@@ -254,16 +205,16 @@ def check_produced_records(const uint8_t[::1] data, Py_ssize_t count, int64_t ba
                 if _varint(p, &pos, end, 5, &hvlen) < 0:
                     return None
                 if hvlen >= 0:
-                    if pos + hvlen > rec_end:
+                    if pos + hvlen > r.rec_end:
                         return None
                     pos += hvlen
                 elif hvlen != -1:
                     return None
-        if pos != rec_end:
+        if pos != r.rec_end:
             return None
-        if _add_overflows(base_timestamp, ts_delta):
+        if _add_overflows(base_timestamp, r.ts_delta):
             return None
-        ts = base_timestamp + ts_delta
+        ts = base_timestamp + r.ts_delta
         if check_time and (ts < lo or ts > hi):
             return None
         if ts > max_ts:

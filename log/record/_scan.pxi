@@ -1,7 +1,8 @@
 # Included by the compiled kernels of both layers (log/record/_codec.pyx for readers, producers
 # and key indexes; cleaner/kernels/_fastpath.pyx for the cleaner): reading the v2 record layout
-# (decode.py's table) in C, with decode.iter_key_offsets' checks. The includer cimports the
-# C integer types and defines nothing these names clash with.
+# (decode.py's table) in C: _read_record with decode.iter_record_fields' checks (readers and the
+# produce path), _next_key_offset with decode.iter_key_offsets' (the cleaner). The includer cimports
+# the C integer types and defines nothing these names clash with.
 
 # status codes every kernel shares (C constants inside, the same values as Python names)
 cdef enum:
@@ -36,6 +37,55 @@ cdef inline int _varint(const uint8_t* p, Py_ssize_t* pos, Py_ssize_t end, int m
     if max_bytes == 5 and (v < -2147483648 or v > 2147483647):
         return -1
     out[0] = v
+    return 0
+
+
+cdef struct RecordSpan:
+    int64_t ts_delta
+    int64_t offset_delta
+    Py_ssize_t key_pos
+    Py_ssize_t key_len     # -1: null key
+    Py_ssize_t value_pos
+    Py_ssize_t value_len   # -1: null value
+    Py_ssize_t rec_end     # the record's end; the headers start where the reader stopped
+
+
+cdef inline int _read_record(const uint8_t* p, Py_ssize_t* pos, Py_ssize_t end, RecordSpan* r) noexcept nogil:
+    """One record's length, timestamp delta, offset delta, key and value the way
+    ``decode.iter_record_fields`` reads them (the same checks, but a 10-byte varlong timestamp
+    delta is refused: callers then run the reference); leaves ``pos`` at the headers count.
+    -1 if it would raise (or is refused)."""
+    cdef int64_t length, klen, vlen
+    cdef Py_ssize_t start
+    if _varint(p, pos, end, 5, &length) < 0:
+        return -1
+    r.rec_end = pos[0] + length
+    if length < 6 or r.rec_end > end:
+        return -1
+    pos[0] += 1  # attributes
+    start = pos[0]
+    if _varint(p, pos, end, 10, &r.ts_delta) < 0 or pos[0] - start >= 10:
+        return -1
+    if _varint(p, pos, end, 5, &r.offset_delta) < 0 or _varint(p, pos, end, 5, &klen) < 0:
+        return -1
+    r.key_pos = pos[0]
+    r.key_len = klen
+    if klen >= 0:
+        if pos[0] + klen > r.rec_end:
+            return -1
+        pos[0] += klen
+    elif klen != -1:
+        return -1
+    if _varint(p, pos, end, 5, &vlen) < 0:
+        return -1
+    r.value_pos = pos[0]
+    r.value_len = vlen
+    if vlen >= 0:
+        if pos[0] + vlen > r.rec_end:
+            return -1
+        pos[0] += vlen
+    elif vlen != -1:
+        return -1
     return 0
 
 
