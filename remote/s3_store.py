@@ -16,7 +16,12 @@
 * Retries: one layer, ours: exponential backoff around each call for throttling, 5xx,
   connection errors, timeouts and short reads, bounded by ``max_attempts`` and by
   ``max_total_s`` per call (botocore's own retries are off, so attempts do not multiply).
-  Connect and read timeouts bound each attempt.
+  Connect and read timeouts bound each socket operation of an attempt, and a download's body
+  must arrive at ``min_read_rate`` bytes a second at least: an attempt reading ``n`` bytes fails
+  (RemoteStorageTimeoutError, retried) once ``read_timeout_s + n / min_read_rate`` seconds have
+  passed. Without it a store that trickles bytes, each read answered just within the read
+  timeout, would hold a download (and the request or round waiting on it) for ever. Uploads have
+  no such bound: botocore sends a body without a hook between its writes.
 * botocore's ClientError / BotoCoreError are translated into remote.errors here.
 * Picklable: the client is dropped in ``__getstate__`` and rebuilt lazily per process
   (Spark executors receive stores). boto3 clients are thread-safe, so one per process.
@@ -89,6 +94,7 @@ class S3ObjectStore(ObjectStore):
         connect_timeout_s: float = 10.0,
         read_timeout_s: float = 60.0,
         max_total_s: float = 120.0,
+        min_read_rate: float = 256 * 1024,
         verify_etag: bool = True,
         addressing_style: str | None = None,
     ) -> None:
@@ -98,9 +104,9 @@ class S3ObjectStore(ObjectStore):
             raise InvalidConfigError(f"part_size={part_size} is invalid: S3 parts must be at least {MIN_PART_SIZE}")
         if multipart_threshold < 1 or max_attempts < 1:
             raise InvalidConfigError("multipart_threshold and max_attempts must be >= 1")
-        if not (connect_timeout_s > 0 and read_timeout_s > 0 and max_total_s > 0):
-            raise InvalidConfigError(f"connect_timeout_s={connect_timeout_s}, read_timeout_s={read_timeout_s} and "
-                                     f"max_total_s={max_total_s} must all be > 0")
+        if not (connect_timeout_s > 0 and read_timeout_s > 0 and max_total_s > 0 and min_read_rate > 0):
+            raise InvalidConfigError(f"connect_timeout_s={connect_timeout_s}, read_timeout_s={read_timeout_s}, "
+                                     f"max_total_s={max_total_s} and min_read_rate={min_read_rate} must all be > 0")
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.endpoint_url = endpoint_url
@@ -113,6 +119,7 @@ class S3ObjectStore(ObjectStore):
         self.max_backoff_s = max_backoff_s
         self._timeouts = (connect_timeout_s, read_timeout_s)
         self.max_total_s = max_total_s
+        self.min_read_rate = float(min_read_rate)
         self.verify_etag = verify_etag
         self._addressing_style = addressing_style
         self._lock = ordered_lock("remote.store.client", RANK_STORE_CLIENT)
@@ -368,8 +375,14 @@ class S3ObjectStore(ObjectStore):
         except ObjectNotFoundError:
             return False
 
+    def _paced(self, key: str, resp: dict[str, Any]) -> _PacedBody:
+        """``resp``'s body, read at ``min_read_rate`` at least (else RemoteStorageTimeoutError)."""
+        size = int(resp.get("ContentLength") or 0)
+        return _PacedBody(resp["Body"], key, time.monotonic() + self._timeouts[1] + size / self.min_read_rate,
+                          f"s3 read of {key!r} in {self.url}: {size} bytes slower than {self.min_read_rate:.0f} B/s")
+
     def _read_body(self, key: str, resp: dict[str, Any]) -> bytes:
-        body = resp["Body"]
+        body = self._paced(key, resp)
         try:
             data = body.read()
         finally:
@@ -423,9 +436,9 @@ class S3ObjectStore(ObjectStore):
             resp = self._ranged(key, full, start, end)
             if resp is None:
                 return atomic_write_from(dst, io.BytesIO(b""))
-            body = resp["Body"]
+            body = self._paced(key, resp)
             try:
-                n = atomic_write_from(dst, body)
+                n = atomic_write_from(dst, body)  # type: ignore[arg-type]  # read() is all it uses
             finally:
                 body.close()
             if n != int(resp.get("ContentLength", n)):
@@ -446,6 +459,44 @@ class S3ObjectStore(ObjectStore):
             return out
 
         return iter(sorted(self._call("list", prefix, pages)))
+
+
+class _PacedBody:
+    """A response body whose reads fail with RemoteStorageTimeoutError once ``deadline`` (monotonic)
+    has passed: each socket read is bounded by botocore's read timeout, the whole transfer by this.
+
+    Reads go through urllib3's ``read1`` (one socket read at most, whatever it brought), so the
+    deadline is looked at between the store's own pieces: botocore's ``read(n)`` gathers ``n``
+    bytes before it returns, which on a trickling store may take any time. Errors are left to
+    :meth:`S3ObjectStore._translate` (urllib3's are transient there)."""
+
+    _CHUNK = 1 << 20
+
+    def __init__(self, body: Any, key: str, deadline: float, what: str) -> None:
+        self._body = body
+        self._read1 = getattr(getattr(body, "_raw_stream", None), "read1", None)  # urllib3 >= 2
+        self._key = key
+        self._deadline = deadline
+        self._what = what
+
+    def read(self, n: int | None = -1) -> bytes:
+        if n is not None and n >= 0:
+            return self._piece(n)
+        chunks = []
+        while chunk := self._piece(self._CHUNK):
+            chunks.append(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def _piece(self, n: int) -> bytes:
+        return self._checked(self._read1(n) if self._read1 is not None else self._body.read(min(n, 1 << 16)))
+
+    def _checked(self, data: bytes) -> bytes:
+        if data and time.monotonic() > self._deadline:
+            raise RemoteStorageTimeoutError(f"{self._what}: gave up", key=self._key)
+        return data
+
+    def close(self) -> None:
+        self._body.close()
 
 
 def _b64_md5(body: bytes) -> str:

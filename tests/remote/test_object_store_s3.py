@@ -179,3 +179,41 @@ def test_a_connection_broken_while_reading_a_body_is_transient(s3: S3ObjectStore
         urllib3.exceptions.ProtocolError("Connection broken")))
     with pytest.raises(RemoteStorageTransientError, match="Connection broken"):
         s3.get("k.log")
+
+
+def test_a_download_slower_than_the_minimum_rate_fails_in_time(moto_server_url: str, tmp_path: Any) -> None:
+    """A store that trickles: every socket read answers within the read timeout, so only the
+    transfer's own bound (read timeout + size / min_read_rate) ends it; then it is retried."""
+    import time
+
+    from remote.errors import RemoteStorageTimeoutError
+    from tests.support.fault_proxy import FaultProxy
+
+    bucket = f"tc-{uuid.uuid4().hex[:12]}"
+    _raw(moto_server_url).create_bucket(Bucket=bucket)
+    _raw(moto_server_url).put_object(Bucket=bucket, Key="p/k", Body=b"z" * 40_000)
+    host, port = moto_server_url.removeprefix("http://").split(":")
+    proxy = FaultProxy((host, int(port)), seed=1).start()
+    store = S3ObjectStore(bucket, "p", endpoint_url=proxy.url, read_timeout_s=1.0, min_read_rate=40_000,
+                          max_attempts=2, max_total_s=1.0, backoff_s=0.01, **CREDS)
+    try:
+        proxy.set_mode("trickle", rate=8_000)  # fast enough to fit a small answer, 5 s for the body
+        assert store.get_range("k", 0, 100) == b"z" * 100  # 100 bytes may take 1 s + 2.5 ms
+        for read in (lambda: store.get("k"), lambda: store.get_range("k", 0, 40_000),
+                     lambda: store.get_to_file("k", tmp_path / "k.bin")):
+            t0 = time.monotonic()
+            with pytest.raises(RemoteStorageTimeoutError, match="slower than 40000 B/s"):
+                read()
+            assert time.monotonic() - t0 < 4.0  # one attempt: 1 s + 40,000 / 40,000 s, and the last piece
+        assert not (tmp_path / "k.bin").exists()
+        proxy.set_mode("pass")
+        assert store.get("k") == b"z" * 40_000
+        assert store.get_to_file("k", tmp_path / "k.bin") == 40_000
+    finally:
+        store.close()
+        proxy.stop()
+
+
+def test_min_read_rate_must_be_positive() -> None:
+    with pytest.raises(InvalidConfigError, match="min_read_rate"):
+        S3ObjectStore("b", min_read_rate=0)

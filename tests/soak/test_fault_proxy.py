@@ -75,3 +75,13 @@ def test_slow_answers_every_request_late_and_correctly(proxied: tuple[FaultProxy
     assert time.monotonic() - t0 >= 4 * 0.4
     proxy.set_mode("pass")
     assert _get(s3) == b"x" * 1000 and proxy.stats()["faults"]["slow"] >= 1  # type: ignore[index]
+
+
+def test_trickle_sends_answers_at_the_rate(proxied: tuple[FaultProxy, Any]) -> None:
+    proxy, s3 = proxied
+    proxy.set_mode("trickle", rate=2000)
+    t0 = time.monotonic()
+    assert _get(s3) == b"x" * 1000  # 1000 bytes of body (and a few hundred of head) at 2000 B/s
+    assert time.monotonic() - t0 >= 0.5
+    proxy.set_mode("pass")
+    assert proxy.stats()["faults"]["trickle"] >= 1  # type: ignore[index]

@@ -15,6 +15,9 @@ Modes, decided per accepted connection (``p`` is the probability a connection is
 * ``slow``: every request on the connection is forwarded after ``delay_s`` seconds and answered
   correctly (an S3 that answers every call late but without an error: a circuit breaker stays
   closed);
+* ``trickle``: responses arrive at ``rate`` bytes a second, a few bytes at a time, so no single
+  socket read ever waits long (an S3 on a throttled path: every read timeout holds, the transfer
+  never ends in time);
 * ``truncate``: the request is forwarded, and the response is cut: headers plus half of the
   body when it has one (half of the headers when not, unless ``truncate_heads`` is False),
   then the connection is closed;
@@ -36,7 +39,7 @@ import threading
 import time
 from collections import Counter
 
-MODES = ("pass", "refuse", "503", "delay", "slow", "truncate", "corrupt")
+MODES = ("pass", "refuse", "503", "delay", "slow", "trickle", "truncate", "corrupt")
 _S3_503 = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>ServiceUnavailable</Code>'
            b"<Message>injected by FaultProxy</Message><RequestId>faultproxy</RequestId></Error>")
 
@@ -85,6 +88,7 @@ class FaultProxy:
         self._mode = "pass"
         self._p = 1.0
         self._delay_s = 0.0
+        self._rate = 0.0
         self._conns: set[socket.socket] = set()
         self._listener = socket.create_server((host, port), reuse_port=False)
         self._listener.settimeout(0.2)
@@ -112,11 +116,11 @@ class FaultProxy:
     def mode(self) -> str:
         return self._mode
 
-    def set_mode(self, mode: str, *, p: float = 1.0, delay_s: float = 2.0) -> None:
+    def set_mode(self, mode: str, *, p: float = 1.0, delay_s: float = 2.0, rate: float = 4096.0) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; use one of {MODES}")
         with self._lock:
-            self._mode, self._p, self._delay_s = mode, p, delay_s
+            self._mode, self._p, self._delay_s, self._rate = mode, p, delay_s, rate
             self.mode_changes += 1
             doomed = list(self._conns) if mode != "pass" else []
         for s in doomed:  # keep-alive pools must not bypass the new mode
@@ -151,7 +155,7 @@ class FaultProxy:
             with self._lock:
                 self.connections += 1
                 mode = self._mode if self._rng.random() < self._p else "pass"
-                delay = self._delay_s
+                delay = self._rate if mode == "trickle" else self._delay_s
                 if mode != "pass":
                     self.faults[mode] += 1
             threading.Thread(target=self._handle, args=(client, mode, delay), daemon=True,
@@ -187,7 +191,8 @@ class FaultProxy:
             if mode in ("truncate", "corrupt"):
                 self._exchange(client, upstream, mode)
             else:
-                self._pipe(client, upstream, slow_s=delay if mode == "slow" else 0.0)
+                self._pipe(client, upstream, slow_s=delay if mode == "slow" else 0.0,
+                           rate=delay if mode == "trickle" else 0.0)
         except OSError:
             pass
         finally:
@@ -197,9 +202,10 @@ class FaultProxy:
                     with contextlib.suppress(OSError):
                         s.close()
 
-    def _pipe(self, a: socket.socket, b: socket.socket, *, slow_s: float = 0.0) -> None:
+    def _pipe(self, a: socket.socket, b: socket.socket, *, slow_s: float = 0.0, rate: float = 0.0) -> None:
         """Bytes both ways; with ``slow_s``, the first bytes the client (``a``) sends after an
-        answer (a new request) wait ``slow_s`` first."""
+        answer (a new request) wait ``slow_s`` first; with ``rate``, answers (``b`` to ``a``) go
+        out at that many bytes a second, in pieces of a tenth of a second."""
         a.settimeout(None)
         b.settimeout(None)
         peers = {a: b, b: a}
@@ -221,9 +227,19 @@ class FaultProxy:
                         return
                     new_request = s is b
                 try:
-                    peers[s].sendall(data)
+                    if rate and s is b:
+                        self._trickle(a, data, rate)
+                    else:
+                        peers[s].sendall(data)
                 except OSError:
                     return
+
+    def _trickle(self, to: socket.socket, data: bytes, rate: float) -> None:
+        step = max(1, int(rate / 10))
+        for at in range(0, len(data), step):
+            if self._stopped.wait(step / rate):
+                raise OSError("proxy stopped")
+            to.sendall(data[at:at + step])
 
     def _exchange(self, client: socket.socket, upstream: socket.socket, mode: str) -> None:
         """Forward one request and answer it damaged (``truncate`` or ``corrupt``), then close."""
