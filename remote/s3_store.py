@@ -16,12 +16,12 @@
 * Retries: one layer, ours: exponential backoff around each call for throttling, 5xx,
   connection errors, timeouts and short reads, bounded by ``max_attempts`` and by
   ``max_total_s`` per call (botocore's own retries are off, so attempts do not multiply).
-  Connect and read timeouts bound each socket operation of an attempt, and a download's body
-  must arrive at ``min_read_rate`` bytes a second at least: an attempt reading ``n`` bytes fails
-  (RemoteStorageTimeoutError, retried) once ``read_timeout_s + n / min_read_rate`` seconds have
-  passed. Without it a store that trickles bytes, each read answered just within the read
-  timeout, would hold a download (and the request or round waiting on it) for ever. Uploads have
-  no such bound: botocore sends a body without a hook between its writes.
+  Connect and read timeouts bound each socket operation of an attempt, and a body must move at
+  ``min_transfer_rate`` bytes a second at least: an attempt sending or reading ``n`` bytes fails
+  (RemoteStorageTimeoutError, retried) once ``read_timeout_s + n / min_transfer_rate`` seconds
+  have passed. Without it a store that trickles, each socket operation answered just within
+  its timeout, would hold an upload or a download (and the request or round waiting on it) for
+  ever.
 * botocore's ClientError / BotoCoreError are translated into remote.errors here.
 * Picklable: the client is dropped in ``__getstate__`` and rebuilt lazily per process
   (Spark executors receive stores). boto3 clients are thread-safe, so one per process.
@@ -94,7 +94,7 @@ class S3ObjectStore(ObjectStore):
         connect_timeout_s: float = 10.0,
         read_timeout_s: float = 60.0,
         max_total_s: float = 120.0,
-        min_read_rate: float = 256 * 1024,
+        min_transfer_rate: float = 256 * 1024,
         verify_etag: bool = True,
         addressing_style: str | None = None,
     ) -> None:
@@ -104,9 +104,9 @@ class S3ObjectStore(ObjectStore):
             raise InvalidConfigError(f"part_size={part_size} is invalid: S3 parts must be at least {MIN_PART_SIZE}")
         if multipart_threshold < 1 or max_attempts < 1:
             raise InvalidConfigError("multipart_threshold and max_attempts must be >= 1")
-        if not (connect_timeout_s > 0 and read_timeout_s > 0 and max_total_s > 0 and min_read_rate > 0):
+        if not (connect_timeout_s > 0 and read_timeout_s > 0 and max_total_s > 0 and min_transfer_rate > 0):
             raise InvalidConfigError(f"connect_timeout_s={connect_timeout_s}, read_timeout_s={read_timeout_s}, "
-                                     f"max_total_s={max_total_s} and min_read_rate={min_read_rate} must all be > 0")
+                                     f"max_total_s={max_total_s} and min_transfer_rate={min_transfer_rate} must all be > 0")
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.endpoint_url = endpoint_url
@@ -119,7 +119,7 @@ class S3ObjectStore(ObjectStore):
         self.max_backoff_s = max_backoff_s
         self._timeouts = (connect_timeout_s, read_timeout_s)
         self.max_total_s = max_total_s
-        self.min_read_rate = float(min_read_rate)
+        self.min_transfer_rate = float(min_transfer_rate)
         self.verify_etag = verify_etag
         self._addressing_style = addressing_style
         self._lock = ordered_lock("remote.store.client", RANK_STORE_CLIENT)
@@ -201,6 +201,8 @@ class S3ObjectStore(ObjectStore):
         where = f"s3 {op} of {key!r} in {self.url}" if key is not None else f"s3 {op} in {self.url}"
         if isinstance(e, RemoteStorageError):
             return e
+        if isinstance(e, bx.HTTPClientError) and isinstance(e.kwargs.get("error"), RemoteStorageError):
+            return e.kwargs["error"]  # type: ignore[no-any-return]  # a paced upload body gave up mid-send
         if isinstance(e, bx.ClientError):
             err = e.response.get("Error", {})
             code = str(err.get("Code", ""))
@@ -261,7 +263,8 @@ class S3ObjectStore(ObjectStore):
             if len(head) <= self.multipart_threshold:
                 self._check_source(key, crc32c(head), expected)
                 resp = self._call("put", key, lambda: self._client().put_object(
-                    Bucket=self.bucket, Key=full, Body=head, ContentMD5=_b64_md5(head), ChecksumCRC32C=_b64_crc(head)))
+                    Bucket=self.bucket, Key=full, Body=self._paced_upload(key, head), ContentMD5=_b64_md5(head),
+                    ChecksumCRC32C=_b64_crc(head)))
                 sent = len(head)
             else:
                 resp = None
@@ -375,11 +378,20 @@ class S3ObjectStore(ObjectStore):
         except ObjectNotFoundError:
             return False
 
+    def _deadline(self, size: int) -> float:
+        return time.monotonic() + self._timeouts[1] + size / self.min_transfer_rate
+
+    def _too_slow(self, what: str, key: str, size: int) -> str:
+        return f"s3 {what} of {key!r} in {self.url}: {size} bytes slower than {self.min_transfer_rate:.0f} B/s"
+
     def _paced(self, key: str, resp: dict[str, Any]) -> _PacedBody:
-        """``resp``'s body, read at ``min_read_rate`` at least (else RemoteStorageTimeoutError)."""
+        """``resp``'s body, read at ``min_transfer_rate`` at least (else RemoteStorageTimeoutError)."""
         size = int(resp.get("ContentLength") or 0)
-        return _PacedBody(resp["Body"], key, time.monotonic() + self._timeouts[1] + size / self.min_read_rate,
-                          f"s3 read of {key!r} in {self.url}: {size} bytes slower than {self.min_read_rate:.0f} B/s")
+        return _PacedBody(resp["Body"], key, self._deadline(size), self._too_slow("read", key, size))
+
+    def _paced_upload(self, key: str, body: bytes) -> _PacedUpload:
+        """``body`` to send, at ``min_transfer_rate`` at least: one per attempt (its clock starts now)."""
+        return _PacedUpload(body, key, self._deadline(len(body)), self._too_slow("upload", key, len(body)))
 
     def _read_body(self, key: str, resp: dict[str, Any]) -> bytes:
         body = self._paced(key, resp)
@@ -499,6 +511,24 @@ class _PacedBody:
         self._body.close()
 
 
+class _PacedUpload(io.BytesIO):
+    """An upload body that fails with RemoteStorageTimeoutError once ``deadline`` (monotonic) has
+    passed: urllib3 reads and sends it a block at a time, so a store that takes it in slowly
+    stops the attempt between two blocks (botocore also reads it once to sign it, at once)."""
+
+    def __init__(self, body: bytes, key: str, deadline: float, what: str) -> None:
+        super().__init__(body)
+        self._size = len(body)
+        self._key = key
+        self._deadline = deadline
+        self._what = what
+
+    def read(self, n: int | None = -1) -> bytes:
+        if time.monotonic() > self._deadline and self.tell() < self._size:
+            raise RemoteStorageTimeoutError(f"{self._what}: gave up", key=self._key)
+        return super().read(n)
+
+
 def _b64_md5(body: bytes) -> str:
     return base64.b64encode(hashlib.md5(body, usedforsecurity=False).digest()).decode()
 
@@ -510,8 +540,9 @@ def _b64_crc(body: bytes) -> str:
 def _bind_part(store: S3ObjectStore, client: Any, key: str, full: str, upload_id: str, number: int,
                body: bytes) -> Callable[[], Any]:
     def upload() -> Any:
-        resp = client.upload_part(Bucket=store.bucket, Key=full, UploadId=upload_id, PartNumber=number, Body=body,
-                                  ContentMD5=_b64_md5(body), ChecksumCRC32C=_b64_crc(body))
+        resp = client.upload_part(Bucket=store.bucket, Key=full, UploadId=upload_id, PartNumber=number,
+                                  Body=store._paced_upload(key, body), ContentMD5=_b64_md5(body),
+                                  ChecksumCRC32C=_b64_crc(body))
         store._check_answer(key, f"upload of part {number}", body, resp)  # a retry re-sends the part
         return resp
 

@@ -58,10 +58,10 @@ class ServiceConfig(BaseModel):
                                            description="S3 connect timeout of one attempt.")
     remote_read_timeout_ms: int = Field(30_000, ge=100, le=3_600_000,
                                         description="S3 read timeout of one attempt.")
-    remote_min_read_rate_bytes: int = Field(256 * 1024, ge=1, le=1 << 40,
-                                            description="S3 downloads must arrive this fast (bytes a second): "
-                                                        "one of n bytes fails, and is retried, after the read "
-                                                        "timeout plus n / this.")
+    remote_min_transfer_rate_bytes: int = Field(256 * 1024, ge=1, le=1 << 40,
+                                                description="S3 uploads and downloads must move this fast (bytes a "
+                                                            "second): one of n bytes fails, and is retried, after "
+                                                            "the read timeout plus n / this.")
     remote_breaker_failures: int = Field(3, ge=1, le=1000,
                                          description="Consecutive failures after which the object store is "
                                                      "treated as down: calls fail at once (503 with Retry-After) "
@@ -298,7 +298,7 @@ def store_options(config: ServiceConfig) -> dict[str, Any]:
     opts: dict[str, Any] = {"max_attempts": 1, "max_total_s": config.remote_timeout_ms / 1000,
                             "connect_timeout_s": config.remote_connect_timeout_ms / 1000,
                             "read_timeout_s": config.remote_read_timeout_ms / 1000,
-                            "min_read_rate": config.remote_min_read_rate_bytes,
+                            "min_transfer_rate": config.remote_min_transfer_rate_bytes,
                             "verify_etag": config.s3_verify_etag}
     if config.s3_endpoint:
         opts["endpoint_url"] = config.s3_endpoint

@@ -88,7 +88,8 @@ def test_multipart_parts_are_retried(s3: S3ObjectStore) -> None:
 
 def test_truncated_upload_is_detected_and_removed(s3: S3ObjectStore) -> None:
     def truncate(n: int, real: Any, kw: dict[str, Any]) -> Any:
-        return real(**{**kw, "Body": kw["Body"][: len(kw["Body"]) // 2]})
+        body = kw["Body"].getvalue()
+        return real(**{**kw, "Body": body[: len(body) // 2]})
 
     _wrap(s3, "put_object", truncate)
     with pytest.raises(RemoteStorageIOError, match="truncated: sent 1000 bytes, stored 500"):
@@ -183,7 +184,7 @@ def test_a_connection_broken_while_reading_a_body_is_transient(s3: S3ObjectStore
 
 def test_a_download_slower_than_the_minimum_rate_fails_in_time(moto_server_url: str, tmp_path: Any) -> None:
     """A store that trickles: every socket read answers within the read timeout, so only the
-    transfer's own bound (read timeout + size / min_read_rate) ends it; then it is retried."""
+    transfer's own bound (read timeout + size / min_transfer_rate) ends it; then it is retried."""
     import time
 
     from remote.errors import RemoteStorageTimeoutError
@@ -194,7 +195,7 @@ def test_a_download_slower_than_the_minimum_rate_fails_in_time(moto_server_url: 
     _raw(moto_server_url).put_object(Bucket=bucket, Key="p/k", Body=b"z" * 40_000)
     host, port = moto_server_url.removeprefix("http://").split(":")
     proxy = FaultProxy((host, int(port)), seed=1).start()
-    store = S3ObjectStore(bucket, "p", endpoint_url=proxy.url, read_timeout_s=1.0, min_read_rate=40_000,
+    store = S3ObjectStore(bucket, "p", endpoint_url=proxy.url, read_timeout_s=1.0, min_transfer_rate=40_000,
                           max_attempts=2, max_total_s=1.0, backoff_s=0.01, **CREDS)
     try:
         proxy.set_mode("trickle", rate=8_000)  # fast enough to fit a small answer, 5 s for the body
@@ -214,6 +215,49 @@ def test_a_download_slower_than_the_minimum_rate_fails_in_time(moto_server_url: 
         proxy.stop()
 
 
-def test_min_read_rate_must_be_positive() -> None:
-    with pytest.raises(InvalidConfigError, match="min_read_rate"):
-        S3ObjectStore("b", min_read_rate=0)
+def test_an_upload_slower_than_the_minimum_rate_fails_in_time(moto_server_url: str) -> None:
+    import time
+
+    from remote.errors import RemoteStorageTimeoutError
+    from tests.support.fault_proxy import FaultProxy
+
+    bucket = f"tc-{uuid.uuid4().hex[:12]}"
+    _raw(moto_server_url).create_bucket(Bucket=bucket)
+    host, port = moto_server_url.removeprefix("http://").split(":")
+    proxy = FaultProxy((host, int(port)), seed=1).start()
+    store = S3ObjectStore(bucket, "p", endpoint_url=proxy.url, read_timeout_s=1.0, min_transfer_rate=4 * MiB,
+                          max_attempts=2, max_total_s=1.0, backoff_s=0.01, **CREDS)
+    try:
+        proxy.set_mode("trickle", rate=200_000)  # 8 MiB would take 42 s
+        t0 = time.monotonic()
+        with pytest.raises(RemoteStorageTimeoutError):
+            store.put("big", os.urandom(8 * MiB))
+        assert time.monotonic() - t0 < 6.0  # one attempt: 1 s + 2 s (and what socket buffers took at once)
+        proxy.set_mode("pass")
+        assert not store.exists("big")
+        store.put("big", b"ok")
+        assert store.get("big") == b"ok"
+    finally:
+        store.close()
+        proxy.stop()
+
+
+def test_a_paced_upload_body_stops_between_blocks_once_late() -> None:
+    """What urllib3 sends from: blocks until the deadline, then RemoteStorageTimeoutError (none at the end)."""
+    import time
+
+    from remote.errors import RemoteStorageTimeoutError
+    from remote.s3_store import _PacedUpload
+
+    body = _PacedUpload(b"a" * 100, "k", time.monotonic() + 3600, "upload of 'k'")
+    assert body.read(60) == b"a" * 60
+    body._deadline = time.monotonic() - 1  # the attempt ran out of time
+    with pytest.raises(RemoteStorageTimeoutError, match="upload of 'k'"):
+        body.read(60)
+    body.seek(100)
+    assert body.read(10) == b""  # all sent: nothing left to stop
+
+
+def test_min_transfer_rate_must_be_positive() -> None:
+    with pytest.raises(InvalidConfigError, match="min_transfer_rate"):
+        S3ObjectStore("b", min_transfer_rate=0)

@@ -15,9 +15,9 @@ Modes, decided per accepted connection (``p`` is the probability a connection is
 * ``slow``: every request on the connection is forwarded after ``delay_s`` seconds and answered
   correctly (an S3 that answers every call late but without an error: a circuit breaker stays
   closed);
-* ``trickle``: responses arrive at ``rate`` bytes a second, a few bytes at a time, so no single
-  socket read ever waits long (an S3 on a throttled path: every read timeout holds, the transfer
-  never ends in time);
+* ``trickle``: requests and responses move at ``rate`` bytes a second, a few bytes at a time, so
+  no single socket operation waits long (an S3 on a throttled path: every timeout holds, the
+  transfer never ends in time);
 * ``truncate``: the request is forwarded, and the response is cut: headers plus half of the
   body when it has one (half of the headers when not, unless ``truncate_heads`` is False),
   then the connection is closed;
@@ -204,8 +204,8 @@ class FaultProxy:
 
     def _pipe(self, a: socket.socket, b: socket.socket, *, slow_s: float = 0.0, rate: float = 0.0) -> None:
         """Bytes both ways; with ``slow_s``, the first bytes the client (``a``) sends after an
-        answer (a new request) wait ``slow_s`` first; with ``rate``, answers (``b`` to ``a``) go
-        out at that many bytes a second, in pieces of a tenth of a second."""
+        answer (a new request) wait ``slow_s`` first; with ``rate``, bytes go on at that many a
+        second each way, in pieces of a tenth of a second."""
         a.settimeout(None)
         b.settimeout(None)
         peers = {a: b, b: a}
@@ -227,8 +227,8 @@ class FaultProxy:
                         return
                     new_request = s is b
                 try:
-                    if rate and s is b:
-                        self._trickle(a, data, rate)
+                    if rate:
+                        self._trickle(peers[s], data, rate)
                     else:
                         peers[s].sendall(data)
                 except OSError:
