@@ -70,7 +70,8 @@ class SoakConfig:
     fault_window_s: tuple[float, float] = (3.0, 9.0)
     # "slow": every S3 call answers late but correctly (no error: the breaker stays closed), while
     # requests must still answer within the node's request_timeout_ms (below the client's bound)
-    fault_kinds: tuple[str, ...] = ("refuse", "503", "delay", "slow", "truncate")
+    # "trickle": answers arrive a few KB a second (each read answers, the transfer never ends in time)
+    fault_kinds: tuple[str, ...] = ("refuse", "503", "delay", "slow", "trickle", "truncate")
     truncate_heads: bool = True  # cut HEAD responses too in truncate mode
     server_flags: dict[str, Any] = field(default_factory=lambda: {
         "cleaner-backoff-ms": 1000, "tiering-interval-ms": 2000, "roll-check-interval-ms": 1000,
@@ -209,7 +210,7 @@ class FaultScheduler(threading.Thread):
                     self.rng.shuffle(self._deck)
                 mode = self._deck.pop()
                 p = self.rng.choice([0.3, 0.6, 1.0])
-                self._set(mode, p=p, delay_s=self.rng.uniform(0.5, 4.0))
+                self._set(mode, p=p, delay_s=self.rng.uniform(0.5, 4.0), rate=self.rng.uniform(2_000, 20_000))
 
 
 def _probe(url: str) -> list[str]:
