@@ -1,4 +1,5 @@
-"""docs/kafka.md's protocol table, generated from the handler registry (run ``python -m service.kafka.docs``)."""
+"""The protocol tables, generated from the handler registry: docs/kafka.md's (every API, its versions and what
+differs from Kafka) and the README's summary (APIs by area). Run ``python -m service.kafka.docs [--readme]``."""
 
 from __future__ import annotations
 
@@ -51,6 +52,41 @@ DIFFERENCES: dict[str, str] = {
 }
 
 
+#: per area of the README's summary, what differs from Apache Kafka there, in short (docs/kafka.md has each API's)
+AREAS: dict[str, str] = {
+    "produce and read": "one copy of the data: acks=-1 answers once fsynced; sessionless fetch; no follower fetching",
+    "topics and cluster": "replication factor 1; a dead leader shows LEADER_NOT_AVAILABLE (no election)",
+    "consumer groups": "the classic protocol (no KIP-848); offsets live in the metadata store (no internal topic)",
+    "transactions": "no KIP-890 verification or per-transaction epoch bump",
+    "connections": "SCRAM-SHA-256/512, PLAIN only over TLS; no re-authentication",
+}
+
+#: the area of each API in the README's summary
+AREA_OF: dict[str, str] = {
+    **dict.fromkeys(("Produce", "Fetch", "ListOffsets", "OffsetForLeaderEpoch", "InitProducerId"), "produce and read"),
+    **dict.fromkeys(("Metadata", "CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs",
+                     "IncrementalAlterConfigs", "DescribeCluster"), "topics and cluster"),
+    **dict.fromkeys(("FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit",
+                     "OffsetFetch", "OffsetDelete", "DescribeGroups", "ListGroups", "DeleteGroups"), "consumer groups"),
+    **dict.fromkeys(("AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "WriteTxnMarkers", "TxnOffsetCommit",
+                     "DescribeTransactions", "ListTransactions"), "transactions"),
+    **dict.fromkeys(("ApiVersions", "SaslHandshake", "SaslAuthenticate"), "connections"),
+}
+
+
+def readme_api_summary_markdown() -> str:
+    """The README's table: per area, its APIs with their versions and what differs from Kafka in short."""
+    by_area: dict[str, list[str]] = {area: [] for area in AREAS}
+    for spec in registered():
+        area = AREA_OF.get(spec.name)
+        if area is None:
+            raise KeyError(f"{spec.name} has no area in service/kafka/docs.py's AREA_OF")
+        by_area[area].append(f"{spec.name} {spec.min_version}-{spec.max_version}")
+    lines = ["| area | APIs (versions) | differs from Kafka |", "|---|---|---|"]
+    lines += [f"| {area} | {', '.join(apis)} | {AREAS[area]} |" for area, apis in by_area.items()]
+    return "\n".join(lines) + "\n"
+
+
 def kafka_api_table_markdown() -> str:
     lines = ["| API (key) | versions | what differs from Kafka |", "|---|---|---|"]
     for spec in registered():
@@ -60,4 +96,6 @@ def kafka_api_table_markdown() -> str:
 
 
 if __name__ == "__main__":
-    print(kafka_api_table_markdown(), end="")
+    import sys
+
+    print(readme_api_summary_markdown() if "--readme" in sys.argv[1:] else kafka_api_table_markdown(), end="")

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from service.kafka.docs import kafka_api_table_markdown
+from service.kafka.docs import kafka_api_table_markdown, readme_api_summary_markdown
 from tests.kafka.conftest import KafkaServe
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -19,6 +19,13 @@ def test_kafka_api_table_matches_the_registry() -> None:
     m = re.search(r"<!-- kafka-apis:begin[^>]*-->\n(.*?)<!-- kafka-apis:end -->", KAFKA_DOC.read_text(), re.S)
     assert m, "docs/kafka.md has no generated kafka-apis section"
     assert m.group(1) == kafka_api_table_markdown(), "regenerate with: python -m service.kafka.docs"
+
+
+def test_the_readme_api_summary_matches_the_registry() -> None:
+    m = re.search(r"<!-- kafka-apis-summary:begin[^>]*-->\n(.*?)<!-- kafka-apis-summary:end -->", README.read_text(),
+                  re.S)
+    assert m, "README.md has no generated kafka-apis-summary section"
+    assert m.group(1) == readme_api_summary_markdown(), "regenerate with: python -m service.kafka.docs --readme"
 
 
 def test_the_quick_start_snippet_runs(kafka_server: KafkaServe, topic_name: str) -> None:
