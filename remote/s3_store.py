@@ -479,7 +479,8 @@ class _PacedBody:
 
     Reads go through urllib3's ``read1`` (one socket read at most, whatever it brought), so the
     deadline is looked at between the store's own pieces: botocore's ``read(n)`` gathers ``n``
-    bytes before it returns, which on a trickling store may take any time. Errors are left to
+    bytes before it returns, which on a trickling store may take any time. So ``read(n)`` may
+    return fewer than ``n`` bytes before the end, as a raw stream's does. Errors are left to
     :meth:`S3ObjectStore._translate` (urllib3's are transient there)."""
 
     _CHUNK = 1 << 20
