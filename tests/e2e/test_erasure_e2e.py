@@ -329,10 +329,15 @@ def test_erase_during_a_leadership_change(tmp_path: Path) -> None:
     meta = f"sqlite:///{tmp_path}/metadata.db"
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    # A follows the metadata store only once an hour: it stays a zombie long enough to try its round
+    # A follows the metadata store only once an hour: it stays a zombie long enough to try its round.
+    # Both wait for min.compaction.lag.ms before a round; A then looks every 0.2 s and B every 3 s, so
+    # A tries (and is fenced) before B has finished the receipt: a receipt B finished first would
+    # leave A nothing to try (a CI run on a loaded machine once saw exactly that with both at 1 s).
     a = Server(tmp_path / "a", objects.as_uri(), extra_args=("--broker-id", "0", "--metadata", meta,
-                                                             "--metadata-sync-interval-ms", "3600000"))
-    b = Server(tmp_path / "b", objects.as_uri(), extra_args=("--broker-id", "1", "--metadata", meta))
+                                                             "--metadata-sync-interval-ms", "3600000",
+                                                             "--erasure-check-interval-ms", "200"))
+    b = Server(tmp_path / "b", objects.as_uri(), extra_args=("--broker-id", "1", "--metadata", meta,
+                                                             "--erasure-check-interval-ms", "3000"))
     try:
         a.start()
         b.start()
