@@ -31,7 +31,7 @@ INPUT = 300
 PARTS = 2
 KILLS = int(os.environ.get("TXN_EOS_KILLS", "20"))
 #: the kill loop stops after this long even if fewer kills happened (a restart takes ~1 s idle, 12 s on a busy box)
-KILL_BUDGET_S = float(os.environ.get("TXN_EOS_KILL_BUDGET_S", "45"))
+KILL_BUDGET_S = float(os.environ.get("TXN_EOS_KILL_BUDGET_S", "35"))
 #: the client's own deadline; the test waits this much longer for its answer (the client's last call may
 #: take its grace, tests/kafka/clients/txn_client.py STUCK_GRACE_S) before dumping it as hung
 CLIENT_TIMEOUT_S = 150

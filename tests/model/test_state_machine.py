@@ -30,7 +30,7 @@ STEPS = 40
 #: examples per engine in ``make test`` (derandomized: the same examples every run), sized for CI
 #: (the test still asserts every engine cleaned, restarted and aborted); a Spark job costs about a
 #: second, so that engine runs fewer. ``make fuzz`` runs thousands with fresh randomness.
-EXAMPLES = {"local": 100, "file": 85, "s3": 75, "spark": 40}
+EXAMPLES = {"local": 80, "file": 70, "s3": 75, "spark": 40}
 #: object-store round trips dominate the S3 engine's time: fewer expensive steps per example
 EXPENSIVE_BUDGET = {"local": None, "file": None, "s3": 5, "spark": 6}
 

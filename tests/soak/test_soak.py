@@ -12,9 +12,9 @@ import pytest
 
 from tests.soak.harness import TIERCOMPACT, SoakConfig, format_summary, run_soak
 
-BOUNDED_SECONDS = 70
-#: kills come a little faster than make soak's (15-25 s) so the bounded run still restarts the node 3-4 times
-KILL_EVERY_S = (12.0, 18.0)
+BOUNDED_SECONDS = 60
+#: kills come faster than make soak's (15-25 s) so the bounded run still restarts the node 3-4 times
+KILL_EVERY_S = (8.0, 12.0)
 SEED = 12
 #: HEAD responses cut mid-header (truncate fault): on since S3ObjectStore maps a HEAD without a
 #: Content-Length to a transient error (e55f52f; before it, a KeyError: 500 and an uncleanable partition).
