@@ -131,7 +131,7 @@ class Server:
         return {i for i in ids - known if not any(lease.claims(i) for lease in leases)}
 
     def quiet(self, topic: str) -> None:
-        """Wait until no job of ``topic`` is queued or running (the tiered pool may start more)."""
+        """Wait until no job of ``topic`` is pending or running (the tiered pool may start more)."""
         _wait(lambda: not [j for j in self.jobs() if j["topic"] == topic and j["state"] in ("pending", "running")],
               f"{topic}'s jobs to end")
 

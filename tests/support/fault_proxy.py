@@ -155,10 +155,10 @@ class FaultProxy:
             with self._lock:
                 self.connections += 1
                 mode = self._mode if self._rng.random() < self._p else "pass"
-                delay = self._rate if mode == "trickle" else self._delay_s
+                delay, rate = self._delay_s, self._rate
                 if mode != "pass":
                     self.faults[mode] += 1
-            threading.Thread(target=self._handle, args=(client, mode, delay), daemon=True,
+            threading.Thread(target=self._handle, args=(client, mode, delay, rate), daemon=True,
                              name="fault-proxy-conn").start()
 
     def _track(self, *socks: socket.socket) -> None:
@@ -169,7 +169,7 @@ class FaultProxy:
         with self._lock:
             self._conns.difference_update(socks)
 
-    def _handle(self, client: socket.socket, mode: str, delay: float) -> None:
+    def _handle(self, client: socket.socket, mode: str, delay: float, rate: float) -> None:
         upstream: socket.socket | None = None
         try:
             if mode == "refuse":
@@ -192,7 +192,7 @@ class FaultProxy:
                 self._exchange(client, upstream, mode)
             else:
                 self._pipe(client, upstream, slow_s=delay if mode == "slow" else 0.0,
-                           rate=delay if mode == "trickle" else 0.0)
+                           rate=rate if mode == "trickle" else 0.0)
         except OSError:
             pass
         finally:
