@@ -11,6 +11,9 @@ Reading checks the version and the entry count; an empty file reads as no entrie
 
 * ``cleaner-offset-checkpoint`` (one per data dir, version 0): ``<topic> <partition> <offset>``
 * ``leader-epoch-checkpoint`` (one per partition dir, version 0): ``<epoch> <start offset>``
+* ``log-start-offset-checkpoint`` (one per partition dir, version 0, at most one entry): ``<offset>``,
+  the log start offset DeleteRecords set. Kafka keeps one such file per data dir, with
+  ``<topic> <partition> <offset>`` lines; one per partition here goes with the partition's directory.
 
 A malformed file is handled as Kafka does. Kafka's ``LogCleanerManager.allCleanerCheckpoints``
 logs the error and reads a corrupt cleaner-offset-checkpoint as empty. Here
@@ -19,7 +22,8 @@ logs a warning, counts it (:func:`corrupt_checkpoints_rebuilt`), and the next wr
 it. A missing checkpoint only makes the cleaner re-clean from the log start, so no data is
 lost. A malformed ``leader-epoch-checkpoint`` takes its log offline in Kafka (a storage
 exception while loading). :class:`LeaderEpochCheckpointFile` raises, and the log manager takes
-that one partition offline.
+that one partition offline. So does a malformed ``log-start-offset-checkpoint``: read as
+empty it would serve again records a client deleted.
 
 Source: server-common/.../CheckpointFile.java, storage/.../OffsetCheckpointFile.java,
 LeaderEpochCheckpointFile.java.
@@ -47,6 +51,7 @@ TMP_SUFFIX = ".tmp"
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 
 
 def fsync_dir(path: Path) -> None:
@@ -205,3 +210,28 @@ class LeaderEpochCheckpointFile:
     def render(entries: Iterable[EpochEntry]) -> bytes:
         items = list(entries)
         return (f"0\n{len(items)}\n" + "".join(f"{e.epoch} {e.start_offset}\n" for e in items)).encode()
+
+
+def _parse_start_offset(f: list[str]) -> int:
+    if len(f) != 1 or int(f[0]) < 0:
+        raise ValueError("expected '<offset>' (>= 0)")
+    return int(f[0])
+
+
+class LogStartOffsetCheckpointFile:
+    """The ``log-start-offset-checkpoint`` file of one partition: the offset DeleteRecords moved its
+    log start to (absent: never moved). Raises CorruptRecordError on a malformed file."""
+
+    def __init__(self, path: Path) -> None:
+        self._file: CheckpointFile[int] = CheckpointFile(path, 0, str, _parse_start_offset)
+        self.path = self._file.path
+
+    def read(self) -> int:
+        """The stored offset, 0 when there is none."""
+        entries = self._file.read()
+        if len(entries) > 1:
+            raise CorruptRecordError(f"holds {len(entries)} offsets, not one", source=str(self.path))
+        return entries[0] if entries else 0
+
+    def write(self, offset: int) -> None:
+        self._file.write([offset])

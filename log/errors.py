@@ -70,6 +70,11 @@ class OffsetOutOfRangeError(TiercompactError):
     """A read asked for an offset outside [log start offset, log end offset]."""
 
 
+class PolicyViolationError(InvalidRequestError):
+    """The topic's configuration forbids the operation (Kafka's PolicyViolationException): records
+    of a topic whose cleanup.policy lacks ``delete`` cannot be deleted by offset."""
+
+
 class LogSegmentOffsetOverflowError(TiercompactError):
     """An offset cannot be stored relative to its segment's base offset (> 2^31-1 apart)."""
 

@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from log.checkpoint import fsync_dir
+from log.checkpoint import LOG_START_OFFSET_CHECKPOINT, LogStartOffsetCheckpointFile, fsync_dir
 from log.clock import SYSTEM_CLOCK, Clock
 from log.config import LogConfig
-from log.errors import InvalidRequestError, OffsetOutOfRangeError
+from log.errors import CorruptRecordError, InvalidRequestError, OffsetOutOfRangeError
 from log.errors import SimulatedCrash as SimulatedCrash  # where the crash hooks of tests import it from
 from log.fetch_raw import readable_segments
 from log.index.txn_index import AbortedTxn
@@ -95,6 +95,10 @@ class LocalLog:
         self.segments = LogSegments()
         self.producer_state = ProducerStateManager()
         self.epochs = LeaderEpochCache(self.dir)
+        self._start_file = LogStartOffsetCheckpointFile(self.dir / LOG_START_OFFSET_CHECKPOINT)
+        #: the log start offset DeleteRecords set (0: never): offsets below it read as out of range
+        #: even while the segments holding them are still on disk
+        self._start_floor = 0
         #: test hook called with a step name during the swap protocol (crash injection)
         self.crash_hook: Callable[[str], None] | None = None
         self._closed = False
@@ -102,6 +106,11 @@ class LocalLog:
         try:
             self.epochs.entries = LogLoader(self.dir, self.topic_partition, config, clock, self.segments,
                                             self.producer_state, self.epochs.file).load()
+            try:
+                self._start_floor = self._start_file.read()
+            except CorruptRecordError as e:  # read as 0 it would serve records a client deleted again
+                raise CorruptRecordError(f"{e}. Restore it from a backup, or write the offset the partition's "
+                                         f"records were deleted below into it, and restart the node") from None
         except BaseException:
             for seg in self.segments:  # a log that failed to load holds no open files
                 seg.close()
@@ -125,9 +134,50 @@ class LocalLog:
 
     @property
     def log_start_offset(self) -> int:
+        """The first offset a read may ask for: the first segment's base offset, or the offset
+        DeleteRecords moved the start to when that is higher (Kafka's logStartOffset)."""
         with self.lock:
             first = self.segments.first()
-            return first.base_offset if first else 0
+            base = first.base_offset if first else 0
+            return base if base >= self._start_floor else self._start_floor
+
+    @property
+    def deleted_records_offset(self) -> int:
+        """The log start offset DeleteRecords set (0 when never): the floor of the log start over
+        both tiers of a tiered partition too."""
+        return self._start_floor
+
+    def advance_log_start_offset(self, offset: int) -> int:
+        """DeleteRecords (Kafka's maybeIncrementLogStartOffset): records below ``offset`` are
+        deleted for readers at once; the start only moves forward, and it is on disk before this
+        returns. Whole segments below it are removed by retention (:meth:`start_breached_segments`).
+        Returns the log start offset.
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` is negative or above the high watermark.
+        """
+        with self.lock:
+            self.check_new_log_start_offset(offset)
+            if offset > self._start_floor:
+                self._start_file.write(offset)
+                self._start_floor = offset
+            return self.log_start_offset
+
+    def check_new_log_start_offset(self, offset: int) -> None:
+        """Raise OffsetOutOfRangeError unless ``offset`` is in [0, high watermark] (what DeleteRecords takes)."""
+        hw = self.high_watermark
+        if offset < 0 or offset > hw:
+            raise OffsetOutOfRangeError(
+                f"cannot delete the records of {self.topic_partition} below offset {offset}: it is outside "
+                f"[0, {hw}] (0 to the high watermark)")
+
+    def start_breached_segments(self) -> list[LogSegment]:
+        """Rolled segments wholly below the log start offset DeleteRecords set (Kafka's
+        deleteLogStartOffsetBreachedSegments: a segment goes once the next one starts at or below it)."""
+        with self.lock:
+            segs = self.segments.all()
+            floor = self._start_floor
+            return [s for s, nxt in zip(segs, segs[1:], strict=False) if nxt.base_offset <= floor]
 
     @property
     def log_end_offset(self) -> int:
@@ -540,15 +590,18 @@ class LocalLog:
                 now, int(self.config.get("producer.id.expiration.ms")))
 
     def delete_old_segments(self, now: int | None = None) -> list[int]:
-        """Retention for cleanup.policy containing 'delete': retention.ms, then retention.bytes."""
-        if not self.config.delete:
-            return []
+        """Retention: segments below the log start offset DeleteRecords set (whatever the policy, as
+        Kafka), then for cleanup.policy containing 'delete' retention.ms and retention.bytes."""
         with self.lock:
+            below = self.start_breached_segments()
+            deleted = self.delete_segments(below) if below else []
+            if not self.config.delete:
+                return deleted
             now = self.clock.milliseconds() if now is None else now
             # Kafka's deletableSegments walks the active segment too (unless it is empty): a
             # record older than retention.ms must not outlive it by segment.ms (7 days by
             # default). delete_segments rolls the active segment before removing it.
-            return self.delete_segments(self.retention_breached_segments(
+            return deleted + self.delete_segments(self.retention_breached_segments(
                 now, int(self.config.get("retention.ms")), int(self.config.get("retention.bytes")),
                 include_active=True))
 

@@ -108,6 +108,7 @@ class Leadership(RemoteLogState):
                 return state
             if log.leader_epoch < leader_epoch:
                 log.assign_epoch(leader_epoch, start)
+            self._adopt_log_start(tp, log)
             self._leaders[tp] = state
             return state
 
@@ -195,8 +196,23 @@ class Leadership(RemoteLogState):
             if log.leader_epoch < state.leader_epoch:
                 lineage = dict(self.metadata.leader_epochs(tp))
                 log.assign_epoch(state.leader_epoch, lineage.get(state.leader_epoch, log.log_end_offset))
+            self._adopt_log_start(tp, log)
             self._leaders[tp] = state
             return state, True
+
+    def _adopt_log_start(self, tp: TopicPartition, log: LocalLog) -> None:
+        """A node taking the lead starts the log where DeleteRecords left it, on whichever node that
+        ran (the metadata store holds it for tiered partitions), before it serves a read."""
+        if not log.config.remote_storage_enable:
+            return
+        floor = self.metadata.log_start_offset(tp)
+        if floor <= log.deleted_records_offset:
+            return
+        end = log.high_watermark
+        if floor > end:  # the records up to it were never tiered and this node never held them
+            logger.warning("%s: the log start offset %d set by DeleteRecords is past this node's log end %d; "
+                           "starting at %d", tp, floor, end, end)
+        log.advance_log_start_offset(min(floor, end))
 
     def leader_epoch(self, tp: TopicPartition, action: str = "upload, cleaning publish or delete") -> int:
         return self.leader_state(tp, action).leader_epoch

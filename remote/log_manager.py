@@ -94,6 +94,7 @@ from log.clock import Clock
 from log.locks import RANK_LEAF, ordered_lock
 from log.log_manager import LogManager
 from log.types import TopicPartition
+from metadata.errors import FencedLeaderEpochError
 from metadata.segment_indexes import IndexedSegmentStore
 from metadata.types import LeaderState, RemoteLogSegmentMetadata
 from remote.errors import StoreUnavailableError
@@ -296,8 +297,32 @@ class RemoteLogManager(Tiering, Retention):
         return self.metadata.remote_log_size(tp)
 
     def log_start_offset(self, tp: TopicPartition) -> int:
-        """min(start of the earliest referenced remote segment, local log start)."""
+        """min(start of the earliest referenced remote segment, local log start), never below the
+        log start offset DeleteRecords set."""
         return self.read_path.log_start_offset(tp)
+
+    def delete_records(self, tp: TopicPartition, offset: int) -> int:
+        """DeleteRecords on a tiered partition this node leads: the log start offset over both
+        tiers moves to ``offset``, first in the metadata store (fenced by the current epoch, so a
+        zombie moves nothing and the next leader starts there), then in the local log. Remote and
+        local segments wholly below it go with the next retention pass. Returns the log start offset.
+
+        Raises:
+            NotLeaderForPartitionError: another broker leads ``tp`` (a zombie learns it here).
+            OffsetOutOfRangeError: ``offset`` is negative or above the high watermark.
+        """
+        self.check_current_leader(tp, "delete records")
+        state = self.leader_state(tp, "delete records")
+        log = self._log(tp)
+        with self._lock(tp):
+            log.check_new_log_start_offset(offset)
+            try:
+                self.metadata.advance_log_start_offset(tp, offset, leader_epoch=state.leader_epoch)
+            except FencedLeaderEpochError:
+                self._leaders.pop(tp, None)
+                raise
+            log.advance_log_start_offset(offset)
+        return self.log_start_offset(tp)
 
     def segments_view(self, tp: TopicPartition) -> list[SegmentView]:
         log = self._log(tp)

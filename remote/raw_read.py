@@ -127,9 +127,9 @@ class RawTieredRead:
     def _remote_segments(self, log: LocalLog) -> list[RemoteLogSegmentMetadata]:
         if self.read_path is None or not log.config.remote_storage_enable:
             return []
-        local_start = log.log_start_offset
+        local_start, floor = log.log_start_offset, log.deleted_records_offset
         return [md for md in self.read_path.metadata.list_remote_log_segments(log.topic_partition)
-                if md.start_offset < local_start]
+                if md.start_offset < local_start and md.end_offset >= floor]
 
     def offset_for_timestamp(self, log: LocalLog, timestamp: int) -> TimestampAndOffset | None:
         """The first record whose timestamp is >= ``timestamp``, over both tiers; None if none."""

@@ -158,33 +158,45 @@ class Retention(Leadership):
                 if checkpoint is None:
                     return []
             deletable: list[LogSegment] = []
-            for seg in log.retention_breached_segments(now, cfg.local_retention_ms, cfg.local_retention_bytes):
+            # copied segments below the log start offset DeleteRecords set go whatever local retention says
+            below = {s.base_offset for s in log.start_breached_segments()}
+            breached = log.retention_breached_segments(now, cfg.local_retention_ms, cfg.local_retention_bytes)
+            if len(below) > len(breached):
+                breached = [s for s in log.all_segments() if s.base_offset in below]
+            for seg in breached:
                 nxt = seg.read_next_offset()
                 if nxt - 1 > highest:
                     break  # not copied yet: it and everything after it stay (deletion is from the start)
-                if checkpoint is not None and nxt > checkpoint:
+                if checkpoint is not None and nxt > checkpoint and seg.base_offset not in below:
                     break  # not cleaned yet (cleanup.policy=compact)
                 deletable.append(seg)
             return log.delete_segments(deletable) if deletable else []
 
     def apply_remote_retention(self, tp: TopicPartition, now: int | None = None) -> list[str]:
-        """For cleanup.policy containing delete: delete remote segments past retention.ms /
-        beyond retention.bytes (plus the local copies they cover); returns deleted ids."""
+        """Delete remote segments wholly below the log start offset DeleteRecords set and, for
+        cleanup.policy containing delete, those past retention.ms / beyond retention.bytes
+        (plus the local copies they cover); returns deleted ids."""
         with self._lock(tp):
             log = self._log(tp)
             cfg = log.config
-            if not cfg.remote_storage_enable or not cfg.delete:
+            floor = log.deleted_records_offset
+            if not cfg.remote_storage_enable or not (cfg.delete or floor):
                 return []
             now = self.clock.milliseconds() if now is None else now
             epoch = self.leader_epoch(tp)
             segs = self.metadata.list_remote_log_segments(tp)
-            retention_ms, retention_bytes = int(cfg.get("retention.ms")), int(cfg.get("retention.bytes"))
-            highest = max((m.end_offset for m in segs), default=-1)
-            local_only = sum(s.size for s in log.all_segments() if s.read_next_offset() - 1 > highest)
-            breached = retention_breached(
-                segs, now, retention_ms, retention_bytes,
-                total_bytes=sum(m.segment_size_in_bytes for m in segs) + local_only,
-                size=lambda m: m.segment_size_in_bytes, max_timestamp=lambda m: m.max_timestamp_ms)
+            # Kafka's isSegmentBreachByLogStartOffset: a remote segment goes once it ends below the start
+            breached = [m for m in segs if m.end_offset < floor]
+            if cfg.delete:
+                retention_ms, retention_bytes = int(cfg.get("retention.ms")), int(cfg.get("retention.bytes"))
+                highest = max((m.end_offset for m in segs), default=-1)
+                local_only = sum(s.size for s in log.all_segments() if s.read_next_offset() - 1 > highest)
+                by_retention = retention_breached(
+                    segs, now, retention_ms, retention_bytes,
+                    total_bytes=sum(m.segment_size_in_bytes for m in segs) + local_only,
+                    size=lambda m: m.segment_size_in_bytes, max_timestamp=lambda m: m.max_timestamp_ms)
+                ids = {m.id for m in breached}
+                breached += [m for m in by_retention if m.id not in ids]
         deleted: list[str] = []
         for md in breached:
             self._delete_remote(md, epoch)  # the partition lock around the metadata writes only

@@ -77,12 +77,14 @@ class TieredReadPath:
         self.reader = reader
 
     def log_start_offset(self, tp: TopicPartition) -> int:
-        """min(start of the earliest referenced remote segment, local log start)."""
-        local = self.log_manager.get_log(tp).log_start_offset
+        """min(start of the earliest referenced remote segment, local log start), and never below
+        the log start offset DeleteRecords set."""
+        log = self.log_manager.get_log(tp)
+        local = log.log_start_offset
         if local == 0:
             return 0  # no offset is lower: the metadata store need not be asked (a query per read)
         first = self.metadata.remote_log_segment_metadata(tp, 0)
-        return local if first is None else min(first.start_offset, local)
+        return local if first is None else max(min(first.start_offset, local), log.deleted_records_offset)
 
     def read(self, tp: TopicPartition, offset: int, *, max_bytes: int = MiB, isolation: str = "read_uncommitted",
              max_records: int = 500) -> ReadResult:

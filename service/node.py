@@ -33,7 +33,7 @@ from cleaner.manager import CleaningStateKind
 from cleaner.ports import LogPartitions
 from log.checkpoint import corrupt_checkpoints_rebuilt
 from log.clock import SYSTEM_CLOCK, Clock
-from log.errors import InvalidRequestError, PartitionOfflineError, TiercompactError
+from log.errors import InvalidRequestError, PartitionOfflineError, PolicyViolationError, TiercompactError
 from log.fetch import READ_COMMITTED, check_isolation
 from log.local_log import AppendResult, LocalLog, RecordSpec
 from log.locks import RANK_LEAF, ordered_lock
@@ -502,6 +502,35 @@ class Node:
         if log.config.remote_storage_enable and broker_id == self.broker_id:
             self.cleaner.adopt_remote_checkpoint(tp, log)
         return self.partition_info(topic, partition)
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """Kafka's DeleteRecords: the partition's records below ``offset`` (-1: the high watermark)
+        are deleted; returns the new log start offset (Kafka's low watermark).
+
+        Reads below it answer OFFSET_OUT_OF_RANGE at once; the segments wholly below it are removed
+        by the next retention pass (the tiered partition's remote ones too). Only for a topic whose
+        cleanup.policy contains ``delete``, as Kafka: compacted records go by tombstones (and
+        erasures), never by offset. A tiered partition needs this node to lead it (the new start
+        is stored, fenced, in the metadata store, where the next leader finds it).
+
+        Raises:
+            PolicyViolationError: cleanup.policy has no ``delete``.
+            OffsetOutOfRangeError: ``offset`` is below -1 or above the high watermark.
+            NotLeaderForPartitionError: another broker leads the tiered partition.
+        """
+        log = self.log(topic, partition)
+        if not log.config.delete:
+            raise PolicyViolationError(
+                f"records of {log.topic_partition} cannot be deleted by offset: its cleanup.policy is "
+                f"{log.config.get('cleanup.policy')!r}, without 'delete' (tombstones and erasures delete the "
+                f"records of compacted topics)")
+        if offset == -1:
+            offset = log.high_watermark
+        if log.config.remote_storage_enable:
+            return self.remote.delete_records(log.topic_partition, offset)
+        start = log.advance_log_start_offset(offset)
+        self.cleaner.wakeup()  # its retention pass removes the segments below the new start
+        return start
 
     def check_leader_for_produce(self, log: LocalLog) -> None:
         """A tiered partition another broker leads takes no records here: they could never

@@ -132,6 +132,24 @@ class SqlLeadership(SqlStore):
     def leader_epochs(self, tp: TopicPartition) -> list[tuple[int, int]]:
         return list(self._read("leader_epochs", lambda c: self._lineage(c, tp)).items())
 
+    def advance_log_start_offset(self, tp: TopicPartition, offset: int, *, leader_epoch: int) -> int:
+        def fn(conn: Connection) -> int:
+            self._fence(conn, tp, leader_epoch, "delete records")
+            cur = conn.execute(select(leaders.c.log_start_offset).where(_tp_where(leaders, tp))).scalar()
+            if cur is not None and cur >= offset:
+                return int(cur)
+            conn.execute(update(leaders).where(_tp_where(leaders, tp)).values(log_start_offset=offset))
+            return offset
+
+        if offset < 0:
+            raise InvalidRequestError(f"log start offset {offset} must be >= 0")
+        return self._write(tp, "advance_log_start_offset", fn)
+
+    def log_start_offset(self, tp: TopicPartition) -> int:
+        row = self._read("log_start_offset", lambda c: c.execute(
+            select(leaders.c.log_start_offset).where(_tp_where(leaders, tp))).first())
+        return 0 if row is None or row[0] is None else int(row[0])
+
     def _forget_partition(self, conn: Connection, tp: TopicPartition) -> None:
         super()._forget_partition(conn, tp)
         for table in (leaders, epochs):

@@ -38,7 +38,7 @@ from sqlalchemy import exc as sa_exc
 from log.errors import InvalidConfigError
 from log.types import TopicPartition
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 _meta = MetaData()
 leaders = Table(
@@ -49,6 +49,7 @@ leaders = Table(
     Column("broker_id", Integer, nullable=False),
     Column("fence_token", String(32), nullable=False),
     Column("updated_ms", BigInteger, nullable=False),
+    Column("log_start_offset", BigInteger, nullable=True),  # DeleteRecords' (since 8; NULL: never moved)
 )
 epochs = Table(
     "tc_leader_epochs", _meta,
@@ -201,7 +202,8 @@ deleted_topics = Table(
 _TABLES_SINCE = {2: (rounds, round_segments), 4: (erasures, erasure_partitions, topic_configs),
                  5: (erasure_confirmations,), 6: (brokers, topic_ids, producer_id_blocks), 7: (deleted_topics,)}
 #: columns each schema version added to an existing table (ALTER TABLE ... ADD COLUMN, nullable)
-_COLUMNS_SINCE: dict[int, tuple[tuple[Table, str], ...]] = {3: ((segments, "key_index_bytes"),)}
+_COLUMNS_SINCE: dict[int, tuple[tuple[Table, str], ...]] = {3: ((segments, "key_index_bytes"),),
+                                                             8: ((leaders, "log_start_offset"),)}
 schema_version = Table(
     "tc_schema_version", _meta,
     Column("version", Integer, primary_key=True, autoincrement=False),

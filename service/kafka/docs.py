@@ -18,6 +18,8 @@ DIFFERENCES: dict[str, str] = {
     "SaslHandshake": "SCRAM-SHA-256, SCRAM-SHA-512; PLAIN only over TLS",
     "ApiVersions": "lists exactly the APIs of this table; an unknown version gets KIP-511's v0 answer",
     "CreateTopics": "replication factor 1 (or -1); replica assignments refused; v0-v1 through kio",
+    "DeleteRecords": "one copy: answered once the new log start offset is on disk (and, tiered, in the metadata "
+                     "store); segments below it go with the next retention pass, remote ones too",
     "DeleteTopics": "fenced like DELETE /v1/topics (the node must lead every tiered partition); v0 through kio",
     "InitProducerId": "ids unique across the nodes of a metadata store; with a transactional.id the epoch is "
                       "bumped and the old epoch's open transaction aborted (KIP-360 retries); no 2PC (v5+)",
@@ -63,7 +65,8 @@ AREAS: dict[str, str] = {
 
 #: the area of each API in the README's summary
 AREA_OF: dict[str, str] = {
-    **dict.fromkeys(("Produce", "Fetch", "ListOffsets", "OffsetForLeaderEpoch", "InitProducerId"), "produce and read"),
+    **dict.fromkeys(("Produce", "Fetch", "ListOffsets", "OffsetForLeaderEpoch", "InitProducerId", "DeleteRecords"),
+                    "produce and read"),
     **dict.fromkeys(("Metadata", "CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs",
                      "IncrementalAlterConfigs", "DescribeCluster"), "topics and cluster"),
     **dict.fromkeys(("FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit",

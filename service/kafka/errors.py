@@ -15,6 +15,7 @@ from log.errors import (
     OffsetOutOfRangeError,
     PartitionBusyError,
     PartitionOfflineError,
+    PolicyViolationError,
     TiercompactError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
@@ -40,6 +41,7 @@ KAFKA_STORAGE_ERROR = ke.KafkaStorageError.errno
 FENCED_LEADER_EPOCH = ke.FencedLeaderEpochError.errno
 UNKNOWN_LEADER_EPOCH = ke.UnknownLeaderEpochError.errno
 INVALID_RECORD = ke.InvalidRecordError.errno
+POLICY_VIOLATION = ke.PolicyViolationError.errno
 
 # most specific first: the first class ``exc`` is an instance of gives the code
 _CODES: list[tuple[type[BaseException], int]] = [
@@ -56,6 +58,7 @@ _CODES: list[tuple[type[BaseException], int]] = [
     # both are retriable for Kafka clients: the read is tried again
     (RemoteStorageError, KAFKA_STORAGE_ERROR),
     (MetadataStoreError, KAFKA_STORAGE_ERROR),
+    (PolicyViolationError, POLICY_VIOLATION),
     (InvalidRequestError, INVALID_REQUEST),
 ]
 

@@ -56,6 +56,47 @@ def finish(m: SqlRemoteLogMetadataManager, md: RemoteLogSegmentMetadata, epoch: 
 # ---------------------------------------------------------------- leadership
 
 
+def test_log_start_offset_only_moves_forward_and_only_for_the_registered_epoch(
+        mdm: SqlRemoteLogMetadataManager) -> None:
+    assert mdm.log_start_offset(TP) == 0  # never set (and no row yet)
+    mdm.become_leader(TP, 0, 1)
+    assert mdm.log_start_offset(TP) == 0
+    assert mdm.advance_log_start_offset(TP, 10, leader_epoch=0) == 10
+    assert mdm.advance_log_start_offset(TP, 4, leader_epoch=0) == 10  # never backwards
+    mdm.become_leader(TP, 1, 2)
+    with pytest.raises(FencedLeaderEpochError):
+        mdm.advance_log_start_offset(TP, 20, leader_epoch=0)  # a zombie moves nothing
+    assert mdm.log_start_offset(TP) == 10
+    assert mdm.advance_log_start_offset(TP, 20, leader_epoch=1) == 20 == mdm.log_start_offset(TP)
+    with pytest.raises(InvalidRequestError):
+        mdm.advance_log_start_offset(TP, -1, leader_epoch=1)
+    assert mdm.log_start_offset(TopicPartition("other", 0)) == 0
+
+
+def test_a_version_7_store_gets_the_log_start_offset_column(tmp_path: Path) -> None:
+    from sqlalchemy import create_engine, delete, insert, inspect, text
+
+    from metadata.sql.schema import SCHEMA_VERSION, schema_version
+
+    url = f"sqlite:///{tmp_path / 'metadata.db'}"
+    with SqlRemoteLogMetadataManager(url) as m:
+        m.become_leader(TP, 3, 1)
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("ALTER TABLE tc_leaders DROP COLUMN log_start_offset"))
+        conn.execute(delete(schema_version))
+        conn.execute(insert(schema_version).values(version=7))
+    assert "log_start_offset" not in {c["name"] for c in inspect(engine).get_columns("tc_leaders")}
+    with SqlRemoteLogMetadataManager(url) as m:
+        assert m.leader_state(TP) is not None and m.log_start_offset(TP) == 0
+        assert m.advance_log_start_offset(TP, 7, leader_epoch=3) == 7
+    with SqlRemoteLogMetadataManager(url) as m:
+        assert m.log_start_offset(TP) == 7
+    with engine.connect() as conn:
+        assert [r[0] for r in conn.execute(text("SELECT version FROM tc_schema_version"))] == [SCHEMA_VERSION]
+    engine.dispose()
+
+
 def test_become_leader_requires_strictly_increasing_epochs(mdm: SqlRemoteLogMetadataManager) -> None:
     assert mdm.leader_state(TP) is None
     assert mdm.become_leader(TP, 0, 1).leader_epoch == 0

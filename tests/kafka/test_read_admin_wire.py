@@ -16,6 +16,7 @@ from kafka.protocol.admin import (
     AlterConfigsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteRecordsRequest,
     DeleteTopicsRequest,
     DescribeConfigsRequest,
     IncrementalAlterConfigsRequest,
@@ -370,3 +371,47 @@ def test_hostile_values_get_error_codes_and_the_connection_stays(wire: Wire, nod
                 assert p.error_code in (0, 1, 3, 74, 75), p
         assert _list(wire, topic or "x", rng.choice(weird)).error_code in (0, 3, 35, 42)
     assert _offsets(_fetch(wire, "hostile", 0).records) == [0, 1, 2, 3, 4]  # still served
+
+
+def _delete_records(wire: Wire, topic: str, offset: int, version: int = 2, partition: int = 0) -> Any:
+    T = DeleteRecordsRequest.DeleteRecordsTopic
+    req = DeleteRecordsRequest(topics=[T(name=topic, partitions=[T.DeleteRecordsPartition(
+        partition_index=partition, offset=offset)])], timeout_ms=5000)
+    return wire.call(req, version).topics[0].partitions[0]
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_delete_records_moves_the_log_start_as_kafka(wire: Wire, node: Node, version: int) -> None:
+    topic = f"purge-v{version}"
+    assert _create(wire, topic, {"cleanup.policy": "delete", "retention.ms": "-1"}).error_code == 0
+    _produce(node, topic, 6)
+    node.roll(topic, 0)
+    _produce(node, topic, 6, ts0=2_000_000)
+    node.roll(topic, 0)
+    _produce(node, topic, 3, ts0=3_000_000)  # a segment at 0, then at 6, ...
+    got = _delete_records(wire, topic, 7, version)
+    assert (got.error_code, got.low_watermark) == (0, 7)
+    part = _fetch(wire, topic, 6)
+    assert part.error_code == 1  # OFFSET_OUT_OF_RANGE
+    part = _fetch(wire, topic, 7)
+    assert part.error_code == 0 and part.log_start_offset == 7
+    assert _offsets(part.records)[:2] == [6, 7]  # the whole batch holding offset 7, as Kafka serves it
+    assert _list(wire, topic, -2).offset == 7
+    assert _list(wire, topic, 1_000_001).offset == 7  # by timestamp: never below the start
+    # retention removes the segment wholly below the start, keeps the one holding it
+    node.log(topic, 0).delete_old_segments()
+    assert node.log(topic, 0).all_segments()[0].base_offset == 6
+    # never backwards; -1 is the high watermark; past it or below -1 is OFFSET_OUT_OF_RANGE
+    assert _delete_records(wire, topic, 2, version).low_watermark == 7
+    assert _delete_records(wire, topic, 16, version).error_code == 1
+    assert _delete_records(wire, topic, -2, version).error_code == 1
+    assert _delete_records(wire, topic, -1, version).low_watermark == 15
+    assert _fetch(wire, topic, 15).error_code == 0 and _list(wire, topic, -2).offset == 15
+    # a compacted topic's records go by tombstones, not by offset (Kafka's POLICY_VIOLATION)
+    assert _create(wire, f"{topic}-c", {"cleanup.policy": "compact"}).error_code == 0
+    _produce(node, f"{topic}-c", 3)
+    got = _delete_records(wire, f"{topic}-c", 1, version)
+    assert (got.error_code, got.low_watermark) == (44, -1)
+    assert node.log(f"{topic}-c", 0).log_start_offset == 0
+    assert _delete_records(wire, "no-such-topic", 1, version).error_code == 3
+    assert _delete_records(wire, topic, 1, version, partition=5).error_code == 3

@@ -11,6 +11,9 @@
 - The admin clients (confluent-kafka AdminClient, kafka-python KafkaAdminClient) create, describe
   and alter topic configs, and get Kafka's INVALID_CONFIG / TOPIC_ALREADY_EXISTS /
   INVALID_PARTITIONS / UNKNOWN_TOPIC_OR_PARTITION answers.
+- DeleteRecords from all three admin clients: the low watermark moves (on a tiered partition too),
+  never backwards; a compacted topic answers POLICY_VIOLATION and an offset past the high watermark
+  OFFSET_OUT_OF_RANGE, as Kafka; consumers then start at the new log start.
 """
 
 from __future__ import annotations
@@ -205,3 +208,43 @@ def test_admin_clients_create_describe_and_alter(kafka_server: KafkaServe, topic
     assert kp[6]["remote.storage.enable"][0] == "true"  # the non-incremental alter kept the other overrides
     assert kp[7] is None
     assert t2 not in [t["name"] for t in kafka_server.api("GET", "/v1/topics")]
+
+
+def test_admin_clients_delete_records(kafka_server: KafkaServe, topic_name: str) -> None:
+    plain, tiered, compacted = f"{topic_name}-d", f"{topic_name}-t", f"{topic_name}-c"
+    for topic, config in ((plain, {"cleanup.policy": "delete"}),
+                          (tiered, {"cleanup.policy": "delete", "remote.storage.enable": "true",
+                                    "local.retention.ms": "0", "retention.ms": "-1"}),
+                          (compacted, {"cleanup.policy": "compact"})):
+        kafka_server.api("POST", "/v1/topics", {"name": topic, "partitions": 1, "config": config})
+        _produce(kafka_server, topic, [{"key": f"k{i}", "value": f"v{i}", "timestamp": TS0 + i} for i in range(6)])
+        if topic == tiered:  # [0, 5] only on the remote tier, [6, 9] local
+            kafka_server.api("POST", f"/v1/topics/{topic}/partitions/0/roll")
+            _produce(kafka_server, topic, [{"key": f"k{i}", "value": f"v{i}", "timestamp": TS0 + i}
+                                           for i in range(6, 10)])
+            kafka_server.api("POST", f"/v1/topics/{topic}/partitions/0/tier")
+    confluent, kp, aio = (a["answers"] for a in _run_all([
+        {"library": "confluent", "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": [
+            {"op": "delete_records", "topic": plain, "offset": 4},
+            {"op": "delete_records", "topic": compacted, "offset": 2},
+            {"op": "delete_records", "topic": plain, "offset": 100}]},
+        {"library": "kafka-python", "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": [
+            {"op": "delete_records", "topic": tiered, "offset": 3}]},
+        {"library": "aiokafka", "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": [
+            {"op": "delete_records", "topic": compacted, "offset": 1}]}]))
+    assert confluent == [{"low_watermark": 4}, {"error": "POLICY_VIOLATION"}, {"error": "OFFSET_OUT_OF_RANGE"}]
+    assert kp == [{"low_watermark": 3}]
+    assert aio[0]["errno"] == 44  # POLICY_VIOLATION
+    # -1 is the high watermark; a lower offset moves nothing
+    kp2, aio2 = (a["answers"] for a in _run_all([
+        {"library": "kafka-python", "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": [
+            {"op": "delete_records", "topic": plain, "offset": -1}]},
+        {"library": "aiokafka", "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": [
+            {"op": "delete_records", "topic": tiered, "offset": 1}]}]))
+    assert kp2 == [{"low_watermark": 6}] and aio2 == [{"low_watermark": 3}]
+    for topic, start in ((plain, 6), (tiered, 3), (compacted, 0)):
+        assert kafka_server.api("GET", f"/v1/topics/{topic}/partitions/0")["log_start_offset"] == start
+    # a consumer from the start of the tiered partition reads from the remote tier, from the new start on
+    (read,) = _run_all([{"library": "confluent", "action": "read_all", "bootstrap": kafka_server.bootstrap,
+                         "topic": tiered, "offset": 3}])
+    assert [r[1] for r in read["records"]] == list(range(3, 10))

@@ -325,3 +325,54 @@ def test_page_fields_are_the_records(make_log):
     assert page.records == [r for r in every if 13 <= r.offset < 33]
     assert [(r.offset, r.timestamp, r.key, r.value, r.headers, r.sequence) for r in page.records] == page.fields
     assert page.next_offset == 33
+
+
+# ---- DeleteRecords: the log start offset moved by offset ---------------------------------------
+
+def test_advance_log_start_offset_hides_what_is_below_survives_reopen_and_retention_removes_segments(make_log):
+    log = make_log(segment_bytes=300, cleanup_policy="compact,delete", retention_ms=-1)
+    for i in range(40):
+        log.append_records([_kv(i)])
+    log.roll()
+    segs = log.all_segments()
+    target = segs[2].base_offset + 1  # inside the third segment
+    assert log.advance_log_start_offset(target) == target == log.log_start_offset
+    assert log.deleted_records_offset == target
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(target - 1)
+    # a read at the new start gets the whole batch holding it, as Kafka returns it
+    assert [r.offset for r in records_from_batches(log.read(target), target).records][0] == target
+    assert [r.offset for r in _read_all(log)] == list(range(target, 40))
+    # the start only moves forward; the high watermark bounds it
+    assert log.advance_log_start_offset(1) == target
+    with pytest.raises(OffsetOutOfRangeError, match="high watermark"):
+        log.advance_log_start_offset(41)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.advance_log_start_offset(-2)
+    # the segments wholly below it go with retention; the one holding it stays
+    assert [s.base_offset for s in log.start_breached_segments()] == [segs[0].base_offset, segs[1].base_offset]
+    assert log.delete_old_segments() == [segs[0].base_offset, segs[1].base_offset]
+    assert log.all_segments()[0].base_offset == segs[2].base_offset
+    log.close()
+    reopened = make_log(segment_bytes=300, cleanup_policy="compact,delete", retention_ms=-1)
+    assert reopened.log_start_offset == target
+    with pytest.raises(OffsetOutOfRangeError):
+        reopened.read(target - 1)
+    # to the high watermark: nothing is left to read, and appends go on from there
+    assert reopened.advance_log_start_offset(40) == 40
+    assert reopened.append_records([_kv(99)]).base_offset == 40
+    assert [r.offset for r in _read_all(reopened)] == [40]
+    reopened.close()
+
+
+def test_a_malformed_log_start_offset_checkpoint_keeps_the_partition_closed(make_log):
+    from log.errors import CorruptRecordError
+
+    log = make_log(cleanup_policy="delete")
+    log.append_records([_kv(i) for i in range(5)])
+    log.advance_log_start_offset(3)
+    log.close()
+    (log.dir / "log-start-offset-checkpoint").write_text("0\n1\nnot-a-number\n")
+    # read as empty, the partition would serve the deleted records again
+    with pytest.raises(CorruptRecordError, match="log-start-offset-checkpoint"):
+        make_log(cleanup_policy="delete")

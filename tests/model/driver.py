@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from log.errors import InvalidProducerEpochError
+from log.errors import InvalidProducerEpochError, OffsetOutOfRangeError, PolicyViolationError
 from tests.model.engines import Engine
 from tests.model.partition_model import PartitionModel
 
@@ -184,6 +184,32 @@ class Driver:
             if dups:
                 raise ModelViolation(f"after a clean, keys appear more than once below the cleaner checkpoint "
                                      f"{checkpoint}: {dups}")
+
+    def delete_records(self, fraction: float, kind: str) -> None:
+        """A client's DeleteRecords: an offset between the log start and the high watermark, -1 (the
+        high watermark), one below the start (moves nothing) or one past the high watermark
+        (OFFSET_OUT_OF_RANGE); a topic without cleanup.policy=delete refuses it (POLICY_VIOLATION)."""
+        self.on_op("delete_records")
+        m = self.model
+        hw, start = m.high_watermark, m.deleted_below
+        offset = {"hw": -1, "beyond": hw + 1, "below": max(start - 1, 0)}.get(kind, start + int(fraction * (hw - start)))
+        try:
+            got = self.e.delete_records(offset)
+        except PolicyViolationError:
+            if m.deletable:
+                raise ModelViolation(f"DeleteRecords({offset}) refused on a topic with cleanup.policy=delete") from None
+            return
+        except OffsetOutOfRangeError:
+            if m.deletable and m.delete_records(offset) is not None:
+                raise ModelViolation(f"DeleteRecords({offset}) refused as out of range; HW {hw}") from None
+            return
+        want = m.delete_records(offset) if m.deletable else None
+        if want is None:
+            raise ModelViolation(f"DeleteRecords({offset}) was accepted (start {got}); the model refuses it "
+                                 f"(HW {hw}, cleanup.policy with delete: {m.deletable})")
+        if got < want or got != self.e.log_start_offset():
+            raise ModelViolation(f"DeleteRecords({offset}): the engine's log start is {got} (now "
+                                 f"{self.e.log_start_offset()}), the model's {want}")
 
     def leader_change(self) -> None:
         self.on_op("leader_change")

@@ -176,6 +176,9 @@ class Engine:
             raise AssertionError(f"a background round marked {self.tp} uncleanable: {owner.last_runs[-1:]}")
         return cleaned
 
+    def delete_records(self, offset: int) -> int:
+        return self.node.delete_records(self.topic, 0, offset)
+
     def leader_change(self) -> None:
         self.leader_epoch = max(self.leader_epoch, self.node.log(self.topic, 0).leader_epoch) + 1
         self.node.become_leader(self.topic, 0, self.leader_epoch, self.config.broker_id)

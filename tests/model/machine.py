@@ -5,7 +5,7 @@ every step checks both isolation levels against the model.
 Operations: produce (plain, idempotent, transactional; keys from a small pool, tombstones,
 keyless records), retry of a producer's last batch, a fenced (zombie) produce, COMMIT/ABORT
 markers (optionally bumping the producer epoch), roll, forced roll (max.compaction.lag.ms),
-tier, retention, clean, leadership change, close-and-reopen, and the clock advancing;
+tier, retention, clean, leadership change, close-and-reopen, DeleteRecords, and the clock advancing;
 transactions driven by the real transaction coordinator (tests/model/coordinator.py):
 InitProducerId, AddPartitionsToTxn + produce, EndTxn, expiry, coordinator restart (also in the
 middle of EndTxn); and on the Spark engine a second writer's publish (a standalone job) that the
@@ -60,7 +60,7 @@ class PartitionMachine(RuleBasedStateMachine):
         cfg = topic_config(self.spec.tiered, delete_retention_ms=delete_retention_ms, min_lag_ms=min_lag_ms,
                            max_lag_ms=max_lag_ms, segment_bytes=segment_bytes, policy=policy)
         model = PartitionModel(delete_retention_ms=delete_retention_ms, min_compaction_lag_ms=min_lag_ms,
-                               max_compaction_lag_ms=max_lag_ms)
+                               max_compaction_lag_ms=max_lag_ms, deletable="delete" in policy)
         self.d = Driver(Engine(self.spec, cfg), model, page=page)
         self.d.on_op = self._count
         self.stats["examples"] = self.stats.get("examples", 0) + 1
@@ -165,6 +165,11 @@ class PartitionMachine(RuleBasedStateMachine):
     def maintain(self, op: str) -> None:
         """The rarer node operations, one rule so that producing stays the common step."""
         getattr(self._spend(), op)()
+
+    @precondition(_ready)
+    @rule(fraction=st.floats(0, 1), kind=st.sampled_from(("offset", "offset", "hw", "below", "beyond")))
+    def delete_records(self, fraction: float, kind: str) -> None:
+        self.drv.delete_records(fraction, kind)
 
     @precondition(_ready)
     @rule(fraction=st.floats(0, 1), committed=st.booleans())

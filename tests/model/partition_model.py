@@ -122,6 +122,10 @@ class PartitionModel:
     log_end_offset: int = 0
     #: offsets taken by control batches (markers)
     markers: dict[int, tuple[int, bool]] = field(default_factory=dict)
+    #: whether cleanup.policy holds ``delete`` (DeleteRecords is allowed only then, as in Kafka)
+    deletable: bool = False
+    #: the log start offset DeleteRecords set: nothing below it may be read any more
+    deleted_below: int = 0
     _by_offset: dict[int, ModelRecord] = field(default_factory=dict)
 
     # ---- producing ------------------------------------------------------------------------------
@@ -239,7 +243,9 @@ class PartitionModel:
         return out
 
     def must_keep(self, r: ModelRecord, newest: dict[bytes, ModelRecord]) -> str | None:
-        """Why ``r`` must still be in the log (None: compaction may have removed it)."""
+        """Why ``r`` must still be in the log (None: compaction may have removed it, or DeleteRecords did)."""
+        if r.offset < self.deleted_below:
+            return None
         if self.untouched(r):
             return "no clean could touch it yet (uncleanable range or min.compaction.lag.ms)"
         if r.key is None:
@@ -251,8 +257,19 @@ class PartitionModel:
                 "tombstone before its delete horizon (delete.retention.ms after the clean that first saw it)"
         return None
 
+    def delete_records(self, offset: int) -> int | None:
+        """DeleteRecords: the new log start (-1: the high watermark; never backwards), or None when
+        ``offset`` is out of range ([0, HW] or -1)."""
+        target = self.high_watermark if offset == -1 else offset
+        if target < 0 or target > self.high_watermark:
+            return None
+        self.deleted_below = max(self.deleted_below, target)
+        return self.deleted_below
+
     # ---- predictions ------------------------------------------------------------------------------------
     def visible(self, r: ModelRecord, isolation: str) -> bool:
+        if r.offset < self.deleted_below:
+            return False
         if isolation == "read_committed":
             return r.committed and r.offset < self.last_stable_offset
         return r.offset < self.high_watermark

@@ -384,3 +384,57 @@ def test_local_records_helper_matches_rlm_read_before_tiering(env: TierEnv) -> N
     produce(log, batches=30, clock=env.clock)
     for iso in (READ_UNCOMMITTED, READ_COMMITTED):
         assert read_all(env.rlm, TP, iso) == local_records(log, iso)
+
+
+# ---- DeleteRecords on a tiered partition ---------------------------------------------------------
+
+def test_delete_records_moves_the_start_over_both_tiers_and_the_next_leader_starts_there(
+        env: TierEnv, tmp_path: Path) -> None:
+    from log.log_manager import LogManager
+    from metadata.errors import NotLeaderForPartitionError
+    from remote.log_manager import RemoteLogManager
+
+    log = env.create(local_retention_ms=-1)
+    _fill(log)
+    log.roll()
+    env.rlm.copy_rolled_segments(TP)
+    expected = local_records(log, READ_UNCOMMITTED)
+    remote = env.rlm.remote_segments(TP)
+    assert len(remote) >= 3
+    target = remote[1].start_offset + 1
+    assert env.rlm.delete_records(TP, target) == target
+    assert env.md.log_start_offset(TP) == target == env.rlm.log_start_offset(TP)
+    with pytest.raises(OffsetOutOfRangeError, match=rf"valid offsets are \[{target}, 40\]"):
+        env.rlm.read(TP, target - 1)
+    assert read_all(env.rlm, TP, READ_UNCOMMITTED, start=target) == [r for r in expected if r[0] >= target]
+    with pytest.raises(OffsetOutOfRangeError):
+        env.rlm.delete_records(TP, 41)
+    assert env.rlm.delete_records(TP, 2) == target  # never backwards
+    # retention: the remote segment wholly below goes (objects too), the one holding the start stays;
+    # so do the local copies below it
+    assert env.rlm.apply_remote_retention(TP) == [remote[0].id]
+    assert not any(remote[0].id in k for k in env.object_keys())
+    assert env.inner.exists(env.rsm.object_key(remote[1]))
+    env.rlm.apply_local_retention(TP)
+    assert all(s.read_next_offset() > target or s is log.all_segments()[-1] for s in log.all_segments())
+    assert env.rlm.log_start_offset(TP) == target
+
+    # another node takes the lead: it starts where DeleteRecords left the partition
+    lm2 = LogManager(tmp_path / "data-b", clock=env.clock)
+    lm2.create_topic(TP.topic, 1, dict(log.config.overrides))
+    rlm2 = RemoteLogManager(lm2, env.md, env.rsm, broker_id=2, clock=env.clock, cache_dir=tmp_path / "cache-b",
+                            cache_bytes=1 << 20, cache_chunk_bytes=4096)
+    try:
+        rlm2.become_leader(TP, 1, 2)
+        assert lm2.get_log(TP).deleted_records_offset == target
+        assert rlm2.log_start_offset(TP) == target
+        with pytest.raises(OffsetOutOfRangeError):
+            rlm2.read(TP, target - 1)
+        # the old leader, a zombie now, moves nothing
+        with pytest.raises(NotLeaderForPartitionError):
+            env.rlm.delete_records(TP, target + 5)
+        assert env.md.log_start_offset(TP) == target and log.deleted_records_offset == target
+        assert rlm2.delete_records(TP, target + 5) == target + 5 == env.md.log_start_offset(TP)
+    finally:
+        rlm2.close()
+        lm2.close()

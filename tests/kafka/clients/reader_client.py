@@ -116,6 +116,15 @@ def _confluent_admin(spec: dict[str, Any]) -> dict[str, Any]:
         elif kind == "delete":
             got = wait(admin.delete_topics([topic], operation_timeout=15))[topic]
             answers.append(got if isinstance(got, dict) else None)
+        elif kind == "delete_records":
+            from confluent_kafka import TopicPartition as CTopicPartition
+
+            futs = admin.delete_records([CTopicPartition(topic, op.get("partition", 0), op["offset"])])
+            (fut,) = futs.values()
+            try:
+                answers.append({"low_watermark": fut.result(20).low_watermark})
+            except KafkaException as e:
+                answers.append({"error": e.args[0].name()})
         else:
             raise ValueError(f"unknown op {kind}")
     return {"answers": answers}
@@ -191,6 +200,12 @@ def _kp_admin(spec: dict[str, Any]) -> dict[str, Any]:
             elif kind == "delete":
                 admin.delete_topics([topic])
                 answers.append(None)
+            elif kind == "delete_records":
+                from kafka import TopicPartition
+
+                tp = TopicPartition(topic, op.get("partition", 0))
+                got = admin.delete_records({tp: op["offset"]}, timeout_ms=20000)
+                answers.append({"low_watermark": got[tp]["low_watermark"]})
             else:
                 raise ValueError(f"unknown op {kind}")
         except KafkaError as e:
@@ -246,6 +261,29 @@ async def _aio_times(spec: dict[str, Any]) -> dict[str, Any]:
         await c.stop()
 
 
+async def _aio_admin(spec: dict[str, Any]) -> dict[str, Any]:
+    from aiokafka import TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+    from aiokafka.errors import KafkaError
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=spec["bootstrap"], request_timeout_ms=20000)
+    await admin.start()
+    answers: list[Any] = []
+    try:
+        for op in spec["ops"]:
+            if op["op"] != "delete_records":
+                raise ValueError(f"unknown op {op['op']}")
+            tp = TopicPartition(op["topic"], op.get("partition", 0))
+            try:
+                got = await admin.delete_records({tp: RecordsToDelete(op["offset"])})
+                answers.append({"low_watermark": got[tp]})
+            except KafkaError as e:
+                answers.append({"error": type(e).__name__, "errno": getattr(e, "errno", None)})
+    finally:
+        await admin.close()
+    return {"answers": answers}
+
+
 _ACTIONS: dict[tuple[str, str], Any] = {
     ("confluent", "read_all"): _confluent_read, ("confluent", "offsets_for_times"): _confluent_times,
     ("confluent", "admin"): _confluent_admin,
@@ -253,6 +291,7 @@ _ACTIONS: dict[tuple[str, str], Any] = {
     ("kafka-python", "admin"): _kp_admin,
     ("aiokafka", "read_all"): lambda s: asyncio.run(_aio_read(s)),
     ("aiokafka", "offsets_for_times"): lambda s: asyncio.run(_aio_times(s)),
+    ("aiokafka", "admin"): lambda s: asyncio.run(_aio_admin(s)),
 }
 
 
