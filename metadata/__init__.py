@@ -9,6 +9,7 @@ from log.errors import InvalidConfigError
 from metadata.cluster import ClusterRegistry
 from metadata.cluster_sync import ClusterSyncStore
 from metadata.erasures import ErasureReceiptStore
+from metadata.log_start import LogStartOffsetStore
 from metadata.manager import RemoteLogMetadataManager
 from metadata.producer_ids import ProducerIdBlockStore
 from metadata.reports import RoundReportStore
@@ -16,7 +17,8 @@ from metadata.segment_indexes import IndexedSegmentStore, SegmentIndexStore
 from metadata.store import MetadataStore
 from metadata.topic_configs import TopicConfigStore, TopicDeletionStore
 
-__all__ = ["ClusterRegistry", "ClusterSyncStore", "ErasureReceiptStore", "IndexedSegmentStore", "MetadataStore",
+__all__ = ["ClusterRegistry", "ClusterSyncStore", "ErasureReceiptStore", "IndexedSegmentStore", "LogStartOffsetStore",
+           "MetadataStore",
            "ProducerIdBlockStore", "RemoteLogMetadataManager", "RoundReportStore", "SegmentIndexStore", "TopicConfigStore",
            "TopicDeletionStore", "load_metadata_manager"]
 

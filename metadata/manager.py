@@ -62,18 +62,6 @@ class RemoteLogMetadataManager(Protocol):
     def leader_epochs(self, tp: TopicPartition) -> list[tuple[int, int]]:
         """The epoch lineage of ``tp``: ``[(epoch, start_offset), ...]`` sorted by epoch."""
 
-    def advance_log_start_offset(self, tp: TopicPartition, offset: int, *, leader_epoch: int) -> int:
-        """DeleteRecords on a tiered partition: raise its log start offset over both tiers to
-        ``offset`` (never lower it), fenced by ``leader_epoch``; returns the stored one. A new
-        leader reads it with :meth:`log_start_offset` before it serves the partition.
-
-        Raises:
-            FencedLeaderEpochError: ``leader_epoch`` is not the registered one.
-        """
-
-    def log_start_offset(self, tp: TopicPartition) -> int:
-        """The log start offset DeleteRecords set for ``tp`` (0 when never)."""
-
     # ------------------------------------------------------------------ segment writes
 
     def add_remote_log_segment_metadata(self, md: RemoteLogSegmentMetadata, *, leader_epoch: int) -> None:

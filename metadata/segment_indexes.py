@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from log.types import TopicPartition
+from metadata.log_start import LogStartOffsetStore
 from metadata.manager import RemoteLogMetadataManager
 from metadata.types import RemoteLogSegmentId
 
@@ -43,5 +44,6 @@ class SegmentIndexStore(Protocol):
         """
 
 
-class IndexedSegmentStore(RemoteLogMetadataManager, SegmentIndexStore, Protocol):
-    """Remote segments with their key indexes: what tiering a segment and cleaning tiered ones use."""
+class IndexedSegmentStore(RemoteLogMetadataManager, SegmentIndexStore, LogStartOffsetStore, Protocol):
+    """Remote segments with their key indexes and the log start DeleteRecords set: what tiering a
+    segment, cleaning tiered ones and retention use."""

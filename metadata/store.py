@@ -2,10 +2,11 @@
 
 Only what opens the store and hands its parts out (the node, the command line) names this; a
 caller takes the narrow protocol it uses: :class:`~metadata.manager.RemoteLogMetadataManager`,
-:class:`~metadata.segment_indexes.SegmentIndexStore`, :class:`~metadata.reports.RoundReportStore`,
-:class:`~metadata.erasures.ErasureReceiptStore`, :class:`~metadata.topic_configs.TopicConfigStore`,
-:class:`~metadata.topic_configs.TopicDeletionStore`, :class:`~metadata.cluster_sync.ClusterSyncStore`,
-:class:`~metadata.cluster.ClusterRegistry` or :class:`~metadata.producer_ids.ProducerIdBlockStore`.
+:class:`~metadata.segment_indexes.SegmentIndexStore`, :class:`~metadata.log_start.LogStartOffsetStore`,
+:class:`~metadata.reports.RoundReportStore`, :class:`~metadata.erasures.ErasureReceiptStore`,
+:class:`~metadata.topic_configs.TopicConfigStore`, :class:`~metadata.topic_configs.TopicDeletionStore`,
+:class:`~metadata.cluster_sync.ClusterSyncStore`, :class:`~metadata.cluster.ClusterRegistry` or
+:class:`~metadata.producer_ids.ProducerIdBlockStore`.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from metadata import (
     ClusterRegistry,
     ClusterSyncStore,
     ErasureReceiptStore,
+    LogStartOffsetStore,
     MetadataStore,
     ProducerIdBlockStore,
     RemoteLogMetadataManager,
@@ -19,7 +20,7 @@ from metadata import (
 from metadata.sql import SqlRemoteLogMetadataManager
 
 SIDE_STORES = (SegmentIndexStore, RoundReportStore, ErasureReceiptStore, TopicConfigStore, TopicDeletionStore,
-               ClusterSyncStore)
+               ClusterSyncStore, LogStartOffsetStore)
 #: the Kafka listener's stores, on the same database
 KAFKA_STORES = (ClusterRegistry, ProducerIdBlockStore)
 
