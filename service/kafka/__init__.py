@@ -11,6 +11,7 @@ from service.kafka import (
     group_offsets,  # noqa: F401
     groups,  # noqa: F401
     init_producer_id,  # noqa: F401
+    log_dirs,  # noqa: F401
     metadata_api,  # noqa: F401
     offsets,  # noqa: F401
     produce,  # noqa: F401

@@ -39,6 +39,8 @@ DIFFERENCES: dict[str, str] = {
     "SaslAuthenticate": "no re-authentication (session lifetime 0)",
     "CreatePartitions": "replica assignments refused",
     "IncrementalAlterConfigs": "SET and DELETE on topic configs",
+    "DescribeLogDirs": "one log dir per node (its data dir); the partitions it leads, with their local bytes "
+                       "(remote segments not counted, as Kafka); offset lag 0 (one copy)",
     "DescribeCluster": "brokers of the cluster registry; no controllers endpoint",
     "FindCoordinator": "GROUP and TRANSACTION keys; a key's coordinator is the live node holding its slot "
                        "(abs(hashCode) % 50, as Kafka's __consumer_offsets partitions) in the metadata store, "
@@ -68,7 +70,7 @@ AREA_OF: dict[str, str] = {
     **dict.fromkeys(("Produce", "Fetch", "ListOffsets", "OffsetForLeaderEpoch", "InitProducerId", "DeleteRecords"),
                     "produce and read"),
     **dict.fromkeys(("Metadata", "CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs",
-                     "IncrementalAlterConfigs", "DescribeCluster"), "topics and cluster"),
+                     "IncrementalAlterConfigs", "DescribeCluster", "DescribeLogDirs"), "topics and cluster"),
     **dict.fromkeys(("FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit",
                      "OffsetFetch", "OffsetDelete", "DescribeGroups", "ListGroups", "DeleteGroups"), "consumer groups"),
     **dict.fromkeys(("AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "WriteTxnMarkers", "TxnOffsetCommit",

@@ -19,6 +19,7 @@ from kafka.protocol.admin import (
     DeleteRecordsRequest,
     DeleteTopicsRequest,
     DescribeConfigsRequest,
+    DescribeLogDirsRequest,
     IncrementalAlterConfigsRequest,
 )
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest
@@ -415,3 +416,24 @@ def test_delete_records_moves_the_log_start_as_kafka(wire: Wire, node: Node, ver
     assert node.log(f"{topic}-c", 0).log_start_offset == 0
     assert _delete_records(wire, "no-such-topic", 1, version).error_code == 3
     assert _delete_records(wire, topic, 1, version, partition=5).error_code == 3
+
+
+@pytest.mark.parametrize("version", [1, 4, 5])
+def test_describe_log_dirs_gives_the_data_dir_and_local_sizes(wire: Wire, node: Node, version: int) -> None:
+    topic = f"sizes-v{version}"
+    assert _create(wire, topic, {"cleanup.policy": "compact"}, partitions=2).error_code == 0
+    _produce(node, topic, 9)
+    T = DescribeLogDirsRequest.DescribableLogDirTopic
+    resp = wire.call(DescribeLogDirsRequest(topics=[T(topic=topic, partitions=[0, 1, 7]),
+                                                    T(topic="no-such-topic", partitions=[0])]), version)
+    (result,) = resp.results
+    assert result.error_code == 0 and result.log_dir == str(node.data_dir.resolve())
+    ((name, parts),) = [(t.name, t.partitions) for t in result.topics]
+    assert name == topic
+    sizes = {p.partition_index: (p.partition_size, p.offset_lag, p.is_future_key) for p in parts}
+    assert sizes == {0: (node.log(topic, 0).size_in_bytes(), 0, False), 1: (0, 0, False)}
+    assert sizes[0][0] > 0
+    if version >= 4:
+        assert result.total_bytes > result.usable_bytes > 0
+    every = wire.call(DescribeLogDirsRequest(topics=None), version).results[0]
+    assert topic in {t.name for t in every.topics}

@@ -11,6 +11,7 @@
 - The admin clients (confluent-kafka AdminClient, kafka-python KafkaAdminClient) create, describe
   and alter topic configs, and get Kafka's INVALID_CONFIG / TOPIC_ALREADY_EXISTS /
   INVALID_PARTITIONS / UNKNOWN_TOPIC_OR_PARTITION answers.
+- DescribeLogDirs from kafka-python's admin client: the data dir and a partition's local size.
 - DeleteRecords from all three admin clients: the low watermark moves (on a tiered partition too),
   never backwards; a compacted topic answers POLICY_VIOLATION and an offset past the high watermark
   OFFSET_OUT_OF_RANGE, as Kafka; consumers then start at the new log start.
@@ -212,7 +213,8 @@ def test_admin_clients_create_describe_and_alter(kafka_server: KafkaServe, topic
 
 def test_admin_clients_delete_records(kafka_server: KafkaServe, topic_name: str) -> None:
     plain, tiered, compacted = f"{topic_name}-d", f"{topic_name}-t", f"{topic_name}-c"
-    for topic, config in ((plain, {"cleanup.policy": "delete"}),
+    # retention.ms=-1: the records' timestamps (TS0, 2023) are past the default 7 days
+    for topic, config in ((plain, {"cleanup.policy": "delete", "retention.ms": "-1"}),
                           (tiered, {"cleanup.policy": "delete", "remote.storage.enable": "true",
                                     "local.retention.ms": "0", "retention.ms": "-1"}),
                           (compacted, {"cleanup.policy": "compact"})):
@@ -229,11 +231,17 @@ def test_admin_clients_delete_records(kafka_server: KafkaServe, topic_name: str)
             {"op": "delete_records", "topic": compacted, "offset": 2},
             {"op": "delete_records", "topic": plain, "offset": 100}]},
         {"library": "kafka-python", "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": [
-            {"op": "delete_records", "topic": tiered, "offset": 3}]},
+            {"op": "delete_records", "topic": tiered, "offset": 3},
+            {"op": "describe_log_dirs", "topic": plain}]},
         {"library": "aiokafka", "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": [
             {"op": "delete_records", "topic": compacted, "offset": 1}]}]))
     assert confluent == [{"low_watermark": 4}, {"error": "POLICY_VIOLATION"}, {"error": "OFFSET_OUT_OF_RANGE"}]
-    assert kp == [{"low_watermark": 3}]
+    assert kp[0] == {"low_watermark": 3}
+    # DescribeLogDirs: the one broker's data dir, with the partition's local bytes
+    ((broker,),) = [kp[1]]
+    (d,) = broker["dirs"]
+    assert d["error_code"] == 0 and d["log_dir"].endswith("data")
+    assert d["sizes"] == {f"{plain}-0": kafka_server.api("GET", f"/v1/topics/{plain}/partitions/0")["local_size_bytes"]}
     assert aio[0]["errno"] == 44  # POLICY_VIOLATION
     # -1 is the high watermark; a lower offset moves nothing
     kp2, aio2 = (a["answers"] for a in _run_all([

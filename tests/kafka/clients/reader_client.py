@@ -200,6 +200,13 @@ def _kp_admin(spec: dict[str, Any]) -> dict[str, Any]:
             elif kind == "delete":
                 admin.delete_topics([topic])
                 answers.append(None)
+            elif kind == "describe_log_dirs":
+                got = admin.describe_log_dirs({topic: [0]})
+                answers.append([{"broker": b["broker"], "dirs": [
+                    {"error_code": d["error_code"], "log_dir": d["log_dir"],
+                     "sizes": {f"{t['name']}-{p['partition_index']}": p["partition_size"]
+                               for t in d["topics"] for p in t["partitions"]}} for d in b["log_dirs"]]}
+                    for b in got])
             elif kind == "delete_records":
                 from kafka import TopicPartition
 
