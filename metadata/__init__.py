@@ -18,9 +18,8 @@ from metadata.store import MetadataStore
 from metadata.topic_configs import TopicConfigStore, TopicDeletionStore
 
 __all__ = ["ClusterRegistry", "ClusterSyncStore", "ErasureReceiptStore", "IndexedSegmentStore", "LogStartOffsetStore",
-           "MetadataStore",
-           "ProducerIdBlockStore", "RemoteLogMetadataManager", "RoundReportStore", "SegmentIndexStore", "TopicConfigStore",
-           "TopicDeletionStore", "load_metadata_manager"]
+           "MetadataStore", "ProducerIdBlockStore", "RemoteLogMetadataManager", "RoundReportStore", "SegmentIndexStore",
+           "TopicConfigStore", "TopicDeletionStore", "load_metadata_manager"]
 
 _SCHEMES = ("sqlite", "postgresql", "postgres")
 

@@ -28,8 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CLIENTS_DIR = Path(__file__).resolve().parent / "clients"
 CLIENTS = {"confluent": CLIENTS_DIR / "confluent_client.py", "kafka-python": CLIENTS_DIR / "kafka_python_client.py",
            "aiokafka": CLIENTS_DIR / "aiokafka_client.py"}
-#: every client script run_client can start: the three libraries, and the transactional tools built on confluent-kafka
-SCRIPTS = {**CLIENTS, "txn": CLIENTS_DIR / "txn_client.py"}
+#: every client script run_client can start: the three libraries, the transactional tools built on confluent-kafka,
+#: and the readers and admin clients of each library (``{"library": ..., "action": ...}``)
+SCRIPTS = {**CLIENTS, "txn": CLIENTS_DIR / "txn_client.py", "reader": CLIENTS_DIR / "reader_client.py"}
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 CLIENT_TIMEOUT_S = 120.0
 

@@ -2,7 +2,8 @@
 TIERCOMPACT_TEST_POSTGRES_URL is set) and one object store: a client bootstrapped at node A sees both brokers,
 produces to and consumes from the partition node B leads; a node that does not lead a partition answers
 NOT_LEADER_OR_FOLLOWER; after ``POST .../leadership`` moves a partition, a client follows it with nothing lost and
-nothing duplicated; once B stops, its partition shows LEADER_NOT_AVAILABLE."""
+nothing duplicated; DeleteRecords sent at A reaches B, and the next leader starts where it left the partition;
+once B stops, its partition shows LEADER_NOT_AVAILABLE."""
 
 from __future__ import annotations
 
@@ -111,6 +112,34 @@ _moved: dict[str, str] = {}
 def test_the_old_leader_refuses_writes_after_a_move(two_nodes: tuple[KafkaServe, KafkaServe]) -> None:
     _a, b = two_nodes
     assert _produce_raw(b.kafka_port, _moved["topic"], 1) == 6  # NOT_LEADER_OR_FOLLOWER from the deposed leader
+
+
+def test_delete_records_reaches_the_leader_and_the_next_leader_starts_there(
+        two_nodes: tuple[KafkaServe, KafkaServe]) -> None:
+    a, b = two_nodes
+    topic = f"purge-{os.getpid()}"
+    config = {"remote.storage.enable": True, "cleanup.policy": "delete", "retention.ms": -1}
+    a.create_topic(topic, 1, config)
+    b.create_topic(topic, 1, config)
+    part = f"/v1/topics/{topic}/partitions/0"
+    b.api("POST", f"{part}/leadership", {"leader_epoch": 1, "broker_id": 2})
+    b.api("POST", f"{part}/records", {"records": [{"key": f"k{i}", "value": f"v{i}"} for i in range(8)]})
+    b.api("POST", f"{part}/roll")
+    assert b.api("POST", f"{part}/tier")["copied"]
+    # bootstrapped at A, kafka-python's admin client sends DeleteRecords to B, the leader
+    got = run_client("reader", {"library": "kafka-python", "action": "admin", "bootstrap": a.bootstrap,
+                                "ops": [{"op": "delete_records", "topic": topic, "offset": 5}]})
+    assert got["answers"] == [{"low_watermark": 5}]
+    assert b.api("GET", part)["log_start_offset"] == 5
+    # the partition moves to A, which restores it from the remote tier: it starts where B's DeleteRecords left it
+    a.api("POST", f"{part}/leadership", {"leader_epoch": 2, "broker_id": 1})
+    assert a.api("GET", part)["log_start_offset"] == 5
+    read = run_client("reader", {"library": "confluent", "action": "read_all", "bootstrap": a.bootstrap,
+                                 "topic": topic, "offset": 5})
+    assert [(r[1], r[3]) for r in read["records"]] == [(i, f"v{i}") for i in range(5, 8)]
+    times = run_client("reader", {"library": "kafka-python", "action": "offsets_for_times", "bootstrap": a.bootstrap,
+                                  "topic": topic, "times": [[0, 0]]})
+    assert times["offsets"] == [5]  # the first record at or after time 0 is the first one left
 
 
 def test_a_dead_leader_shows_leader_not_available(two_nodes: tuple[KafkaServe, KafkaServe]) -> None:
