@@ -1,6 +1,7 @@
 """The Kafka wire protocol front door: importing this package registers every API handler module."""
 
 from service.kafka import (
+    acls,  # noqa: F401
     admin,  # noqa: F401
     admin_configs,  # noqa: F401
     api_versions,  # noqa: F401
@@ -15,6 +16,7 @@ from service.kafka import (
     metadata_api,  # noqa: F401
     offsets,  # noqa: F401
     produce,  # noqa: F401
+    producers,  # noqa: F401
     sasl_api,  # noqa: F401
     transactions,  # noqa: F401
     txn_admin,  # noqa: F401

@@ -30,6 +30,11 @@ DIFFERENCES: dict[str, str] = {
     "WriteTxnMarkers": "node to node (SCRAM when the node has credentials); any authenticated principal may call it "
                        "(no CLUSTER_ACTION ACL); a marker from an older coordinator epoch is refused",
     "TxnOffsetCommit": "pending in the metadata store until the transaction's marker; KIP-447 generation check",
+    "DescribeProducers": "the producer state of the partitions this node leads",
+    "DescribeAcls": "SECURITY_DISABLED, as a Kafka broker with no authorizer: authenticated principals may call "
+                    "every API",
+    "CreateAcls": "SECURITY_DISABLED (no authorizer)",
+    "DeleteAcls": "SECURITY_DISABLED (no authorizer)",
     "DescribeTransactions": "the transactional ids of the slots this node holds",
     "ListTransactions": "the transactional ids of the slots this node holds (clients ask every broker); state, "
                         "producer id and duration filters",
@@ -62,7 +67,8 @@ AREAS: dict[str, str] = {
     "topics and cluster": "replication factor 1; a dead leader shows LEADER_NOT_AVAILABLE (no election)",
     "consumer groups": "the classic protocol (no KIP-848); offsets live in the metadata store (no internal topic)",
     "transactions": "no KIP-890 verification or per-transaction epoch bump",
-    "connections": "SCRAM-SHA-256/512, PLAIN only over TLS; no re-authentication",
+    "connections": "SCRAM-SHA-256/512, PLAIN only over TLS; no re-authentication; no authorizer (ACL APIs answer "
+                   "SECURITY_DISABLED)",
 }
 
 #: the area of each API in the README's summary
@@ -74,8 +80,9 @@ AREA_OF: dict[str, str] = {
     **dict.fromkeys(("FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit",
                      "OffsetFetch", "OffsetDelete", "DescribeGroups", "ListGroups", "DeleteGroups"), "consumer groups"),
     **dict.fromkeys(("AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "WriteTxnMarkers", "TxnOffsetCommit",
-                     "DescribeTransactions", "ListTransactions"), "transactions"),
-    **dict.fromkeys(("ApiVersions", "SaslHandshake", "SaslAuthenticate"), "connections"),
+                     "DescribeTransactions", "ListTransactions", "DescribeProducers"), "transactions"),
+    **dict.fromkeys(("ApiVersions", "SaslHandshake", "SaslAuthenticate", "DescribeAcls", "CreateAcls", "DeleteAcls"),
+                    "connections"),
 }
 
 

@@ -14,12 +14,16 @@ from typing import Any
 import pytest
 from kafka.protocol.admin import (
     AlterConfigsRequest,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
+    DescribeAclsRequest,
     DescribeConfigsRequest,
     DescribeLogDirsRequest,
+    DescribeProducersRequest,
     IncrementalAlterConfigsRequest,
 )
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest
@@ -437,3 +441,37 @@ def test_describe_log_dirs_gives_the_data_dir_and_local_sizes(wire: Wire, node: 
         assert result.total_bytes > result.usable_bytes > 0
     every = wire.call(DescribeLogDirsRequest(topics=None), version).results[0]
     assert topic in {t.name for t in every.topics}
+
+
+def test_describe_producers_shows_the_active_producers_and_an_open_transaction(wire: Wire, node: Node) -> None:
+    topic = "producers"
+    assert _create(wire, topic, {"cleanup.policy": "compact"}).error_code == 0
+    node.produce(topic, 0, [RecordSpec(b"k", b"v1"), RecordSpec(b"k", b"v2")], producer_id=7, producer_epoch=3,
+                 base_sequence=0)
+    node.produce(topic, 0, [RecordSpec(b"t", b"v")], producer_id=9, producer_epoch=1, base_sequence=0,
+                 transactional=True)
+    T = DescribeProducersRequest.TopicRequest
+    resp = wire.call(DescribeProducersRequest(topics=[T(name=topic, partition_indexes=[0, 4]),
+                                                      T(name="no-such-topic", partition_indexes=[0])]), 0)
+    (ok, bad), (missing,) = resp.topics[0].partitions, resp.topics[1].partitions
+    assert ok.error_code == 0 and bad.error_code == 3 and missing.error_code == 3
+    got = [(p.producer_id, p.producer_epoch, p.last_sequence, p.current_txn_start_offset) for p in ok.active_producers]
+    assert got == [(7, 3, 1, -1), (9, 1, 0, 2)]  # producer 9's transaction is open from offset 2
+    assert all(p.last_timestamp > 0 for p in ok.active_producers)
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_acl_apis_answer_security_disabled_as_a_broker_without_authorizer(wire: Wire, version: int) -> None:
+    described = wire.call(DescribeAclsRequest(resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
+                                              principal_filter=None, host_filter=None, operation=1,
+                                              permission_type=1), version)
+    assert described.error_code == 54 and described.resources == []
+    creation = CreateAclsRequest.AclCreation(resource_type=2, resource_name="t", resource_pattern_type=3,
+                                             principal="User:alice", host="*", operation=3, permission_type=3)
+    created = wire.call(CreateAclsRequest(creations=[creation, creation]), version)
+    assert [r.error_code for r in created.results] == [54, 54]
+    flt = DeleteAclsRequest.DeleteAclsFilter(resource_type_filter=1, resource_name_filter=None,
+                                             pattern_type_filter=1, principal_filter=None, host_filter=None,
+                                             operation=1, permission_type=1)
+    deleted = wire.call(DeleteAclsRequest(filters=[flt]), version)
+    assert [r.error_code for r in deleted.filter_results] == [54]

@@ -11,7 +11,8 @@
 - The admin clients (confluent-kafka AdminClient, kafka-python KafkaAdminClient) create, describe
   and alter topic configs, and get Kafka's INVALID_CONFIG / TOPIC_ALREADY_EXISTS /
   INVALID_PARTITIONS / UNKNOWN_TOPIC_OR_PARTITION answers.
-- DescribeLogDirs from kafka-python's admin client: the data dir and a partition's local size.
+- DescribeLogDirs and DescribeProducers from kafka-python's admin client: the data dir and a partition's local
+  size, the partition's producers; CreateAcls from confluent-kafka's: SECURITY_DISABLED (no authorizer).
 - DeleteRecords from all three admin clients: the low watermark moves (on a tiered partition too),
   never backwards; a compacted topic answers POLICY_VIOLATION and an offset past the high watermark
   OFFSET_OUT_OF_RANGE, as Kafka; consumers then start at the new log start.
@@ -225,23 +226,30 @@ def test_admin_clients_delete_records(kafka_server: KafkaServe, topic_name: str)
             _produce(kafka_server, topic, [{"key": f"k{i}", "value": f"v{i}", "timestamp": TS0 + i}
                                            for i in range(6, 10)])
             kafka_server.api("POST", f"/v1/topics/{topic}/partitions/0/tier")
+    # a transactional producer's batch at offsets 6-7 of the compacted topic, its transaction left open
+    _produce(kafka_server, compacted, [{"key": "t", "value": "x"}, {"key": "u", "value": "y"}],
+             producer={"id": 42, "epoch": 0, "base_sequence": 0, "transactional": True})
     confluent, kp, aio = (a["answers"] for a in _run_all([
         {"library": "confluent", "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": [
             {"op": "delete_records", "topic": plain, "offset": 4},
             {"op": "delete_records", "topic": compacted, "offset": 2},
-            {"op": "delete_records", "topic": plain, "offset": 100}]},
+            {"op": "delete_records", "topic": plain, "offset": 100},
+            {"op": "create_acls", "topic": plain}]},
         {"library": "kafka-python", "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": [
             {"op": "delete_records", "topic": tiered, "offset": 3},
-            {"op": "describe_log_dirs", "topic": plain}]},
+            {"op": "describe_log_dirs", "topic": plain},
+            {"op": "describe_producers", "topic": compacted}]},
         {"library": "aiokafka", "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": [
             {"op": "delete_records", "topic": compacted, "offset": 1}]}]))
-    assert confluent == [{"low_watermark": 4}, {"error": "POLICY_VIOLATION"}, {"error": "OFFSET_OUT_OF_RANGE"}]
+    assert confluent == [{"low_watermark": 4}, {"error": "POLICY_VIOLATION"}, {"error": "OFFSET_OUT_OF_RANGE"},
+                         {plain: {"error": "SECURITY_DISABLED"}}]  # no authorizer, as a Kafka broker without one
     assert kp[0] == {"low_watermark": 3}
     # DescribeLogDirs: the one broker's data dir, with the partition's local bytes
     ((broker,),) = [kp[1]]
     (d,) = broker["dirs"]
     assert d["error_code"] == 0 and d["log_dir"].endswith("data")
     assert d["sizes"] == {f"{plain}-0": kafka_server.api("GET", f"/v1/topics/{plain}/partitions/0")["local_size_bytes"]}
+    assert kp[2] == [[42, 0, 1, 6]]  # DescribeProducers: id, epoch, last sequence, open transaction's start
     assert aio[0]["errno"] == 44  # POLICY_VIOLATION
     # -1 is the high watermark; a lower offset moves nothing
     kp2, aio2 = (a["answers"] for a in _run_all([

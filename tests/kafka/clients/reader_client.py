@@ -116,6 +116,12 @@ def _confluent_admin(spec: dict[str, Any]) -> dict[str, Any]:
         elif kind == "delete":
             got = wait(admin.delete_topics([topic], operation_timeout=15))[topic]
             answers.append(got if isinstance(got, dict) else None)
+        elif kind == "create_acls":
+            from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType
+
+            binding = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", "*",
+                                 AclOperation.READ, AclPermissionType.ALLOW)
+            answers.append(wait({topic: next(iter(admin.create_acls([binding]).values()))}))
         elif kind == "delete_records":
             from confluent_kafka import TopicPartition as CTopicPartition
 
@@ -200,6 +206,13 @@ def _kp_admin(spec: dict[str, Any]) -> dict[str, Any]:
             elif kind == "delete":
                 admin.delete_topics([topic])
                 answers.append(None)
+            elif kind == "describe_producers":
+                from kafka import TopicPartition
+
+                tp = TopicPartition(topic, op.get("partition", 0))
+                state = admin.describe_producers([tp])[tp]
+                answers.append([[p.producer_id, p.producer_epoch, p.last_sequence, p.current_transaction_start_offset]
+                                for p in state.active_producers])
             elif kind == "describe_log_dirs":
                 got = admin.describe_log_dirs({topic: [0]})
                 answers.append([{"broker": b["broker"], "dirs": [

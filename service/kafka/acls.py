@@ -1,0 +1,47 @@
+"""DescribeAcls, CreateAcls and DeleteAcls v1-v3: SECURITY_DISABLED, as a Kafka broker with no authorizer answers.
+
+The node authenticates (SASL, service/kafka/sasl.py) but authorizes nothing: every authenticated
+principal may call every API, as on a Kafka broker with no ``authorizer.class.name``. Kafka's
+AclApis answers the three ACL APIs there with SECURITY_DISABLED ("No Authorizer is configured."),
+which admin clients and ``kafka-acls`` report as such; so does this listener, instead of
+UNSUPPORTED_VERSION.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import (
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+)
+
+from service.kafka.registry import RequestContext, kafka_api
+
+SECURITY_DISABLED = 54
+NO_AUTHORIZER = "No Authorizer is configured."
+
+
+@kafka_api(DescribeAclsRequest, min_version=1, max_version=3)
+async def handle_describe_acls(ctx: RequestContext, request: Any) -> Any:
+    return DescribeAclsResponse(throttle_time_ms=0, error_code=SECURITY_DISABLED, error_message=NO_AUTHORIZER,
+                                resources=[])
+
+
+@kafka_api(CreateAclsRequest, min_version=1, max_version=3)
+async def handle_create_acls(ctx: RequestContext, request: Any) -> Any:
+    result = CreateAclsResponse.AclCreationResult
+    return CreateAclsResponse(throttle_time_ms=0, results=[
+        result(error_code=SECURITY_DISABLED, error_message=NO_AUTHORIZER) for _ in request.creations or ()])
+
+
+@kafka_api(DeleteAclsRequest, min_version=1, max_version=3)
+async def handle_delete_acls(ctx: RequestContext, request: Any) -> Any:
+    result = DeleteAclsResponse.DeleteAclsFilterResult
+    return DeleteAclsResponse(throttle_time_ms=0, filter_results=[
+        result(error_code=SECURITY_DISABLED, error_message=NO_AUTHORIZER, matching_acls=[])
+        for _ in request.filters or ()])
