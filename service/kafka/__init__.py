@@ -6,6 +6,7 @@ from service.kafka import (
     admin_configs,  # noqa: F401
     api_versions,  # noqa: F401
     delete_records,  # noqa: F401
+    elections,  # noqa: F401
     fetch,  # noqa: F401
     find_coordinator,  # noqa: F401
     group_admin,  # noqa: F401

@@ -44,6 +44,9 @@ DIFFERENCES: dict[str, str] = {
     "SaslAuthenticate": "no re-authentication (session lifetime 0)",
     "CreatePartitions": "replica assignments refused",
     "IncrementalAlterConfigs": "SET and DELETE on topic configs",
+    "ElectLeaders": "each partition's only replica is its leader: ELECTION_NOT_NEEDED while it is alive, else "
+                    "PREFERRED_LEADER_NOT_AVAILABLE / ELIGIBLE_LEADERS_NOT_AVAILABLE (leadership moves with POST "
+                    ".../leadership)",
     "DescribeLogDirs": "one log dir per node (its data dir); the partitions it leads, with their local bytes "
                        "(remote segments not counted, as Kafka); offset lag 0 (one copy)",
     "DescribeCluster": "brokers of the cluster registry; no controllers endpoint",
@@ -76,7 +79,8 @@ AREA_OF: dict[str, str] = {
     **dict.fromkeys(("Produce", "Fetch", "ListOffsets", "OffsetForLeaderEpoch", "InitProducerId", "DeleteRecords"),
                     "produce and read"),
     **dict.fromkeys(("Metadata", "CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs",
-                     "IncrementalAlterConfigs", "DescribeCluster", "DescribeLogDirs"), "topics and cluster"),
+                     "IncrementalAlterConfigs", "DescribeCluster", "DescribeLogDirs", "ElectLeaders"),
+                    "topics and cluster"),
     **dict.fromkeys(("FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit",
                      "OffsetFetch", "OffsetDelete", "DescribeGroups", "ListGroups", "DeleteGroups"), "consumer groups"),
     **dict.fromkeys(("AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "WriteTxnMarkers", "TxnOffsetCommit",

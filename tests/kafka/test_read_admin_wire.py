@@ -24,6 +24,7 @@ from kafka.protocol.admin import (
     DescribeConfigsRequest,
     DescribeLogDirsRequest,
     DescribeProducersRequest,
+    ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
 )
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest
@@ -475,3 +476,30 @@ def test_acl_apis_answer_security_disabled_as_a_broker_without_authorizer(wire: 
                                              operation=1, permission_type=1)
     deleted = wire.call(DeleteAclsRequest(filters=[flt]), version)
     assert [r.error_code for r in deleted.filter_results] == [54]
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_elect_leaders_on_partitions_whose_only_replica_leads(wire: Wire, node: Node, version: int) -> None:
+    topic = f"elect-v{version}"
+    assert _create(wire, topic, {"cleanup.policy": "compact"}, partitions=2).error_code == 0
+    T = ElectLeadersRequest.TopicPartitions
+    fields: dict[str, Any] = {"election_type": 1} if version >= 1 else {}
+    resp = wire.call(ElectLeadersRequest(topic_partitions=[T(topic=topic, partitions=[0, 1, 9]),
+                                                           T(topic="no-such-topic", partitions=[0])],
+                                         timeout_ms=5000, **fields), version)
+    codes = {(r.topic, p.partition_id): p.error_code for r in resp.replica_election_results for p in r.partition_result}
+    assert codes == {(topic, 0): 84, (topic, 1): 84, (topic, 9): 3, ("no-such-topic", 0): 3}  # ELECTION_NOT_NEEDED
+    # a partition whose leader (its only replica) is not alive: no election can help
+    dead = f"{topic}-dead"
+    assert _create(wire, dead, {"cleanup.policy": "compact", "remote.storage.enable": "true"}).error_code == 0
+    node.become_leader(dead, 0, 1, node.broker_id + 77)
+    not_available = 83 if version >= 1 else 80  # ELIGIBLE_ / PREFERRED_LEADER_NOT_AVAILABLE
+    resp = wire.call(ElectLeadersRequest(topic_partitions=[T(topic=dead, partitions=[0])], timeout_ms=5000,
+                                         **fields), version)
+    assert resp.replica_election_results[0].partition_result[0].error_code == not_available
+    # every partition: those that need no election are left out, as Kafka's controller answers
+    every = wire.call(ElectLeadersRequest(topic_partitions=None, timeout_ms=5000, **fields), version)
+    codes = {(r.topic, p.partition_id): p.error_code for r in every.replica_election_results
+             for p in r.partition_result}
+    assert codes[(dead, 0)] == not_available and (topic, 0) not in codes
+    assert set(codes.values()) == {not_available}

@@ -12,7 +12,8 @@
   and alter topic configs, and get Kafka's INVALID_CONFIG / TOPIC_ALREADY_EXISTS /
   INVALID_PARTITIONS / UNKNOWN_TOPIC_OR_PARTITION answers.
 - DescribeLogDirs and DescribeProducers from kafka-python's admin client: the data dir and a partition's local
-  size, the partition's producers; CreateAcls from confluent-kafka's: SECURITY_DISABLED (no authorizer).
+  size, the partition's producers; CreateAcls and ElectLeaders from confluent-kafka's: SECURITY_DISABLED (no authorizer),
+  ELECTION_NOT_NEEDED (the only replica leads).
 - DeleteRecords from all three admin clients: the low watermark moves (on a tiered partition too),
   never backwards; a compacted topic answers POLICY_VIOLATION and an offset past the high watermark
   OFFSET_OUT_OF_RANGE, as Kafka; consumers then start at the new log start.
@@ -234,7 +235,8 @@ def test_admin_clients_delete_records(kafka_server: KafkaServe, topic_name: str)
             {"op": "delete_records", "topic": plain, "offset": 4},
             {"op": "delete_records", "topic": compacted, "offset": 2},
             {"op": "delete_records", "topic": plain, "offset": 100},
-            {"op": "create_acls", "topic": plain}]},
+            {"op": "create_acls", "topic": plain},
+            {"op": "elect_leaders", "topic": plain, "type": "PREFERRED"}]},
         {"library": "kafka-python", "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": [
             {"op": "delete_records", "topic": tiered, "offset": 3},
             {"op": "describe_log_dirs", "topic": plain},
@@ -242,7 +244,8 @@ def test_admin_clients_delete_records(kafka_server: KafkaServe, topic_name: str)
         {"library": "aiokafka", "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": [
             {"op": "delete_records", "topic": compacted, "offset": 1}]}]))
     assert confluent == [{"low_watermark": 4}, {"error": "POLICY_VIOLATION"}, {"error": "OFFSET_OUT_OF_RANGE"},
-                         {plain: {"error": "SECURITY_DISABLED"}}]  # no authorizer, as a Kafka broker without one
+                         {plain: {"error": "SECURITY_DISABLED"}},  # no authorizer, as a Kafka broker without one
+                         {f"{plain}-0": "ELECTION_NOT_NEEDED"}]  # its only replica leads it
     assert kp[0] == {"low_watermark": 3}
     # DescribeLogDirs: the one broker's data dir, with the partition's local bytes
     ((broker,),) = [kp[1]]

@@ -116,6 +116,15 @@ def _confluent_admin(spec: dict[str, Any]) -> dict[str, Any]:
         elif kind == "delete":
             got = wait(admin.delete_topics([topic], operation_timeout=15))[topic]
             answers.append(got if isinstance(got, dict) else None)
+        elif kind == "elect_leaders":
+            from confluent_kafka import ElectionType
+            from confluent_kafka import TopicPartition as CTopicPartition
+
+            try:
+                got = admin.elect_leaders(ElectionType[op["type"]], [CTopicPartition(topic, 0)]).result(20)
+                answers.append({f"{tp.topic}-{tp.partition}": err.name() if err else None for tp, err in got.items()})
+            except KafkaException as e:
+                answers.append({"error": e.args[0].name()})
         elif kind == "create_acls":
             from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType
 
