@@ -24,13 +24,13 @@ _Producer = _Partition.ProducerState
 def _partition(ctx: RequestContext, topic: str, index: int) -> Any:
     log = partition_log(ctx.node, topic, index)
     check_leader(ctx, log.topic_partition)
-    with log.lock:
-        entries = sorted(log.producer_state.active_producers().values(), key=lambda e: e.producer_id)
+    with log.lock:  # the entries change with every append: read them whole under the log's lock
+        rows = sorted((e.producer_id, e.producer_epoch, e.last_sequence, e.last_timestamp, e.coordinator_epoch,
+                       -1 if e.current_txn_first_offset is None else e.current_txn_first_offset)
+                      for e in log.producer_state.active_producers().values())
     return _Partition(partition_index=index, error_code=NONE, error_message=None, active_producers=[
-        _Producer(producer_id=e.producer_id, producer_epoch=e.producer_epoch, last_sequence=e.last_sequence,
-                  last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
-                  current_txn_start_offset=-1 if e.current_txn_first_offset is None else e.current_txn_first_offset)
-        for e in entries])
+        _Producer(producer_id=pid, producer_epoch=epoch, last_sequence=seq, last_timestamp=ts, coordinator_epoch=ce,
+                  current_txn_start_offset=txn) for pid, epoch, seq, ts, ce, txn in rows])
 
 
 def _describe(ctx: RequestContext, request: Any) -> Any:

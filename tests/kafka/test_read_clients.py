@@ -213,7 +213,7 @@ def test_admin_clients_create_describe_and_alter(kafka_server: KafkaServe, topic
     assert t2 not in [t["name"] for t in kafka_server.api("GET", "/v1/topics")]
 
 
-def test_admin_clients_delete_records(kafka_server: KafkaServe, topic_name: str) -> None:
+def test_admin_clients_delete_records_and_describe_the_broker(kafka_server: KafkaServe, topic_name: str) -> None:
     plain, tiered, compacted = f"{topic_name}-d", f"{topic_name}-t", f"{topic_name}-c"
     # retention.ms=-1: the records' timestamps (TS0, 2023) are past the default 7 days
     for topic, config in ((plain, {"cleanup.policy": "delete", "retention.ms": "-1"}),
@@ -248,7 +248,7 @@ def test_admin_clients_delete_records(kafka_server: KafkaServe, topic_name: str)
                          {f"{plain}-0": "ELECTION_NOT_NEEDED"}]  # its only replica leads it
     assert kp[0] == {"low_watermark": 3}
     # DescribeLogDirs: the one broker's data dir, with the partition's local bytes
-    ((broker,),) = [kp[1]]
+    (broker,) = kp[1]
     (d,) = broker["dirs"]
     assert d["error_code"] == 0 and d["log_dir"].endswith("data")
     assert d["sizes"] == {f"{plain}-0": kafka_server.api("GET", f"/v1/topics/{plain}/partitions/0")["local_size_bytes"]}
