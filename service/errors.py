@@ -54,6 +54,7 @@ from log.errors import (
     OutOfOrderSequenceError,
     PartitionBusyError,
     PartitionOfflineError,
+    PolicyViolationError,
     RecordTooLargeError,
     TiercompactError,
     TopicExistsError,
@@ -117,6 +118,7 @@ STATUS: dict[type[TiercompactError], int] = {
     InvalidConfigError: 400,
     InvalidRequestError: 400,
     InvalidRecordError: 422,  # e.g. a record without a key on a compacted topic (Kafka's INVALID_RECORD)
+    PolicyViolationError: 409,  # the topic's cleanup.policy forbids it (Kafka's POLICY_VIOLATION)
     RecordTooLargeError: 413,
     CorruptRecordError: 500,  # bytes on our disk / in our store are damaged: not the caller's fault
     OffsetOutOfRangeError: 416,

@@ -257,6 +257,16 @@ class TierResponse(BaseModel):
     deleted_local: list[Any]
 
 
+class DeleteRecordsRequest(_Request):
+    offset: Annotated[int, in_range(-1, INT64_MAX, "Kafka int64, -1 = the high watermark"),
+                      _doc(-1, INT64_MAX, "Kafka int64",
+                           "Records below this offset are deleted; -1: every record below the high watermark")]
+
+
+class DeleteRecordsResponse(BaseModel):
+    log_start_offset: int
+
+
 class LeadershipRequest(_Request):
     leader_epoch: LeaderEpoch
     broker_id: BrokerId

@@ -1,4 +1,4 @@
-"""/v1/topics/{topic}/partitions/{p}: produce, markers, read, describe, roll, tier, clean, leadership."""
+"""/v1/topics/{topic}/partitions/{p}: produce, markers, read, describe, roll, tier, clean, delete-records, leadership."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ from service.routes.deps import READ, WRITE, NodeDep, PartitionPath, TopicPath
 from service.schemas import (
     INT32_MAX,
     INT64_MAX,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     Error,
     FetchResponse,
     JobAccepted,
@@ -266,6 +268,13 @@ def clean(topic: TopicPath, partition: PartitionPath, node: NodeDep, wait: bool 
 def tier(topic: TopicPath, partition: PartitionPath, node: NodeDep) -> dict:
     """Copy rolled segments to the object store now and apply local retention."""
     return node.tier(topic, partition)
+
+
+@router.post("/delete-records", response_model=DeleteRecordsResponse, dependencies=WRITE)
+def delete_records(topic: TopicPath, partition: PartitionPath, body: DeleteRecordsRequest, node: NodeDep) -> dict:
+    """Kafka's DeleteRecords: the records below ``offset`` are deleted (reads below the new log start are out of
+    range at once; retention removes the segments below it). Only for cleanup.policy containing delete."""
+    return {"log_start_offset": node.delete_records(topic, partition, body.offset)}
 
 
 @router.post("/leadership", response_model=Partition, dependencies=WRITE)

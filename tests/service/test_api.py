@@ -148,6 +148,24 @@ def test_clean_of_a_delete_policy_topic_is_400(client: TestClient) -> None:
     assert r.status_code == 400 and "does not include 'compact'" in r.json()["error"]
 
 
+def test_delete_records_moves_the_log_start_as_kafkas_delete_records(client: TestClient) -> None:
+    client.post("/v1/topics", json={"name": "t", "config": {"cleanup.policy": "delete", "retention.ms": -1}})
+    _produce(client, [{"key": f"k{i}", "value": f"v{i}"} for i in range(5)])
+    r = client.post(f"{P0}/delete-records", json={"offset": 3})
+    assert r.status_code == 200 and r.json() == {"log_start_offset": 3}
+    assert client.get(f"{P0}/records", params={"offset": 2}).status_code == 416
+    assert [x["offset"] for x in client.get(f"{P0}/records", params={"offset": 3}).json()["records"]] == [3, 4]
+    assert client.get(P0).json()["log_start_offset"] == 3
+    assert client.post(f"{P0}/delete-records", json={"offset": 1}).json() == {"log_start_offset": 3}  # never back
+    r = client.post(f"{P0}/delete-records", json={"offset": 9})
+    assert r.status_code == 416 and "high watermark" in r.json()["error"]
+    assert client.post(f"{P0}/delete-records", json={"offset": -2}).status_code == 400
+    assert client.post(f"{P0}/delete-records", json={"offset": -1}).json() == {"log_start_offset": 5}
+    client.post("/v1/topics", json={"name": "c", "config": {"cleanup.policy": "compact"}})
+    r = client.post("/v1/topics/c/partitions/0/delete-records", json={"offset": 0})
+    assert r.status_code == 409 and "cleanup.policy" in r.json()["error"]
+
+
 def test_openapi_docs(client: TestClient) -> None:
     assert client.get("/docs").status_code == 200
     paths = client.get("/openapi.json").json()["paths"]
