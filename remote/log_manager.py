@@ -311,8 +311,8 @@ class RemoteLogManager(Tiering, Retention):
             NotLeaderForPartitionError: another broker leads ``tp`` (a zombie learns it here).
             OffsetOutOfRangeError: ``offset`` is negative or above the high watermark.
         """
-        self.check_current_leader(tp, "delete records")
-        state = self.leader_state(tp, "delete records")
+        # the store's current leader, not the cache (a zombie is refused); nobody registered yet: this node
+        state = self.check_current_leader(tp, "delete records") or self.leader_state(tp, "delete records")
         log = self._log(tp)
         with self._lock(tp):
             log.check_new_log_start_offset(offset)

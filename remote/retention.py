@@ -158,11 +158,13 @@ class Retention(Leadership):
                 if checkpoint is None:
                     return []
             deletable: list[LogSegment] = []
-            # copied segments below the log start offset DeleteRecords set go whatever local retention says
-            below = {s.base_offset for s in log.start_breached_segments()}
+            # copied segments below the log start offset DeleteRecords set go whatever local retention says;
+            # both lists are oldest-first runs of the log's segments, so the longer one holds the other
+            start_breached = log.start_breached_segments()
             breached = log.retention_breached_segments(now, cfg.local_retention_ms, cfg.local_retention_bytes)
-            if len(below) > len(breached):
-                breached = [s for s in log.all_segments() if s.base_offset in below]
+            if len(start_breached) > len(breached):
+                breached = start_breached
+            below = {s.base_offset for s in start_breached}
             for seg in breached:
                 nxt = seg.read_next_offset()
                 if nxt - 1 > highest:
