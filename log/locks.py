@@ -27,6 +27,9 @@ first::
                                        to mark the winner IN_PROGRESS.
      300  log.registry                 LogManager: topics and the TopicPartition -> LocalLog
                                        map (create/alter/delete topic close and open logs).
+     350  service.kafka.group_sync     GroupSync, one per partition: one acks=-1 fsync of the
+                                       partition at a time (service/kafka/durability.py); held
+                                       across the fsync, takes log.local briefly for the end.
      400  log.local                    LocalLog, one per partition: segments, roll, append,
                                        swap, epoch cache, producer state.
      500  metadata.partition           SqlRemoteLogMetadataManager, one per partition:
@@ -99,6 +102,7 @@ LOCK_CHECK_ENV = "TIERCOMPACT_LOCK_CHECK"
 RANK_RLM_PARTITION = 100
 RANK_CLEANER_MANAGER = 200
 RANK_LOG_REGISTRY = 300
+RANK_LOG_FLUSH = 350
 RANK_LOCAL_LOG = 400
 RANK_METADATA_PARTITION = 500
 RANK_METADATA_CONNECTION = 510

@@ -10,8 +10,8 @@ workers and ``call_soon_threadsafe`` back.
 
 :meth:`RequestThreads.run` is the awaitable form. :meth:`RequestThreads.submit` hands the outcome
 to a callback on the worker thread instead, for callers that chain work without a Task per hop
-(the Kafka listener's connection lanes and fsync rounds call ``loop.call_soon_threadsafe``
-from it once per outcome).
+(the Kafka listener's connection lanes call ``loop.call_soon_threadsafe`` from it once per
+job).
 
 Like AnyIO's, a request whose task is cancelled (uvicorn cancels the requests still running
 when a stop's drain time is over) is not abandoned half-way: its thread finishes the work and

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pytest
 
@@ -190,14 +191,22 @@ def test_tiered_cleaner_selection_and_tiering_on_the_same_partitions_do_not_dead
     def tiered_cleaner() -> None:
         manager = node.cleaner.manager
         cleaner = node.cleaner.new_tiered_cleaner(node.cleaner._new_map())
-        for i in range(150):
+        due = False
+        i = 0
+        # 150 selections, and on until one real round cleaned (a loaded machine may have nothing dirty at first)
+        while i < 150 or (rounds["cleaned"] == 0 and i < 3000):
+            i += 1
             if stop.is_set():
                 return
+            due = due or i % 5 == 0
             ltc = manager.grab_filthiest_compacted_log(tiered=True)
             if ltc is None:
+                if i >= 150:
+                    time.sleep(0.01)
                 continue
             rounds["selected"] += 1
-            if i % 5 == 0:  # a real round now and then (download, rewrite, upload, publish)
+            if due:  # a real round now and then (download, rewrite, upload, publish)
+                due = False
                 if node.cleaner.run_round(cleaner, ltc) is not None:
                     rounds["cleaned"] += 1
             else:
@@ -242,7 +251,7 @@ def test_tiered_cleaner_selection_and_tiering_on_the_same_partitions_do_not_dead
         assert not hung, f"threads still running after 120 s (deadlock): {hung}"
         assert not errors, errors
         assert locks.violations()[before:] == []
-        assert rounds["selected"] > 0 and rounds["cleaned"] > 0 and rounds["tiered"] > 0
+        assert rounds["selected"] > 0 and rounds["cleaned"] > 0 and rounds["tiered"] > 0, rounds
     finally:
         stop.set()
         if not any(t.is_alive() for t in threads):

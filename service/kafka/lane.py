@@ -4,14 +4,16 @@ Kafka's broker processes one connection's requests strictly in order. A Produce 
 its appends on the connection's lane (:meth:`Lane.submit`, which queues at once and returns a
 future) and returns, so the listener reads and decodes the client's next pipelined requests
 while the appends run; whatever queued meanwhile runs next as one job on one worker thread, in
-the order the requests came. Each request's future is settled as soon as its own work has run
-(not when the whole job ends), so its answer and its fsync wait start while the job goes on.
+the order the requests came. An item may name a ``finish`` step, run once per job on the worker
+after every item, with the results of the items that named it: the acks=-1 fsync of every
+partition the job appended to (service/kafka/durability.py). The job's outcomes then go back to
+the event loop in one hand-off, and each request's future is settled from it.
 Any request that is not pipelined waits until the lane has drained (:meth:`Lane.idle`) before
 its handler runs, so an EndTxn or a Fetch never overtakes a Produce sent before it on the same
 connection.
 
 The jobs go to the listener's :class:`~service.request_threads.RequestThreads`, whose threads hand each
-outcome back with one loop callback: no Task drives the lane and no executor future is chained.
+job's outcome back with one loop callback: no Task drives the lane and no executor future is chained.
 
 The lane holds at most ``max_bytes`` of queued request payload before the listener stops
 reading the connection (:meth:`Lane.room`), so memory stays bounded however fast a client
@@ -27,18 +29,34 @@ from typing import Any
 
 from service.request_threads import RequestThreads, settle
 
-Settle = Callable[[int, bool, Any], None]
+#: run once per job on the worker, after its items, with the results of the items that named it (an fsync)
+Finish = Callable[[list[Any]], None]
+#: a queued request's work: function, arguments, finish, its future, the payload bytes it holds
+_Item = tuple[Callable[..., Any], tuple[Any, ...], "Finish | None", asyncio.Future[Any], int]
 
 
-def _run_all(work: list[tuple[Callable[..., Any], tuple[Any, ...]]], settle: Settle) -> None:
-    """Run the job's work in order (on a worker thread), handing each outcome to ``settle`` as soon as it is known."""
-    for i, (fn, args) in enumerate(work):
+def _run_all(work: list[tuple[Callable[..., Any], tuple[Any, ...], Finish | None]]) -> list[tuple[bool, Any]]:
+    """Run the job's work in order (on a worker thread), then each distinct ``finish`` once with the results of
+    the items that named it; returns every item's outcome, ``(True, result)`` or ``(False, exception)``."""
+    outcomes: list[tuple[bool, Any]] = []
+    finishing: dict[Finish, list[Any]] = {}
+    for fn, args, finish in work:
         try:
             value = fn(*args)
         except Exception as e:  # noqa: BLE001 - the failure belongs to that request's answer
-            settle(i, False, e)
+            outcomes.append((False, e))
         else:
-            settle(i, True, value)
+            outcomes.append((True, value))
+            if finish is not None:
+                finishing.setdefault(finish, []).append(value)
+    for finish, values in finishing.items():
+        try:
+            finish(values)
+        except Exception as e:  # noqa: BLE001 - those items fail with it; the others keep their results
+            for i, (ok, _value) in enumerate(outcomes):
+                if ok and work[i][2] == finish:  # == : a bound method is a new object at every access
+                    outcomes[i] = (False, e)
+    return outcomes
 
 
 class Lane:
@@ -47,7 +65,7 @@ class Lane:
     def __init__(self, workers: RequestThreads, max_bytes: int) -> None:
         self._workers = workers
         self.max_bytes = max_bytes
-        self._queued: list[tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future[Any], int]] = []
+        self._queued: list[_Item] = []
         self._bytes = 0
         self._running = False
         self._changed = asyncio.Event()
@@ -59,11 +77,13 @@ class Lane:
     def busy(self) -> bool:
         return self._running
 
-    def submit(self, fn: Callable[..., Any], *args: Any, size: int = 0) -> asyncio.Future[Any]:
-        """Queue ``fn(*args)`` behind everything queued before it; the future gets its result or exception."""
+    def submit(self, fn: Callable[..., Any], *args: Any, size: int = 0,
+               finish: Finish | None = None) -> asyncio.Future[Any]:
+        """Queue ``fn(*args)`` behind everything queued before it; the future gets its result or exception once
+        the job it runs in is done, after ``finish`` (see :func:`_run_all`) had that result."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self._queued.append((fn, args, fut, size))
+        self._queued.append((fn, args, finish, fut, size))
         self._bytes += size
         if not self._running:
             self._start(loop)
@@ -73,27 +93,20 @@ class Lane:
         """Hand everything queued to a worker as one job."""
         batch, self._queued = self._queued, []
         self._running = True
-        settled = [0]  # items settled so far, in order (read and written on the loop only)
 
-        def settle_now(i: int, ok: bool, value: Any) -> None:
-            settled[0] = i + 1
-            self._settle(batch[i], ok, value)
-
-        def on_item(i: int, ok: bool, value: Any) -> None:  # on the worker thread, as each item finishes
+        def job_done(ok: bool, value: Any) -> None:  # on the worker thread: one hand-back per job
             with contextlib.suppress(RuntimeError):  # the loop closed while stopping
-                loop.call_soon_threadsafe(settle_now, i, ok, value)
+                loop.call_soon_threadsafe(self._job_done, loop, batch, ok, value)
 
-        def job_done(ok: bool, value: Any) -> None:  # on the worker thread, after every settle of the job
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._job_done, loop, batch, settled, ok, value)
+        self._workers.submit(_run_all, ([(fn, args, finish) for fn, args, finish, _f, _s in batch],), job_done)
 
-        self._workers.submit(_run_all, ([(fn, args) for fn, args, _f, _s in batch], on_item), job_done)
-
-    def _job_done(self, loop: asyncio.AbstractEventLoop, batch: list[Any], settled: list[int], ok: bool,
-                  value: Any) -> None:
-        if not ok:  # a BaseException escaped a work item and ended the job: what it did not settle fails with it
+    def _job_done(self, loop: asyncio.AbstractEventLoop, batch: list[_Item], ok: bool, value: Any) -> None:
+        if ok:
+            for item, (item_ok, item_value) in zip(batch, value, strict=True):
+                self._settle(item, item_ok, item_value)
+        else:  # a BaseException escaped a work item and ended the job: every request of it fails with it
             err = value if isinstance(value, Exception) else RuntimeError(f"lane job interrupted: {value!r}")
-            for item in batch[settled[0]:]:
+            for item in batch:
                 self._settle(item, False, err)
         self.jobs += 1
         self.items += len(batch)
@@ -103,10 +116,9 @@ class Lane:
             self._running = False
         self._changed.set()
 
-    def _settle(self, item: tuple[Any, Any, asyncio.Future[Any], int], ok: bool, value: Any) -> None:
-        self._bytes -= item[3]
-        settle(item[2], ok, value)
-        self._changed.set()
+    def _settle(self, item: _Item, ok: bool, value: Any) -> None:
+        self._bytes -= item[4]
+        settle(item[3], ok, value)
 
     async def idle(self) -> None:
         """Wait until everything queued so far has run."""

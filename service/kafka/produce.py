@@ -10,12 +10,13 @@ Per partition, as Kafka's ReplicaManager.appendRecords answers it:
   batches answers its original base offset; OUT_OF_ORDER_SEQUENCE_NUMBER,
   INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID);
 * acks=0 sends no answer, acks=1 answers after the append, acks=-1 after the partition's
-  records are fsynced (service/kafka/durability.py: one fsync shared by every waiter).
+  records are fsynced (service/kafka/durability.py: one fsync per partition for every request
+  that waited for it).
 
 The appends go on the connection's ordered lane (service/kafka/lane.py): the listener reads the
 client's next pipelined requests while they run, the appends of every request queued meanwhile
-run next as one worker job in the order they were sent, and the fsync wait overlaps with all of
-it.
+run next as one worker job in the order they were sent, and for acks=-1 that job then fsyncs
+each partition it appended to once before it answers its requests.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from log.local_log import LocalLog
 from log.record import COMPRESSION_CODEC_MASK
 from log.types import TimestampType, TopicPartition
 from service.kafka import errors as kafka_errors
-from service.kafka.durability import group_sync_for
+from service.kafka.durability import NeedsDurable, group_sync_for
 from service.kafka.metadata_api import not_leader_error
 from service.kafka.produce_answer import PRODUCE as PRODUCE_ANSWERS
 from service.kafka.registry import RequestContext, kafka_api
@@ -193,16 +194,30 @@ def _append_time(log: LocalLog, base_offset: int) -> int:
     return batches[0].max_timestamp if batches else -1
 
 
-def _append_all(node: Any, cluster: Any, request: Any, version: int) -> list[tuple[str, list[_Outcome]]]:
+class _Appended(NeedsDurable):
+    """A request's outcomes per topic, and (acks=-1) the end offset each appended log must be durable to."""
+
+    __slots__ = ("topics",)
+
+    def __init__(self, topics: list[tuple[str, list[_Outcome]]], durable_ends: dict[LocalLog, int]) -> None:
+        super().__init__(durable_ends)
+        self.topics = topics
+
+
+def _append_all(node: Any, cluster: Any, request: Any, version: int, acks: int) -> _Appended:
     done: list[tuple[str, list[_Outcome]]] = []
+    ends: dict[LocalLog, int] = {}
     for td in request.topic_data:
         outs = []
         for pd in td.partition_data:
             out = _Outcome(pd.index)
             _append_one(node, cluster, td.name, pd.index, pd.records, version, out)
             outs.append(out)
+            log = out.log
+            if acks == -1 and out.error == 0 and log is not None and ends.get(log, -1) < out.end:
+                ends[log] = out.end
         done.append((td.name, outs))
-    return done
+    return _Appended(done, ends)
 
 
 def _count(ctx: RequestContext, done: list[tuple[str, list[_Outcome]]]) -> list[int]:
@@ -251,9 +266,11 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     if acks not in (0, 1, -1):
         return _invalid_acks(ctx, request)
     size = sum(len(pd.records or b"") for td in request.topic_data for pd in td.partition_data)
-    appended = ctx.in_order(_append_all, ctx.node, ctx.cluster, request, ctx.api_version, size=size)
-    # the answer is completed by callbacks (the append's, then the fsync round's), not by a Task per request: the
-    # listener writes it when it is set, in request order, and reads the next requests meanwhile
+    # the appends run on the connection's lane; for acks=-1 the lane job then fsyncs what its requests appended
+    # (GroupSync.finish_job) before it hands their outcomes back, so the answer is built from a callback, with no
+    # Task per request, and the listener reads the next requests meanwhile
+    appended = ctx.in_order(_append_all, ctx.node, ctx.cluster, request, ctx.api_version, acks, size=size,
+                            finish=group_sync_for(ctx.node).finish_job if acks == -1 else None)
     answer: asyncio.Future[Any] = appended.get_loop().create_future()
     appended.add_done_callback(functools.partial(_appended, ctx, acks, answer))
     return answer
@@ -266,38 +283,24 @@ def _appended(ctx: RequestContext, acks: int, answer: asyncio.Future[Any], appen
         answer.cancel()
         return
     try:
-        done = appended.result()
+        result: _Appended = appended.result()
+        done = result.topics
         if acks == 0:
             _count(ctx, done)
             ctx.error_codes = []  # no answer, so no code answered
             answer.set_result(None)
             return
-        waiting = [o for _n, outs in done for o in outs if o.error == 0 and o.log is not None] if acks == -1 else []
-        if not waiting:
-            answer.set_result(_answer(ctx, done))
-            return
-        ends: dict[LocalLog, int] = {}
-        for o in waiting:
-            log = cast(LocalLog, o.log)
-            ends[log] = max(ends.get(log, -1), o.end)
-        group_sync_for(ctx.node).when_durable(ends, functools.partial(_durable, ctx, done, waiting, answer))
+        failed = result.sync_failed
+        if failed:
+            for _n, outs in done:
+                for o in outs:
+                    err = failed.get(cast(LocalLog, o.log)) if o.error == 0 else None
+                    if err is not None:
+                        logger.error("fsync of %s failed: %s", cast(LocalLog, o.log).topic_partition, err)
+                        o.error = kerr.KafkaStorageError.errno
+                        o.message = f"the records were appended but the fsync failed: {err}"
+                        o.base_offset = -1
+        answer.set_result(_answer(ctx, done))
     except BaseException as e:  # noqa: BLE001 - the request's failure, as its awaited answer would raise it
         if not answer.done():
             answer.set_exception(e)
-
-
-def _durable(ctx: RequestContext, done: list[tuple[str, list[_Outcome]]], waiting: list[_Outcome],
-             answer: asyncio.Future[Any], failed: dict[LocalLog, Exception]) -> None:
-    if answer.done():
-        return
-    try:
-        for o in waiting:
-            err = failed.get(cast(LocalLog, o.log))
-            if err is not None:
-                logger.error("fsync of %s failed: %s", cast(LocalLog, o.log).topic_partition, err)
-                o.error = kerr.KafkaStorageError.errno
-                o.message = f"the records were appended but the fsync failed: {err}"
-                o.base_offset = -1
-        answer.set_result(_answer(ctx, done))
-    except BaseException as e:  # noqa: BLE001
-        answer.set_exception(e)

@@ -241,14 +241,16 @@ class RequestContext:
         """``fn(*args)`` on the listener's worker threads (never block the event loop)."""
         return await self._runner(fn, *args)
 
-    def in_order(self, fn: Callable[..., Any], *args: Any, size: int = 0) -> asyncio.Future[Any]:
+    def in_order(self, fn: Callable[..., Any], *args: Any, size: int = 0,
+                 finish: Callable[[list[Any]], None] | None = None) -> asyncio.Future[Any]:
         """Queue ``fn(*args)`` on the connection's lane: it runs on a worker thread after the work of every earlier
-        request of the connection, batched with its neighbours (only for ``pipelined`` APIs); ``size`` is the
-        payload it holds, for the lane's memory bound."""
+        request of the connection, batched with its neighbours (only for ``pipelined`` APIs), and ``finish`` then
+        gets the results of the job's items that named it (the acks=-1 fsync); ``size`` is the payload it holds, for
+        the lane's memory bound."""
         lane = self.connection.lane
         if lane is None:  # a handler called outside a listener (unit tests): run it alone
-            return asyncio.ensure_future(self._runner(fn, *args))
-        return lane.submit(fn, *args, size=size)
+            return asyncio.ensure_future(self._runner(_alone, fn, args, finish))
+        return lane.submit(fn, *args, size=size, finish=finish)
 
     async def wait_for_append(self, tps: Iterable[TopicPartition], timeout_s: float) -> bool:
         """Wait until one of ``tps`` gets an append (True) or ``timeout_s`` passes (False)."""
@@ -264,3 +266,11 @@ class RequestContext:
     def later(awaitable: Awaitable[Any]) -> asyncio.Future[Any]:
         """Wrap an awaitable answer so the connection's next request is dispatched without waiting for it."""
         return asyncio.ensure_future(awaitable)
+
+
+def _alone(fn: Callable[..., Any], args: tuple[Any, ...], finish: Callable[[list[Any]], None] | None) -> Any:
+    """A lane item run on its own (no listener): its work, then its finish step."""
+    value = fn(*args)
+    if finish is not None:
+        finish([value])
+    return value

@@ -69,37 +69,59 @@ def test_the_lane_runs_queued_work_in_order_in_few_jobs_and_idle_waits_for_it() 
     _run(main, workers, gate)
 
 
-def test_a_lane_item_is_settled_when_its_own_work_ran_not_when_the_job_ends() -> None:
-    """A request's answer (and its fsync wait) starts as soon as its append ran, though later requests of the same job
-    are still running: a slow neighbour does not hold back what is done."""
-    release = threading.Event()
+def test_a_jobs_finish_step_runs_once_with_its_items_results_before_any_of_them_is_answered() -> None:
+    """The acks=-1 fsync's shape: the requests queued meanwhile run as one job, whose finish step gets the results of
+    the items that named it (once per distinct finish, after every item ran), and no answer is handed back before it
+    ran; an item without a finish step, or whose work failed, is not in its list."""
+    gate = threading.Event()
     workers = RequestThreads(1, "test-lane")
+    finished: list[list[str]] = []
+    other: list[list[str]] = []
 
-    def slow() -> str:
-        assert release.wait(10)
-        return "slow"
+    def finish(values: list[str]) -> None:
+        finished.append(list(values))
 
     async def main() -> None:
         lane = Lane(workers, max_bytes=1 << 20)
-        busy = threading.Event()
-        ahead = lane.submit(busy.wait, 10)  # a job running while the next two queue: they share the next job
-        first = lane.submit(lambda: "first")
-        second = lane.submit(slow)
-        busy.set()
+        ahead = lane.submit(gate.wait, 10)  # running, so the next four make one job
+        futs = [lane.submit(lambda: "a", finish=finish), lane.submit(lambda: "plain"),
+                lane.submit(lambda: 1 / 0, finish=finish), lane.submit(lambda: "b", finish=finish),
+                lane.submit(lambda: "c", finish=lambda v: other.append(list(v)))]
+        gate.set()
         assert await asyncio.wait_for(ahead, 5) is True
-        assert await asyncio.wait_for(first, 5) == "first"
-        assert not second.done() and lane.busy  # the job is still running its second item
-        release.set()
-        assert await asyncio.wait_for(second, 5) == "slow"
+        assert [await asyncio.wait_for(futs[i], 5) for i in (0, 1, 3, 4)] == ["a", "plain", "b", "c"]
+        assert isinstance(futs[2].exception(), ZeroDivisionError)
+        assert finished == [["a", "b"]] and other == [["c"]]
         await lane.idle()
-        assert lane.jobs == 2 and lane.items == 3
+        assert lane.jobs == 2 and lane.items == 6
 
-    _run(main, workers, release)
+    _run(main, workers, gate)
 
 
-def test_a_job_cut_short_fails_the_requests_it_did_not_answer_and_the_lane_goes_on() -> None:
-    """A BaseException escaping a work item ends the worker's job: the requests it settled keep their answers, the
-    rest of the job fails (nobody waits for ever), and the lane runs what comes next."""
+def test_a_failing_finish_step_fails_only_the_items_that_named_it() -> None:
+    gate = threading.Event()
+    workers = RequestThreads(1, "test-lane")
+
+    def broken(_values: list[str]) -> None:
+        raise OSError("disk gone")
+
+    async def main() -> None:
+        lane = Lane(workers, max_bytes=1 << 20)
+        ahead = lane.submit(gate.wait, 10)
+        named = lane.submit(lambda: "x", finish=broken)
+        plain = lane.submit(lambda: "y")
+        gate.set()
+        await asyncio.wait_for(ahead, 5)
+        with pytest.raises(OSError, match="disk gone"):
+            await asyncio.wait_for(named, 5)
+        assert await asyncio.wait_for(plain, 5) == "y"
+
+    _run(main, workers, gate)
+
+
+def test_a_job_cut_short_fails_its_requests_and_the_lane_goes_on() -> None:
+    """A BaseException escaping a work item ends the worker's job: every request of the job fails with it (nobody
+    waits for ever), and the lane runs what comes next."""
     workers = RequestThreads(1, "test-lane")
     gate = threading.Event()
 
@@ -112,8 +134,7 @@ def test_a_job_cut_short_fails_the_requests_it_did_not_answer_and_the_lane_goes_
         futs = [lane.submit(lambda: "done"), lane.submit(interrupted), lane.submit(lambda: "never ran")]
         gate.set()
         assert await asyncio.wait_for(ahead, 5) is True
-        assert await asyncio.wait_for(futs[0], 5) == "done"
-        for f in futs[1:]:
+        for f in futs:
             with pytest.raises(RuntimeError, match="interrupted"):
                 await asyncio.wait_for(f, 5)
         assert await asyncio.wait_for(lane.submit(lambda: "after"), 5) == "after"

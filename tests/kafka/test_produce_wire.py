@@ -108,6 +108,24 @@ def init_pid(wire: Wire, version: int = 4) -> int:
     return int(r.producer_id)
 
 
+def test_a_failed_fsync_answers_kafka_storage_error_for_acks_all_only(wire: Wire, node: Node,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    node.create_topic("t", 2)
+    tracker = group_sync_for(node).tracker
+
+    def broken(log: Any) -> int:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(tracker, "sync", broken)
+    resp = produce(wire, {"t": {0: batch([(b"k", b"v")]), 1: batch([(b"k", b"w")])}})
+    for i in (0, 1):
+        p = answer(resp, "t", i)
+        assert (p.error_code, p.base_offset) == (kerr.KafkaStorageError.errno, -1), p
+        assert "fsync failed" in p.error_message
+    assert answer(produce(wire, {"t": {0: batch([(b"k", b"x")])}}, acks=1), "t").base_offset == 1
+    monkeypatch.undo()
+    assert answer(produce(wire, {"t": {0: batch([(b"k", b"y")])}}), "t").base_offset == 2
+
 def test_every_codec_and_acks_level_appends_the_clients_bytes(wire: Wire, node: Node) -> None:
     node.create_topic("t", 2)
     offsets = []

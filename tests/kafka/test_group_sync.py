@@ -1,0 +1,114 @@
+"""GroupSync, the acks=-1 group commit: a partition fsynced at most once for every request that waited while the one
+before ran, failures handed to the requests that needed that partition only, and the lane's finish step feeding it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from log.config import LogConfig
+from log.flush import FlushTracker
+from log.local_log import LocalLog
+from log.record.builder import RecordBatchBuilder
+from service.kafka.durability import GroupSync, NeedsDurable
+
+
+class _SlowTracker(FlushTracker):
+    """A FlushTracker whose fsyncs are counted, slow (so others queue behind one) and, when told, fail."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[LocalLog] = []
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.fail: set[LocalLog] = set()
+
+    def sync(self, log: LocalLog) -> int:
+        self.calls.append(log)
+        self.started.set()
+        assert self.release.wait(10)
+        if log in self.fail:
+            raise OSError(5, "Input/output error")
+        return super().sync(log)
+
+
+def _log(tmp_path: Path, name: str) -> LocalLog:
+    return LocalLog(tmp_path / name, LogConfig.from_dict({}))
+
+
+def _append(log: LocalLog, n: int = 1) -> int:
+    b = RecordBatchBuilder(0)
+    for i in range(n):
+        b.append(i, 1000 + i, b"k", b"v")
+    return log.append_batches(b.build()).last_offset + 1
+
+
+def test_a_request_that_waited_behind_an_fsync_of_its_partition_needs_no_fsync_of_its_own(tmp_path: Path) -> None:
+    log = _log(tmp_path, "t-0")
+    tracker = _SlowTracker()
+    gs = GroupSync(tracker)
+    first_end = _append(log)
+    second_end = _append(log)  # appended before the first fsync reads the log end: that fsync covers it
+    failed: dict[int, dict[LocalLog, Exception]] = {}
+    a = threading.Thread(target=lambda: failed.__setitem__(1, gs.make_durable({log: first_end})))
+    a.start()
+    assert tracker.started.wait(5)
+    b = threading.Thread(target=lambda: failed.__setitem__(2, gs.make_durable({log: second_end})))
+    b.start()
+    time.sleep(0.1)  # b waits on the partition's fsync lock
+    tracker.release.set()
+    a.join(5)
+    b.join(5)
+    assert failed == {1: {}, 2: {}}
+    assert tracker.calls == [log] and gs.syncs == 1 and gs.durable_offset(log) == second_end
+    assert gs.make_durable({log: second_end}) == {} and gs.syncs == 1  # already durable: no fsync
+    third_end = _append(log)
+    assert gs.make_durable({log: third_end}) == {} and gs.syncs == 2
+    log.close()
+
+
+def test_a_failed_fsync_fails_the_requests_that_needed_that_partition_and_is_tried_again(tmp_path: Path) -> None:
+    good, bad = _log(tmp_path, "t-0"), _log(tmp_path, "t-1")
+    tracker = _SlowTracker()
+    tracker.release.set()
+    tracker.fail.add(bad)
+    gs = GroupSync(tracker)
+    needs_good = NeedsDurable({good: _append(good)})
+    needs_both = NeedsDurable({good: _append(good), bad: _append(bad)})
+    gs.finish_job([needs_good, needs_both])
+    assert needs_good.sync_failed == {}
+    assert list(needs_both.sync_failed) == [bad] and isinstance(needs_both.sync_failed[bad], OSError)
+    assert gs.durable_offset(bad) == -1 and gs.answered == 1
+    assert tracker.calls.count(good) == 1  # one fsync of a partition for the whole job
+    tracker.fail.clear()
+    assert gs.make_durable({bad: bad.log_end_offset}) == {}
+    assert gs.durable_offset(bad) == bad.log_end_offset
+    good.close()
+    bad.close()
+
+
+def test_concurrent_jobs_on_shared_partitions_each_end_durable(tmp_path: Path) -> None:
+    threads = 4
+    logs = [_log(tmp_path, f"t-{i}") for i in range(3)]
+    gs = GroupSync(FlushTracker())
+    errors: list[BaseException] = []
+
+    def job(seed: int) -> None:
+        try:
+            for i in range(20):
+                ends = {log: _append(log) for log in logs[(seed + i) % 3:]}
+                assert gs.make_durable(ends) == {}
+                for log, end in ends.items():
+                    assert gs.durable_offset(log) >= end
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=job, args=(s,)) for s in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(30)
+    assert not errors
+    for log in logs:
+        log.close()
