@@ -156,6 +156,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_option_flags(erase.add_argument_group("without --server: the data dir and stores to open"),
                       DATA_DIR_OPTIONS)
 
+    delete = _partition_parser(
+        sub, "delete-records", help="delete a partition's records below an offset (Kafka's DeleteRecords)",
+        description="Delete the partition's records below OFFSET (-1: the high watermark), as Kafka's "
+                    "DeleteRecords (kafka-delete-records.sh): reads below the new log start offset answer "
+                    "OFFSET_OUT_OF_RANGE at once, and the next retention pass removes the segments wholly below "
+                    "it, local and remote. Only for topics whose cleanup.policy contains delete (compacted records "
+                    "go by tombstones and `erase`). Prints {\"log_start_offset\": N}. With --server URL the running "
+                    "service does it; without, the command opens the data dir itself (the service must be "
+                    "stopped).")
+    delete.add_argument("offset", type=int, help="the new log start offset; -1 for the high watermark")
+    _add_server_flags(delete)
+    _add_option_flags(delete.add_argument_group("without --server: the data dir and stores to open"),
+                      DATA_DIR_OPTIONS)
+
     demo = sub.add_parser("demo", allow_abbrev=False, help="a self-contained tour: produce, tier, compact, read back")
     demo.add_argument("--records", type=int, default=20_000, help="records to produce (default 20000)")
     demo.add_argument("--keys", type=int, default=1_000, help="distinct keys (default 1000)")
@@ -295,6 +309,25 @@ def cmd_clean(args: argparse.Namespace) -> int:
             _print_json(dry_run(node.cleaner, node.log(args.topic, args.partition).topic_partition))
         else:
             _print_json(node.clean(args.topic, args.partition))
+    return 0
+
+
+def cmd_delete_records(args: argparse.Namespace) -> int:
+    """Kafka's DeleteRecords on one partition: through the service with ``--server``, else on the data dir directly."""
+    _check_server_flags(args)
+    if args.offset < -1:
+        raise ServiceConfigError(f"offset {args.offset} is invalid: give an offset >= 0, or -1 for the high watermark")
+    if args.server is not None:
+        topic = urllib.parse.quote(args.topic, safe="")
+        _print_json(_server_request(args, "POST", f"/v1/topics/{topic}/partitions/{args.partition}/delete-records",
+                                    {"offset": args.offset}))
+        return 0
+    node = _open_local_node(args, "delete-records",
+                            f"delete-records {args.topic} {args.partition} {args.offset}")
+    if node is None:
+        return 1
+    with node:
+        _print_json({"log_start_offset": node.delete_records(args.topic, args.partition, args.offset)})
     return 0
 
 
@@ -475,8 +508,8 @@ def cmd_config_docs(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"serve": cmd_serve, "clean": cmd_clean, "spark-clean": cmd_spark_clean, "demo": cmd_demo,
-            "dump-log": cmd_dump_log, "config-docs": cmd_config_docs, "report": cmd_report, "erase": cmd_erase}
+COMMANDS = {"serve": cmd_serve, "clean": cmd_clean, "delete-records": cmd_delete_records,
+            "spark-clean": cmd_spark_clean, "demo": cmd_demo, "dump-log": cmd_dump_log, "config-docs": cmd_config_docs, "report": cmd_report, "erase": cmd_erase}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -69,6 +69,31 @@ def test_clean_through_the_service_reports_its_errors(server: tuple[str, Path], 
     assert "cannot reach" in capsys.readouterr().err
 
 
+def test_delete_records_through_a_running_service_and_locally(server: tuple[str, Path], tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    url, _data = server
+    _http(f"{url}/v1/topics", "POST", {"name": "d", "config": {"cleanup.policy": "delete"}})
+    for i in range(10):
+        _http(f"{url}/v1/topics/d/partitions/0/records", "POST", {"records": [{"key": "k", "value": str(i)}]})
+    r = _cli("delete-records", "d", "0", "4", "--server", url, "--token", TOKEN)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"log_start_offset": 4}
+    assert _http(f"{url}/v1/topics/d/partitions/0")["log_start_offset"] == 4
+    assert main(["delete-records", "t", "0", "-1", "--server", url, "--token", TOKEN]) == 1  # compacted: 409
+    assert "409" in capsys.readouterr().err
+    assert main(["delete-records", "d", "0", "11", "--server", url, "--token", TOKEN]) == 1  # past the HW: 416
+    assert "416" in capsys.readouterr().err
+    assert main(["delete-records", "d", "0", "-2", "--server", url, "--token", TOKEN]) == 2
+    assert "invalid" in capsys.readouterr().err
+    # without --server, on a data dir no service owns
+    local = tmp_path / "data"
+    node = Node(load_config({"data_dir": local}, env={}))
+    node.create_topic("d", 1, {"cleanup.policy": "delete"})
+    node.log("d", 0).append_records([RecordSpec(b"k", b"%d" % i) for i in range(5)])
+    node.shutdown()
+    assert main(["delete-records", "d", "0", "-1", "--data-dir", str(local)]) == 0
+    assert json.loads(capsys.readouterr().out) == {"log_start_offset": 5}
+
 def test_local_clean_on_a_served_data_dir_hints_at_server(server: tuple[str, Path]) -> None:
     _url, data = server
     r = _cli("clean", "t", "0", "--data-dir", str(data))
