@@ -8,13 +8,22 @@ disk. Indexes are not synced: recovery rebuilds them from the segment.
 :class:`FlushTracker` remembers, per log, the offset synced so far and when, which is what
 Kafka's ``flush.messages`` (sync once that many records are unsynced) and ``flush.ms`` (sync
 records unsynced for that long) need.
+
+:func:`sync_logs_on_fs` makes several logs of one file system durable with a single
+``syncfs(2)`` (Linux): one journal commit and one device cache flush instead of one per
+partition, about half the CPU and wall time of eight fsyncs on ext4 here. It also writes back
+whatever else is dirty on that file system, so it suits a data dir on its own volume (Kafka's
+advice for ``log.dirs``); the Kafka listener's group commit uses it when one job needs two or
+more partitions of a file system synced (service/kafka/durability.py).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 import weakref
+from collections.abc import Callable, Sequence
 
 from log.local_log import LocalLog
 
@@ -33,6 +42,61 @@ def sync_log(log: LocalLog) -> int:
     finally:
         os.close(fd)
     return end
+
+
+def _load_syncfs() -> Callable[[int], int] | None:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).syncfs  # glibc 2.14+, Linux 2.6.39+
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn  # type: ignore[no-any-return]
+
+
+_SYNCFS = _load_syncfs()
+
+
+def syncfs_available() -> bool:
+    """Whether this platform has ``syncfs(2)``."""
+    return _SYNCFS is not None
+
+
+def file_system_of(log: LocalLog) -> int | None:
+    """The device id of the file system holding ``log``'s directory (None when it cannot be read)."""
+    try:
+        return os.stat(log.dir).st_dev
+    except OSError:
+        return None
+
+
+def sync_logs_on_fs(logs: Sequence[LocalLog]) -> dict[LocalLog, int]:
+    """Make every record appended to ``logs`` so far durable with one ``syncfs(2)`` of the file system they share (the
+    caller groups them, :func:`file_system_of`); returns the end offset of each log it covers. Each log's end is read
+    before the call, so all it covers was written before the file system was synced. Raises OSError when the call
+    fails (a writeback error anywhere on the file system since it was opened: none of ``logs`` is known durable)."""
+    if _SYNCFS is None:
+        raise OSError("syncfs(2) is not available on this platform")
+    ends: dict[LocalLog, int] = {}
+    for log in logs:
+        with log.lock:
+            ends[log] = log.log_end_offset
+    fd = -1
+    for log in logs:  # any directory of that file system; a deleted partition's is gone
+        try:
+            fd = os.open(log.dir, os.O_RDONLY)
+            break
+        except FileNotFoundError:
+            continue
+    if fd < 0:
+        return ends  # every one was deleted meanwhile: nothing of theirs is left to sync
+    try:
+        if _SYNCFS(fd) != 0:  # ctypes releases the GIL for the call
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs of {logs[0].dir}'s file system failed: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+    return ends
 
 
 class FlushTracker:
@@ -59,6 +123,14 @@ class FlushTracker:
         end = sync_log(log)
         self.note_synced(log, end, now)
         return end
+
+    def sync_on_fs(self, logs: Sequence[LocalLog]) -> dict[LocalLog, int]:
+        """:func:`sync_logs_on_fs` and remember it for each log; returns their durable offsets."""
+        now = logs[0].clock.milliseconds()
+        ends = sync_logs_on_fs(logs)
+        for log, end in ends.items():
+            self.note_synced(log, end, now)
+        return ends
 
     def flush_due(self, log: LocalLog, now_ms: int) -> bool:
         """Whether ``flush.messages`` or ``flush.ms`` asks for a sync of ``log`` now."""

@@ -30,6 +30,8 @@ first::
      350  service.kafka.group_sync     GroupSync, one per partition: one acks=-1 fsync of the
                                        partition at a time (service/kafka/durability.py); held
                                        across the fsync, takes log.local briefly for the end.
+     350  service.kafka.group_sync_fs  GroupSync, one per file system: one syncfs of it at a
+                                       time; takes each synced log.local briefly for its end.
      400  log.local                    LocalLog, one per partition: segments, roll, append,
                                        swap, epoch cache, producer state.
      500  metadata.partition           SqlRemoteLogMetadataManager, one per partition:

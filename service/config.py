@@ -153,6 +153,12 @@ class ServiceConfig(BaseModel):
                                          description="A Kafka connection idle this long, or this slow to send one "
                                                      "request, is closed (connections.max.idle.ms).")
     num_io_threads: int = Field(8, ge=1, le=256, description="Worker threads of the Kafka listener (num.io.threads).")
+    ack_sync_method: str = Field("syncfs", description="How acks=-1 makes the partitions a Kafka request job "
+                                                       "appended to durable: 'syncfs', one syncfs(2) of their "
+                                                       "file system for two or more (best with the data dir on a "
+                                                       "volume of its own: it also writes back whatever else is "
+                                                       "dirty there), or 'fsync', one fsync per partition. "
+                                                       "Without syncfs(2) (not Linux) it is always 'fsync'.")
     sasl_users: Path | None = Field(None, description="SCRAM/PLAIN users file for the Kafka listener (lines "
                                                       "'user:password'); with it, or with a token, Kafka clients "
                                                       "must authenticate with SASL.")
@@ -211,6 +217,14 @@ class ServiceConfig(BaseModel):
         v = v.lower()
         if v not in ("debug", "info", "warning", "error", "critical"):
             raise ValueError("must be one of debug, info, warning, error, critical")
+        return v
+
+    @field_validator("ack_sync_method")
+    @classmethod
+    def _ack_sync(cls, v: str) -> str:
+        v = v.lower()
+        if v not in ("syncfs", "fsync"):
+            raise ValueError("must be syncfs or fsync")
         return v
 
     @field_validator("spark_conf")

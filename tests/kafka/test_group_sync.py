@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from log.config import LogConfig
-from log.flush import FlushTracker
+from log.flush import FlushTracker, syncfs_available
 from log.local_log import LocalLog
 from log.record.builder import RecordBatchBuilder
-from service.kafka.durability import GroupSync, NeedsDurable
+from service.config import load_config
+from service.kafka.durability import GroupSync, NeedsDurable, group_sync_for
+from service.node import Node
+
+_needs_syncfs = pytest.mark.skipif(not syncfs_available(), reason="syncfs(2) is Linux's")
 
 
 class _SlowTracker(FlushTracker):
@@ -32,6 +39,13 @@ class _SlowTracker(FlushTracker):
             raise OSError(5, "Input/output error")
         return super().sync(log)
 
+    def sync_on_fs(self, logs: Sequence[LocalLog]) -> dict[LocalLog, int]:
+        self.calls.append(tuple(logs))  # type: ignore[arg-type]
+        assert self.release.wait(10)
+        if self.fail & set(logs):
+            raise OSError(5, "Input/output error")
+        return super().sync_on_fs(logs)
+
 
 def _log(tmp_path: Path, name: str) -> LocalLog:
     return LocalLog(tmp_path / name, LogConfig.from_dict({}))
@@ -47,7 +61,7 @@ def _append(log: LocalLog, n: int = 1) -> int:
 def test_a_request_that_waited_behind_an_fsync_of_its_partition_needs_no_fsync_of_its_own(tmp_path: Path) -> None:
     log = _log(tmp_path, "t-0")
     tracker = _SlowTracker()
-    gs = GroupSync(tracker)
+    gs = GroupSync(tracker, use_syncfs=False)
     first_end = _append(log)
     second_end = _append(log)  # appended before the first fsync reads the log end: that fsync covers it
     failed: dict[int, dict[LocalLog, Exception]] = {}
@@ -73,7 +87,7 @@ def test_a_failed_fsync_fails_the_requests_that_needed_that_partition_and_is_tri
     tracker = _SlowTracker()
     tracker.release.set()
     tracker.fail.add(bad)
-    gs = GroupSync(tracker)
+    gs = GroupSync(tracker, use_syncfs=False)
     needs_good = NeedsDurable({good: _append(good)})
     needs_both = NeedsDurable({good: _append(good), bad: _append(bad)})
     gs.finish_job([needs_good, needs_both])
@@ -88,10 +102,11 @@ def test_a_failed_fsync_fails_the_requests_that_needed_that_partition_and_is_tri
     bad.close()
 
 
-def test_concurrent_jobs_on_shared_partitions_each_end_durable(tmp_path: Path) -> None:
+@pytest.mark.parametrize("use_syncfs", [False, pytest.param(True, marks=_needs_syncfs)])
+def test_concurrent_jobs_on_shared_partitions_each_end_durable(tmp_path: Path, use_syncfs: bool) -> None:
     threads = 4
     logs = [_log(tmp_path, f"t-{i}") for i in range(3)]
-    gs = GroupSync(FlushTracker())
+    gs = GroupSync(FlushTracker(), use_syncfs=use_syncfs)
     errors: list[BaseException] = []
 
     def job(seed: int) -> None:
@@ -112,3 +127,35 @@ def test_concurrent_jobs_on_shared_partitions_each_end_durable(tmp_path: Path) -
     assert not errors
     for log in logs:
         log.close()
+
+
+@_needs_syncfs
+def test_partitions_of_one_file_system_share_one_syncfs(tmp_path: Path) -> None:
+    a, b, c = (_log(tmp_path, f"t-{i}") for i in range(3))
+    tracker = _SlowTracker()
+    tracker.release.set()
+    gs = GroupSync(tracker)
+    assert gs.use_syncfs
+    ends = {a: _append(a, 3), b: _append(b)}
+    assert gs.make_durable(ends) == {}
+    assert tracker.calls == [(a, b)] and gs.syncs == 1
+    assert gs.durable_offset(a) == 3 and gs.durable_offset(b) == 1
+    assert gs.make_durable({a: 3, c: -1}) == {} and gs.syncs == 1  # nothing left to sync
+    assert gs.make_durable({c: _append(c)}) == {} and tracker.calls[-1] is c  # one log: its own fsync
+    tracker.fail.add(b)
+    ends = {a: _append(a), b: _append(b)}
+    failed = gs.make_durable(ends)
+    assert set(failed) == {a, b} and all(isinstance(e, OSError) for e in failed.values())  # none is known durable
+    assert gs.durable_offset(a) == 3
+    for log in (a, b, c):
+        log.close()
+
+
+def test_the_nodes_ack_sync_method_chooses_syncfs_or_fsync(tmp_path: Path) -> None:
+    for method, expected in (("fsync", False), ("syncfs", syncfs_available())):
+        node = Node(load_config({"data_dir": tmp_path / method, "ack_sync_method": method}, env={}))
+        try:
+            assert group_sync_for(node).use_syncfs is expected
+            assert group_sync_for(node) is group_sync_for(node)
+        finally:
+            node.shutdown()

@@ -117,6 +117,7 @@ def test_a_failed_fsync_answers_kafka_storage_error_for_acks_all_only(wire: Wire
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(tracker, "sync", broken)
+    monkeypatch.setattr(tracker, "sync_on_fs", broken)
     resp = produce(wire, {"t": {0: batch([(b"k", b"v")]), 1: batch([(b"k", b"w")])}})
     for i in (0, 1):
         p = answer(resp, "t", i)
