@@ -273,7 +273,8 @@ def _per_request(d: dict[str, Any]) -> str:
         return ""
     spread = " and ".join(f"about {_n(r['records'] / max(r['requests'], 1))} with {k}" for k, r in per.items())
     return (" librdkafka sends one ProduceRequest per partition batch, so the listener's fixed cost per request "
-            "(decode, answer, the hand-offs between the event loop, the connection's lane and the fsync round) is "
+            "(decode, answer, the hand-off between the event loop and the connection's lane, the sync of what a "
+            "lane job appended) is "
             f"spread over the records of one partition's batch: 1 KiB records a request at full rate, {spread} "
             "partition(s).")
 
@@ -286,7 +287,8 @@ def _kafka() -> list[str]:
     out = [f"**Kafka listener** (`bench kafka`){_scale(d)}: one `tiercompact serve` process, {d['client']}, "
            f"{d['seconds_per_phase']} s a phase. Server CPU is the whole server process's while the phase runs "
            f"(its idle share, {d['server_idle_cpu_share']} of a core, included; the net figure takes it off); "
-           "latencies are librdkafka's, from `produce()` to the acknowledgement (acks=all waits for the fsync)."
+           "latencies are librdkafka's, from `produce()` to the acknowledgement (acks=all waits for the sync: one "
+           "syncfs of the data dir's file system for a job's partitions)."
            + _per_request(d),
            "", "| partitions | phase | MB/s | records/s | server CPU-s per GB | MB per server CPU-s (net of idle) "
            "| p50 / p99 ms | requests (server CPU µs a request) | load average before |",
