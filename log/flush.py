@@ -19,9 +19,11 @@ more partitions of a file system synced (service/kafka/durability.py).
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 
@@ -99,12 +101,30 @@ def sync_logs_on_fs(logs: Sequence[LocalLog]) -> dict[LocalLog, int]:
     return ends
 
 
+#: upper bounds (milliseconds) of the sync-time histogram's buckets; one more counts the slower ones
+FLUSH_TIME_BUCKETS_MS = (0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+
+
 class FlushTracker:
-    """Per log: the offset known durable and when it was synced (thread-safe)."""
+    """Per log: the offset known durable and when it was synced; and how long each sync took (thread-safe)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._synced: weakref.WeakKeyDictionary[LocalLog, tuple[int, int]] = weakref.WeakKeyDictionary()
+        self._times = [0] * (len(FLUSH_TIME_BUCKETS_MS) + 1)  # syncs per bucket, the last one unbounded
+        self._times_sum_ms = 0.0
+
+    def flush_times(self) -> tuple[list[int], float]:
+        """Syncs so far by duration (a count per FLUSH_TIME_BUCKETS_MS bucket, then the slower ones) and their total
+        milliseconds: Kafka's LogFlushRateAndTimeMs. An fsync of one log or one syncfs of several is one sync."""
+        with self._lock:
+            return list(self._times), self._times_sum_ms
+
+    def _timed(self, started: float) -> None:
+        ms = (time.perf_counter() - started) * 1000
+        with self._lock:
+            self._times[bisect.bisect_left(FLUSH_TIME_BUCKETS_MS, ms)] += 1
+            self._times_sum_ms += ms
 
     def synced_offset(self, log: LocalLog) -> int:
         with self._lock:
@@ -120,14 +140,18 @@ class FlushTracker:
     def sync(self, log: LocalLog) -> int:
         """:func:`sync_log` and remember it; returns the durable offset."""
         now = log.clock.milliseconds()
+        started = time.perf_counter()
         end = sync_log(log)
+        self._timed(started)
         self.note_synced(log, end, now)
         return end
 
     def sync_on_fs(self, logs: Sequence[LocalLog]) -> dict[LocalLog, int]:
         """:func:`sync_logs_on_fs` and remember it for each log; returns their durable offsets."""
         now = logs[0].clock.milliseconds()
+        started = time.perf_counter()
         ends = sync_logs_on_fs(logs)
+        self._timed(started)
         for log, end in ends.items():
             self.note_synced(log, end, now)
         return ends

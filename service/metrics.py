@@ -12,8 +12,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from log.flush import FLUSH_TIME_BUCKETS_MS
+from service.flush_policy import flush_tracker_for
 
 if TYPE_CHECKING:
     from service.node import Node
@@ -38,6 +41,8 @@ ERASURES_PENDING_COUNT = "erasures_pending_count"
 ERASURES_AT_RISK_COUNT = "erasures_at_risk_count"
 ERASURES_OVERDUE_COUNT = "erasures_overdue_count"
 ERASURE_MIN_TIME_LEFT_SECS = "erasure_min_time_left_secs"
+#: Kafka's kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs, as the JMX exporter names it
+LOG_FLUSH_TIME_MS = "kafka_log_logflushstats_logflushrateandtimems"
 
 #: gauge name -> help text (Kafka's LogCleaner / LogCleanerManager gauges)
 GAUGES: dict[str, str] = {
@@ -92,7 +97,7 @@ REPORT_COUNTERS: dict[str, str] = {
                                          "were unaffected).",
 }
 
-METRIC_NAMES: tuple[str, ...] = (*GAUGES, *COUNTERS, *LABELLED_COUNTERS, *REPORT_COUNTERS)
+METRIC_NAMES: tuple[str, ...] = (*GAUGES, *COUNTERS, *LABELLED_COUNTERS, *REPORT_COUNTERS, LOG_FLUSH_TIME_MS)
 
 
 class NodeCollector(Collector):
@@ -112,8 +117,22 @@ class NodeCollector(Collector):
                 c.add_metric([], float(values[name]))
                 yield c
         yield from self._report_counters()
+        yield self._flush_times()
         for extra in list(getattr(self.node, "metric_collectors", ())):  # the Kafka listener's (service/kafka/metrics.py)
             yield from extra.collect()
+
+    def _flush_times(self) -> Metric:
+        counts, total_ms = flush_tracker_for(self.node).flush_times()
+        h = HistogramMetricFamily(LOG_FLUSH_TIME_MS, "Time of each sync of appended records to disk, in milliseconds "
+                                                     "(Kafka's LogFlushRateAndTimeMs): an fsync of one partition, or "
+                                                     "one syncfs for the partitions an acks=-1 job appended to; "
+                                                     "flush.messages and flush.ms syncs too.")
+        cumulative, acc = [], 0.0
+        for bound, n in zip((*[f"{b:g}" for b in FLUSH_TIME_BUCKETS_MS], "+Inf"), counts, strict=True):
+            acc += n
+            cumulative.append((bound, acc))
+        h.add_metric([], cumulative, total_ms)
+        return h
 
     def _report_counters(self) -> Iterator[Metric]:
         reporter = self.node.cleaner.reporter

@@ -6,6 +6,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.metrics import COUNTERS, GAUGES, METRIC_NAMES
+from service.node import Node
 
 
 def _samples(client: TestClient) -> dict[str, float]:
@@ -22,7 +23,8 @@ def test_every_metric_name_is_exposed(client: TestClient) -> None:
         "fenced_operations_total", "offline_partitions_count", "corrupt_checkpoints_rebuilt_total",
         "remote_store_unavailable", "remote_store_outages_total", "cleaner_records_removed_total",
         "cleaner_rounds_total", "cleaner_report_write_failures_total", "erasures_pending_count",
-        "erasures_at_risk_count", "erasures_overdue_count", "erasure_min_time_left_secs"}
+        "erasures_at_risk_count", "erasures_overdue_count", "erasure_min_time_left_secs",
+        "kafka_log_logflushstats_logflushrateandtimems"}
     samples = _samples(client)
     for name in GAUGES:
         assert name in samples
@@ -44,3 +46,22 @@ def test_values_are_pulled_from_node_state(client: TestClient) -> None:
     node.object_store.get("x/y")
     s = _samples(client)
     assert s["remote_bytes_uploaded_total"] == 5 and s["remote_bytes_downloaded_total"] == 5
+
+
+def test_log_flush_time_counts_every_sync(client: TestClient, node: Node) -> None:
+    """Kafka's LogFlushRateAndTimeMs: an fsync of one partition and one syncfs of several are a sync each."""
+    from log.local_log import RecordSpec
+    from service.kafka.durability import group_sync_for
+
+    node.create_topic("flushed", 3, {"cleanup.policy": "delete"})
+    logs = [node.log("flushed", p) for p in range(3)]
+    for log in logs:
+        log.append_records([RecordSpec(b"k", b"v")])
+    gs = group_sync_for(node)
+    assert gs.make_durable({logs[0]: 1}) == {}
+    assert gs.make_durable({logs[1]: 1, logs[2]: 1}) == {}
+    name = "kafka_log_logflushstats_logflushrateandtimems"
+    samples = _samples(client)
+    assert samples[f"{name}_count"] == 2 and samples[f"{name}_sum"] > 0
+    assert samples[f"{name}_bucket"] == 2  # the +Inf bucket (the last sample of that name) counts them all
+    assert f"# TYPE {name} histogram" in client.get("/metrics").text
