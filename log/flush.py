@@ -64,17 +64,49 @@ def syncfs_available() -> bool:
     return _SYNCFS is not None
 
 
-def file_system_of(log: LocalLog) -> int | None:
-    """The device id of the file system holding ``log``'s directory (None when it cannot be read)."""
+#: local file systems whose syncfs(2) writes back and commits what fsync(2) of each file would; elsewhere (FUSE, whose
+#: syncfs may not reach the daemon, network and unknown file systems) every log is fsynced on its own
+SYNCFS_FILE_SYSTEMS = frozenset({"ext4", "ext3", "xfs", "btrfs", "f2fs", "tmpfs"})
+MOUNTINFO = "/proc/self/mountinfo"
+
+
+def mounted_file_systems(mountinfo: str = MOUNTINFO) -> dict[int, str]:
+    """Device id -> file system type of every mount (Linux's mountinfo; empty where there is none)."""
+    out: dict[int, str] = {}
     try:
-        return os.stat(log.dir).st_dev
+        with open(mountinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields, sep, rest = line.partition(" - ")
+                parts = fields.split()
+                if not sep or len(parts) < 3 or ":" not in parts[2]:
+                    continue
+                major, _, minor = parts[2].partition(":")
+                fstype = rest.split(" ", 1)[0]
+                try:
+                    out[os.makedev(int(major), int(minor))] = fstype
+                except ValueError:
+                    continue
+    except OSError:
+        pass
+    return out
+
+
+def syncfs_device_of(log: LocalLog, types: dict[int, str] | None = None) -> int | None:
+    """The device id of the file system holding ``log``'s directory when one ``syncfs(2)`` of it makes the log's
+    appended records durable (a local file system of :data:`SYNCFS_FILE_SYSTEMS`), else None (fsync it alone)."""
+    if _SYNCFS is None:
+        return None
+    try:
+        dev = os.stat(log.dir).st_dev
     except OSError:
         return None
+    fstype = (types if types is not None else mounted_file_systems()).get(dev)
+    return dev if fstype in SYNCFS_FILE_SYSTEMS else None
 
 
 def sync_logs_on_fs(logs: Sequence[LocalLog]) -> dict[LocalLog, int]:
     """Make every record appended to ``logs`` so far durable with one ``syncfs(2)`` of the file system they share (the
-    caller groups them, :func:`file_system_of`); returns the end offset of each log it covers. Each log's end is read
+    caller groups them, :func:`syncfs_device_of`); returns the end offset of each log it covers. Each log's end is read
     before the call, so all it covers was written before the file system was synced. Raises OSError when the call
     fails (a writeback error anywhere on the file system since it was opened: none of ``logs`` is known durable)."""
     if _SYNCFS is None:

@@ -158,7 +158,9 @@ class ServiceConfig(BaseModel):
                                                        "file system for two or more (best with the data dir on a "
                                                        "volume of its own: it also writes back whatever else is "
                                                        "dirty there), or 'fsync', one fsync per partition. "
-                                                       "Without syncfs(2) (not Linux) it is always 'fsync'.")
+                                                       "Partitions on a file system other than ext4, xfs, btrfs, "
+                                                       "f2fs and tmpfs, or without syncfs(2) (not Linux), are "
+                                                       "always fsynced.")
     sasl_users: Path | None = Field(None, description="SCRAM/PLAIN users file for the Kafka listener (lines "
                                                       "'user:password'); with it, or with a token, Kafka clients "
                                                       "must authenticate with SASL.")

@@ -13,7 +13,9 @@ journal commit and one device cache flush instead of one per partition: at 8 par
 halved the produce latency and took about a sixth off the worker's CPU per request. It also
 writes back whatever else is dirty on that file system, so the data dir is best on a volume of
 its own (Kafka's advice for ``log.dirs``); ``fsync`` syncs each partition's active segment
-alone. A job with one partition to sync always fsyncs it.
+alone. A job with one partition to sync always fsyncs it, and so does a partition on a file
+system not known to commit on ``syncfs`` (FUSE, network and unknown ones; log/flush.py's
+``SYNCFS_FILE_SYSTEMS``). A sandbox that refuses the call (ENOSYS, EPERM) turns it off.
 
 Across connections it is a group commit: the syncs of a partition (or of a file system) run one
 at a time, each covering everything appended before it began, so a job that finds its records
@@ -27,15 +29,23 @@ came meanwhile, which is the batching the group commit wants.
 
 from __future__ import annotations
 
+import errno
+import logging
 import threading
 import weakref
 from typing import Any
 
-from log.flush import FlushTracker, file_system_of, syncfs_available
+from log.flush import FlushTracker, mounted_file_systems, syncfs_available, syncfs_device_of
 from log.local_log import LocalLog
 from log.locks import RANK_LOG_FLUSH, ordered_lock
 from service.flush_policy import flush_tracker_for
 from service.per_node import per_node
+
+logger = logging.getLogger(__name__)
+
+
+#: syncfs(2) errors that mean "not here" rather than "the data may be lost": the logs are fsynced instead
+_SYNCFS_REFUSED = frozenset({errno.ENOSYS, errno.EPERM, errno.EACCES, errno.EINVAL, errno.EOPNOTSUPP})
 
 
 class NeedsDurable:
@@ -111,10 +121,11 @@ class GroupSync:
         return failed
 
     def _file_system(self, log: LocalLog) -> int | None:
+        """The device a syncfs may sync ``log`` with (None: fsync it alone), looked up once per log."""
         with self._state:
             fs = self._fs.get(log, -1)
         if fs == -1:
-            fs = file_system_of(log)
+            fs = syncfs_device_of(log, mounted_file_systems())
             with self._state:
                 self._fs[log] = fs
         return fs
@@ -141,6 +152,7 @@ class GroupSync:
 
     def _sync_fs(self, fs: int, group: list[tuple[LocalLog, int]]) -> dict[LocalLog, Exception]:
         """One syncfs of file system ``fs`` for the logs of ``group`` it has not covered yet."""
+        refused = False
         with self._lock(self._fs_locks, fs, "service.kafka.group_sync_fs"):
             with self._state:
                 todo = [log for log, end in group if self._durable.get(log, -1) < end]
@@ -148,9 +160,19 @@ class GroupSync:
                 return {}
             try:
                 durable = self.tracker.sync_on_fs(todo)
+            except OSError as e:
+                if e.errno not in _SYNCFS_REFUSED:
+                    return dict.fromkeys(todo, e)  # a writeback error: none of them is known durable
+                # refused (a sandbox's seccomp filter, say): fsync each (after this lock), and from now on
+                logger.warning("syncfs(2) refused (%s); acks=-1 syncs each partition with fsync from now on", e)
+                self.use_syncfs = False
+                refused = True
             except Exception as e:  # noqa: BLE001 - none of them is known durable: their requests get the failure
                 return dict.fromkeys(todo, e)
-            self._covered(durable, syncs=1)
+            else:
+                self._covered(durable, syncs=1)
+        if refused:
+            return {log: err for log, end in group if (err := self._sync_one(log, end)) is not None}
         return {}
 
     def _covered(self, durable: dict[LocalLog, int], *, syncs: int) -> None:

@@ -3,6 +3,8 @@ before ran, failures handed to the requests that needed that partition only, and
 
 from __future__ import annotations
 
+import errno
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -103,7 +105,9 @@ def test_a_failed_fsync_fails_the_requests_that_needed_that_partition_and_is_tri
 
 
 @pytest.mark.parametrize("use_syncfs", [False, pytest.param(True, marks=_needs_syncfs)])
-def test_concurrent_jobs_on_shared_partitions_each_end_durable(tmp_path: Path, use_syncfs: bool) -> None:
+def test_concurrent_jobs_on_shared_partitions_each_end_durable(tmp_path: Path, use_syncfs: bool,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    _as_ext4(monkeypatch, tmp_path)
     threads = 4
     logs = [_log(tmp_path, f"t-{i}") for i in range(3)]
     gs = GroupSync(FlushTracker(), use_syncfs=use_syncfs)
@@ -129,8 +133,16 @@ def test_concurrent_jobs_on_shared_partitions_each_end_durable(tmp_path: Path, u
         log.close()
 
 
+def _as_ext4(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Whatever tmp_path is on here (overlay, tmpfs, ext4), let it count as a file system syncfs may sync."""
+    from service.kafka import durability
+
+    monkeypatch.setattr(durability, "mounted_file_systems", lambda: {os.stat(tmp_path).st_dev: "ext4"})
+
+
 @_needs_syncfs
-def test_partitions_of_one_file_system_share_one_syncfs(tmp_path: Path) -> None:
+def test_partitions_of_one_file_system_share_one_syncfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _as_ext4(monkeypatch, tmp_path)
     a, b, c = (_log(tmp_path, f"t-{i}") for i in range(3))
     tracker = _SlowTracker()
     tracker.release.set()
@@ -159,3 +171,43 @@ def test_the_nodes_ack_sync_method_chooses_syncfs_or_fsync(tmp_path: Path) -> No
             assert group_sync_for(node) is group_sync_for(node)
         finally:
             node.shutdown()
+
+
+@_needs_syncfs
+def test_a_refused_syncfs_falls_back_to_fsync_for_good(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sandbox that refuses syncfs(2) (ENOSYS, EPERM) must not fail acks=-1 requests: each log is fsynced instead,
+    from then on; a real writeback error (EIO) stays a failure (the test above)."""
+    _as_ext4(monkeypatch, tmp_path)
+    a, b = _log(tmp_path, "t-0"), _log(tmp_path, "t-1")
+    tracker = FlushTracker()
+
+    def refused(_logs: Sequence[LocalLog]) -> dict[LocalLog, int]:
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(tracker, "sync_on_fs", refused)
+    gs = GroupSync(tracker, use_syncfs=True)
+    assert gs.make_durable({a: _append(a), b: _append(b)}) == {}
+    assert not gs.use_syncfs and gs.durable_offset(a) == 1 and gs.durable_offset(b) == 1 and gs.syncs == 2
+    a.close()
+    b.close()
+
+
+def test_syncfs_only_where_the_file_system_is_known_to_commit_on_it(tmp_path: Path) -> None:
+    from log.flush import SYNCFS_FILE_SYSTEMS, mounted_file_systems, syncfs_device_of
+
+    info = tmp_path / "mountinfo"
+    info.write_text("22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+                    "40 22 0:45 / /mnt/bucket rw,nosuid - fuse.s3fs s3fs rw,user_id=0\n"
+                    "41 22 0:46 / /data rw - xfs /dev/sdb rw\n"
+                    "garbage line\n")
+    types = mounted_file_systems(str(info))
+    assert types == {os.makedev(8, 1): "ext4", os.makedev(0, 45): "fuse.s3fs", os.makedev(0, 46): "xfs"}
+    assert {"ext4", "xfs"} <= SYNCFS_FILE_SYSTEMS and "fuse.s3fs" not in SYNCFS_FILE_SYSTEMS
+    assert mounted_file_systems(str(tmp_path / "missing")) == {}
+    log = _log(tmp_path, "t-0")
+    dev = os.stat(log.dir).st_dev
+    if syncfs_available():
+        assert syncfs_device_of(log, {dev: "ext4"}) == dev
+    assert syncfs_device_of(log, {dev: "fuse.sshfs"}) is None
+    assert syncfs_device_of(log, {}) is None
+    log.close()
