@@ -8,8 +8,8 @@ from service.kafka.registry import registered
 
 #: per API, what differs from Apache Kafka's broker (empty: nothing known)
 DIFFERENCES: dict[str, str] = {
-    "Produce": "acks 0/1/-1; acks=-1 answers after one fsync shared by every request waiting (one copy, no "
-               "replicas); idempotent producers as Kafka; transactional batches need no AddPartitionsToTxn check "
+    "Produce": "acks 0/1/-1; acks=-1 answers once the batch is on disk (one copy, no replicas): one sync per "
+               "connection's batch of queued requests, a syncfs for several partitions, else an fsync; idempotent producers as Kafka; transactional batches need no AddPartitionsToTxn check "
                "(no KIP-890 verification)",
     "Fetch": "sessionless answers (session id 0); stored bytes from local or remote segments; no follower fetching",
     "ListOffsets": "earliest, latest, max timestamp and by timestamp over both tiers; read_committed gives the LSO",
@@ -66,7 +66,7 @@ DIFFERENCES: dict[str, str] = {
 
 #: per area of the README's summary, what differs from Apache Kafka there, in short (docs/kafka.md has each API's)
 AREAS: dict[str, str] = {
-    "produce and read": "one copy of the data: acks=-1 answers once fsynced; sessionless fetch; no follower fetching",
+    "produce and read": "one copy of the data: acks=-1 answers once on disk; sessionless fetch; no follower fetching",
     "topics and cluster": "replication factor 1; a dead leader shows LEADER_NOT_AVAILABLE (no election)",
     "consumer groups": "the classic protocol (no KIP-848); offsets live in the metadata store (no internal topic)",
     "transactions": "no KIP-890 verification or per-transaction epoch bump",
