@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import errno
 import os
 import threading
 import time
@@ -110,7 +111,7 @@ def sync_logs_on_fs(logs: Sequence[LocalLog]) -> dict[LocalLog, int]:
     before the call, so all it covers was written before the file system was synced. Raises OSError when the call
     fails (a writeback error anywhere on the file system since it was opened: none of ``logs`` is known durable)."""
     if _SYNCFS is None:
-        raise OSError("syncfs(2) is not available on this platform")
+        raise OSError(errno.ENOSYS, "syncfs(2) is not available on this platform")
     ends: dict[LocalLog, int] = {}
     for log in logs:
         with log.lock:

@@ -49,8 +49,8 @@ _SYNCFS_REFUSED = frozenset({errno.ENOSYS, errno.EPERM, errno.EACCES, errno.EINV
 
 
 class NeedsDurable:
-    """A lane item's result that waits for an fsync: ``durable_ends`` (the end offset each log must be durable to)
-    is read by :meth:`GroupSync.finish_job`, which fills ``sync_failed`` (the logs whose fsync failed)."""
+    """A lane item's result that waits for a sync: ``durable_ends`` (the end offset each log must be durable to)
+    is read by :meth:`GroupSync.finish_job`, which fills ``sync_failed`` (the logs whose sync failed)."""
 
     __slots__ = ("durable_ends", "sync_failed")
 
@@ -60,7 +60,7 @@ class NeedsDurable:
 
 
 class GroupSync:
-    """The grouped fsync of every partition of one node (called from request worker threads)."""
+    """The grouped sync of every partition of one node (called from request worker threads)."""
 
     def __init__(self, tracker: FlushTracker, *, use_syncfs: bool | None = None) -> None:
         self.tracker = tracker
@@ -82,8 +82,8 @@ class GroupSync:
             return self._durable.get(log, -1)
 
     def finish_job(self, results: list[NeedsDurable]) -> None:
-        """The lane's finish step: make every log the job's results need durable to their ends (one fsync each at
-        most), then record in each result the logs whose fsync failed."""
+        """The lane's finish step: make every log the job's results need durable to their ends (one sync each at
+        most), then record in each result the logs whose sync failed."""
         ends: dict[LocalLog, int] = {}
         for r in results:
             for log, end in r.durable_ends.items():

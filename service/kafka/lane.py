@@ -5,8 +5,8 @@ its appends on the connection's lane (:meth:`Lane.submit`, which queues at once 
 future) and returns, so the listener reads and decodes the client's next pipelined requests
 while the appends run; whatever queued meanwhile runs next as one job on one worker thread, in
 the order the requests came. An item may name a ``finish`` step, run once per job on the worker
-after every item, with the results of the items that named it: the acks=-1 fsync of every
-partition the job appended to (service/kafka/durability.py). The job's outcomes then go back to
+after every item, with the results of the items that named it: the acks=-1 sync of the
+partitions the job appended to (service/kafka/durability.py). The job's outcomes then go back to
 the event loop in one hand-off, and each request's future is settled from it.
 Any request that is not pipelined waits until the lane has drained (:meth:`Lane.idle`) before
 its handler runs, so an EndTxn or a Fetch never overtakes a Produce sent before it on the same
@@ -29,7 +29,7 @@ from typing import Any
 
 from service.request_threads import RequestThreads, settle
 
-#: run once per job on the worker, after its items, with the results of the items that named it (an fsync)
+#: run once per job on the worker, after its items, with the results of the items that named it (the sync)
 Finish = Callable[[list[Any]], None]
 #: a queued request's work: function, arguments, finish, its future, the payload bytes it holds
 _Item = tuple[Callable[..., Any], tuple[Any, ...], "Finish | None", asyncio.Future[Any], int]

@@ -10,13 +10,13 @@ Per partition, as Kafka's ReplicaManager.appendRecords answers it:
   batches answers its original base offset; OUT_OF_ORDER_SEQUENCE_NUMBER,
   INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID);
 * acks=0 sends no answer, acks=1 answers after the append, acks=-1 after the partition's
-  records are fsynced (service/kafka/durability.py: one fsync per partition for every request
-  that waited for it).
+  records are on disk (service/kafka/durability.py: one sync for every request that waited for
+  it).
 
 The appends go on the connection's ordered lane (service/kafka/lane.py): the listener reads the
 client's next pipelined requests while they run, the appends of every request queued meanwhile
-run next as one worker job in the order they were sent, and for acks=-1 that job then fsyncs
-each partition it appended to once before it answers its requests.
+run next as one worker job in the order they were sent, and for acks=-1 that job then syncs
+the partitions it appended to, once, before it answers its requests.
 """
 
 from __future__ import annotations
@@ -266,7 +266,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     if acks not in (0, 1, -1):
         return _invalid_acks(ctx, request)
     size = sum(len(pd.records or b"") for td in request.topic_data for pd in td.partition_data)
-    # the appends run on the connection's lane; for acks=-1 the lane job then fsyncs what its requests appended
+    # the appends run on the connection's lane; for acks=-1 the lane job then syncs what its requests appended
     # (GroupSync.finish_job) before it hands their outcomes back, so the answer is built from a callback, with no
     # Task per request, and the listener reads the next requests meanwhile
     appended = ctx.in_order(_append_all, ctx.node, ctx.cluster, request, ctx.api_version, acks, size=size,
