@@ -50,6 +50,8 @@ DIFFERENCES: dict[str, str] = {
     "DescribeLogDirs": "one log dir per node (its data dir); the partitions it leads, with their local bytes "
                        "(remote segments not counted, as Kafka); offset lag 0 (one copy)",
     "DescribeCluster": "brokers of the cluster registry; no controllers endpoint",
+    "DescribeTopicPartitions": "Metadata's partitions, paged by cursor (at most 2000 an answer); no eligible leader "
+                               "replicas (one copy); every topic operation authorized (no authorizer)",
     "FindCoordinator": "GROUP and TRANSACTION keys; a key's coordinator is the live node holding its slot "
                        "(abs(hashCode) % 50, as Kafka's __consumer_offsets partitions) in the metadata store, "
                        "claimed with an epoch; there is no internal topic",
@@ -79,7 +81,8 @@ AREA_OF: dict[str, str] = {
     **dict.fromkeys(("Produce", "Fetch", "ListOffsets", "OffsetForLeaderEpoch", "InitProducerId", "DeleteRecords"),
                     "produce and read"),
     **dict.fromkeys(("Metadata", "CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs",
-                     "IncrementalAlterConfigs", "DescribeCluster", "DescribeLogDirs", "ElectLeaders"),
+                     "IncrementalAlterConfigs", "DescribeCluster", "DescribeLogDirs", "ElectLeaders",
+                     "DescribeTopicPartitions"),
                     "topics and cluster"),
     **dict.fromkeys(("FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit",
                      "OffsetFetch", "OffsetDelete", "DescribeGroups", "ListGroups", "DeleteGroups"), "consumer groups"),

@@ -46,12 +46,12 @@ _TOPICS: weakref.WeakKeyDictionary[Any, tuple[float, dict[str, int]]] = weakref.
 
 def _topics(node: Any, refresh: bool) -> dict[str, int]:
     """Topic -> partition count over the cluster (cached a second; ``refresh`` rereads)."""
-    from service.kafka.metadata_api import _stored_topics
+    from service.kafka.metadata_api import stored_topics
 
     cached = _TOPICS.get(node)
     if cached is not None and not refresh and time.monotonic() - cached[0] < 1.0:
         return cached[1]
-    topics = _stored_topics(node)
+    topics = stored_topics(node)
     _TOPICS[node] = (time.monotonic(), topics)
     return topics
 

@@ -63,7 +63,7 @@ def not_leader_error(node: Any, cluster: ClusterView, tp: TopicPartition) -> int
     return 0 if lead.leader_id == cluster.broker_id else NotLeaderForPartitionError.errno
 
 
-def _stored_topics(node: Any) -> dict[str, int]:
+def stored_topics(node: Any) -> dict[str, int]:
     """Topic name -> partition count: the shared store's topics, and this node's own."""
     out = {t.name: t.partitions for t in node.topics()}
     try:
@@ -74,23 +74,29 @@ def _stored_topics(node: Any) -> dict[str, int]:
     return out
 
 
-def _partitions(node: Any, cluster: ClusterView, name: str, count: int, live: set[int]) -> list[Any]:
+def partition_fields(node: Any, cluster: ClusterView, name: str, indexes: range, live: set[int]) -> list[dict[str, Any]]:
+    """Per partition of ``indexes``, the fields Metadata and DescribeTopicPartitions share: its leader (the
+    leadership record, or this node), the leader alone as replicas and ISR, and a dead leader as offline."""
     out = []
-    for p in range(count):
+    for p in indexes:
         lead = partition_leader(node, cluster, TopicPartition(name, p), live)
         replicas = [lead.leader_id] if lead.leader_id >= 0 else [lead.registered_id]
-        out.append(MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
-            error_code=lead.error_code, partition_index=p, leader_id=lead.leader_id,
-            leader_epoch=lead.leader_epoch, replica_nodes=replicas,
-            isr_nodes=replicas if lead.error_code == 0 else [],
-            offline_replicas=[] if lead.error_code == 0 else replicas))
+        out.append({"error_code": lead.error_code, "partition_index": p, "leader_id": lead.leader_id,
+                    "leader_epoch": lead.leader_epoch, "replica_nodes": replicas,
+                    "isr_nodes": replicas if lead.error_code == 0 else [],
+                    "offline_replicas": [] if lead.error_code == 0 else replicas})
     return out
+
+
+def _partitions(node: Any, cluster: ClusterView, name: str, count: int, live: set[int]) -> list[Any]:
+    return [MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(**f)
+            for f in partition_fields(node, cluster, name, range(count), live)]
 
 
 def _metadata(node: Any, cluster: ClusterView, request: Any, version: int) -> Any:
     brokers = cluster.brokers()
     live = {b.broker_id for b in brokers}
-    stored = _stored_topics(node)
+    stored = stored_topics(node)
     topic_cls = MetadataResponse.MetadataResponseTopic
     wanted: list[tuple[str | None, uuid.UUID]]
     if request.topics is None or (version == 0 and not request.topics):

@@ -503,3 +503,54 @@ def test_elect_leaders_on_partitions_whose_only_replica_leads(wire: Wire, node: 
              for p in r.partition_result}
     assert codes[(dead, 0)] == not_available and (topic, 0) not in codes
     assert set(codes.values()) == {not_available}
+
+
+def test_describe_topic_partitions_pages_metadatas_partitions_by_cursor(wire: Wire, node: Node) -> None:
+    from kafka.protocol.admin.topics import DescribeTopicPartitionsRequest as DTP
+    from kafka.protocol.metadata import MetadataRequest
+
+    assert _create(wire, "dtp-a", {"cleanup.policy": "compact"}, partitions=3).error_code == 0
+    assert _create(wire, "dtp-b", {"cleanup.policy": "compact"}, partitions=2).error_code == 0
+
+    def describe(names: list[str], limit: int = 2000, cursor: tuple[str, int] | None = None) -> Any:
+        c = DTP.Cursor(topic_name=cursor[0], partition_index=cursor[1]) if cursor else None
+        return wire.call(DTP(topics=[DTP.TopicRequest(name=n) for n in names], response_partition_limit=limit,
+                             cursor=c), 0)
+
+    def seen(resp: Any) -> list[tuple[str, int, int]]:
+        return [(t.name, t.error_code, p.partition_index) for t in resp.topics for p in t.partitions] + \
+            [(t.name, t.error_code, -1) for t in resp.topics if not t.partitions]
+
+    whole = describe(["dtp-b", "dtp-a", "no-such-topic", "bad/name"])
+    assert [t.name for t in whole.topics] == ["bad/name", "dtp-a", "dtp-b", "no-such-topic"]  # sorted by name
+    assert seen(whole) == [("dtp-a", 0, 0), ("dtp-a", 0, 1), ("dtp-a", 0, 2), ("dtp-b", 0, 0), ("dtp-b", 0, 1),
+                           ("bad/name", 17, -1), ("no-such-topic", 3, -1)]  # INVALID_TOPIC_EXCEPTION, UNKNOWN_TOPIC
+    assert whole.next_cursor is None
+    # each partition as Metadata shows it, and the topic's id
+    meta = wire.call(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="dtp-a", topic_id=None)],
+                                     allow_auto_topic_creation=False, include_topic_authorized_operations=False), 12)
+    a = next(t for t in whole.topics if t.name == "dtp-a")
+    assert a.topic_id == meta.topics[0].topic_id and a.topic_authorized_operations == 3576
+    for got, want in zip(a.partitions, meta.topics[0].partitions, strict=True):
+        assert (got.leader_id, got.leader_epoch, list(got.replica_nodes), list(got.isr_nodes)) == \
+            (want.leader_id, want.leader_epoch, list(want.replica_nodes), list(want.isr_nodes)) == \
+            (node.broker_id, got.leader_epoch, [node.broker_id], [node.broker_id])
+        assert list(got.eligible_leader_replicas) == [] and list(got.offline_replicas) == []
+    # paging: two partitions an answer, the cursor naming where the next one starts
+    pages, cursor = [], None
+    while True:
+        resp = describe(["dtp-a", "dtp-b"], limit=2, cursor=cursor)
+        pages.append(seen(resp))
+        if resp.next_cursor is None:
+            break
+        cursor = (resp.next_cursor.topic_name, resp.next_cursor.partition_index)
+    assert pages == [[("dtp-a", 0, 0), ("dtp-a", 0, 1)], [("dtp-a", 0, 2), ("dtp-b", 0, 0)], [("dtp-b", 0, 1)]]
+    # a limit filled exactly at a topic's end: the next cursor is the next topic's first partition
+    assert describe(["dtp-a", "dtp-b"], limit=3).next_cursor.to_dict() == {"topic_name": "dtp-b", "partition_index": 0}
+    # no topics named: every topic, from the cursor's on
+    every = describe([], cursor=("dtp-a", 1))
+    assert [t.name for t in every.topics][:2] == ["dtp-a", "dtp-b"] and every.topics[0].partitions[0].partition_index == 1
+    assert all(t.name >= "dtp-a" and t.error_code == 0 for t in every.topics)
+    # a cursor on a topic the request does not name: INVALID_REQUEST for each named topic
+    bad = describe(["dtp-b"], cursor=("dtp-a", 0))
+    assert [(t.name, t.error_code, len(t.partitions)) for t in bad.topics] == [("dtp-b", 42, 0)]

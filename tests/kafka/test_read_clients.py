@@ -240,7 +240,9 @@ def test_admin_clients_delete_records_and_describe_the_broker(kafka_server: Kafk
         {"library": "kafka-python", "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": [
             {"op": "delete_records", "topic": tiered, "offset": 3},
             {"op": "describe_log_dirs", "topic": plain},
-            {"op": "describe_producers", "topic": compacted}]},
+            {"op": "describe_producers", "topic": compacted},
+            {"op": "describe_topic_partitions", "topic": plain},
+            {"op": "describe_topic_partitions", "topic": "no-such-topic", "limit": 1}]},
         {"library": "aiokafka", "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": [
             {"op": "delete_records", "topic": compacted, "offset": 1}]}]))
     assert confluent == [{"low_watermark": 4}, {"error": "POLICY_VIOLATION"}, {"error": "OFFSET_OUT_OF_RANGE"},
@@ -253,6 +255,8 @@ def test_admin_clients_delete_records_and_describe_the_broker(kafka_server: Kafk
     assert d["error_code"] == 0 and d["log_dir"].endswith("data")
     assert d["sizes"] == {f"{plain}-0": kafka_server.api("GET", f"/v1/topics/{plain}/partitions/0")["local_size_bytes"]}
     assert kp[2] == [[42, 0, 1, 6]]  # DescribeProducers: id, epoch, last sequence, open transaction's start
+    assert kp[3] == {"next_cursor": None, "topics": [[plain, 0, [[0, 0, [0]]]]]}  # KIP-966: broker 0 leads it
+    assert kp[4] == {"next_cursor": None, "topics": [["no-such-topic", 3, []]]}  # UNKNOWN_TOPIC_OR_PARTITION
     assert aio[0]["errno"] == 44  # POLICY_VIOLATION
     # -1 is the high watermark; a lower offset moves nothing
     kp2, aio2 = (a["answers"] for a in _run_all([

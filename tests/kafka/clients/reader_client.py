@@ -229,6 +229,11 @@ def _kp_admin(spec: dict[str, Any]) -> dict[str, Any]:
                      "sizes": {f"{t['name']}-{p['partition_index']}": p["partition_size"]
                                for t in d["topics"] for p in t["partitions"]}} for d in b["log_dirs"]]}
                     for b in got])
+            elif kind == "describe_topic_partitions":
+                got = admin.describe_topic_partitions([topic], response_partition_limit=op.get("limit", 2000))
+                answers.append({"next_cursor": got["next_cursor"], "topics": [
+                    [t["name"], t["error_code"], [[p["partition_index"], p["leader_id"], p["replica_nodes"]]
+                                                  for p in t["partitions"]]] for t in got["topics"]]})
             elif kind == "delete_records":
                 from kafka import TopicPartition
 
