@@ -51,19 +51,27 @@ class Driver:
             out.append((key, None if key is not None and kind == 0 else b"v%d" % self.values))
         return out
 
-    def _append(self, recs: list[tuple[bytes | None, bytes | None]], **kw: Any) -> None:
+    def _append(self, recs: list[tuple[bytes | None, bytes | None]], *, kafka: bool = False, **kw: Any) -> None:
         """Produce ``recs`` as one batch; the batches cycle through every codec (compression
-        changes no record, but the cleaner must rebuild compressed batches)."""
+        changes no record, but the cleaner must rebuild compressed batches). With ``kafka``, every
+        other round of codecs goes through the Kafka listener as a Kafka producer sends it instead."""
         want = self.model.append(recs, now=self.now, **kw)
         self.batches += 1
-        got = self.e.produce(recs, compression=CODECS[self.batches % len(CODECS)], **kw)
+        codec = CODECS[self.batches % len(CODECS)]
+        if kafka and (self.batches // len(CODECS)) % 2:  # every codec both ways, a round of them each
+            self.on_op("kafka_produce")
+            got = self.e.produce_kafka(recs, compression=codec, **kw)
+        else:
+            got = self.e.produce(recs, compression=codec, **kw)
         if (got.base_offset, got.last_offset, got.duplicate) != (want.base_offset, want.last_offset, want.duplicate):
             raise ModelViolation(f"append {recs} {kw}: engine {got}, model {want}")
 
     # ---- produce ---------------------------------------------------------------------------------
     def produce_plain(self, drafts: list[Draft]) -> None:
         self.on_op("produce_plain")
-        self._append(self.records(drafts))
+        recs = self.records(drafts)
+        # a Kafka producer's batch, unless keyless: Kafka refuses those on a compacted topic (INVALID_RECORD)
+        self._append(recs, kafka=all(k is not None for k, _v in recs))
 
     def _next(self, pid: int, new_epoch: bool) -> tuple[int, int]:
         """(epoch, base sequence) of the producer's next batch; ``new_epoch``: the producer
@@ -79,7 +87,9 @@ class Driver:
     def produce_idempotent(self, pid: int, drafts: list[Draft], new_epoch: bool = False) -> None:
         self.on_op("produce_idempotent")
         epoch, seq = self._next(pid, new_epoch)
-        self._append(self.records(drafts), producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+        recs = self.records(drafts)
+        self._append(recs, kafka=all(k is not None for k, _v in recs), producer_id=pid, producer_epoch=epoch,
+                     base_sequence=seq)
 
     def produce_transactional(self, pid: int, drafts: list[Draft], new_epoch: bool = False) -> None:
         self.on_op("produce_transactional")

@@ -12,7 +12,9 @@ HTTP API drives) per partition, on one of three engines:
 
 Every operation goes through the Node's own methods (produce, append_marker, roll, tier,
 run_retention_once, clean, become_leader, read), with the injectable MockClock, so the state
-machine exercises what a user of the service exercises.
+machine exercises what a user of the service exercises; keyed plain and idempotent batches also
+come in as a Kafka producer sends them (``produce_kafka``: a ProduceRequest over a socket to the
+node's Kafka listener, acks=-1), every other round of codecs.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ START_MS = 1_700_000_000_000
 ENGINES = ("local", "file", "s3")
 #: the Spark engine's master: the test session's (tests/spark/conftest.py), which the node reuses
 SPARK_MASTER = "local[2,2]"
+#: kafka-python's record batch codec ids (the attributes' low bits)
+KAFKA_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +96,8 @@ class Engine:
         self.topic = topic
         self.tp = TopicPartition(topic, 0)
         self.leader_epoch = 0
+        self._listener: Any = None  # the Kafka listener produce_kafka talks to, and its connection
+        self._wire: Any = None
         if node is not None:
             self.root = node.data_dir
             self.config = node.config
@@ -111,6 +117,44 @@ class Engine:
         return self.node.produce(self.topic, 0, specs, compression=compression, producer_id=producer_id,
                                  producer_epoch=producer_epoch, base_sequence=base_sequence,
                                  transactional=transactional)
+
+    def produce_kafka(self, records: list[tuple[bytes | None, bytes | None]], *, producer_id: int = -1,
+                      producer_epoch: int = -1, base_sequence: int = -1, transactional: bool = False,
+                      compression: str = "none") -> AppendResult:
+        """The same records as a Kafka producer sends them: kafka-python's record builder (stamped now), one
+        ProduceRequest v9 with acks=-1 over a socket to the node's Kafka listener (its batch validation, the
+        connection's lane, the group sync); the answer's offsets, and whether the log grew (else a duplicate)."""
+        from kafka.protocol.producer import ProduceRequest
+        from kafka.record.default_records import DefaultRecordBatchBuilder
+
+        if self._wire is None:
+            from service.kafka.listener import KafkaListener, KafkaListenerConfig
+            from tests.kafka.wire import Wire
+
+            self._listener = KafkaListener(self.node, KafkaListenerConfig(host="127.0.0.1", port=0)).start()
+            self._wire = Wire(self._listener.port)
+        now = self.clock.milliseconds()
+        builder = DefaultRecordBatchBuilder(2, KAFKA_CODECS[compression], transactional, producer_id, producer_epoch,
+                                            base_sequence, 1 << 24)
+        for i, (key, value) in enumerate(records):
+            builder.append(i, now, key, value, [])
+        partition = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=bytes(builder.build()))
+        before = self.log.log_end_offset
+        resp = self._wire.call(ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30_000, topic_data=[
+            ProduceRequest.TopicProduceData(name=self.topic, partition_data=[partition])]), 9)
+        answer = resp.responses[0].partition_responses[0]
+        if answer.error_code:
+            raise AssertionError(f"Kafka produce to {self.tp} answered {answer.error_code}: {answer.error_message}")
+        return AppendResult(answer.base_offset, answer.base_offset + len(records) - 1,
+                            duplicate=self.log.log_end_offset == before)
+
+    def _close_kafka(self) -> None:
+        if self._wire is not None:
+            self._wire.close()
+            self._wire = None
+        if self._listener is not None:
+            self._listener.stop()
+            self._listener = None
 
     def marker(self, producer_id: int, producer_epoch: int, commit: bool) -> int:
         return self.node.append_marker(self.topic, 0, producer_id, producer_epoch, "commit" if commit else "abort")
@@ -185,6 +229,7 @@ class Engine:
 
     def restart(self) -> None:
         """Close the node (a clean shutdown) and open a new one on the same dirs and stores."""
+        self._close_kafka()
         self.node.shutdown()
         self.node = Node(self.config, clock=self.clock)
         self.node.recover()
@@ -232,6 +277,7 @@ class Engine:
         raise AssertionError("read did not finish")
 
     def close(self) -> None:
+        self._close_kafka()
         try:
             if self._own_node:
                 self.node.shutdown()

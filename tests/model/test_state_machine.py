@@ -86,3 +86,4 @@ def test_state_machine(kind: str, request: pytest.FixtureRequest) -> None:
     stats = run_engine(spec)
     assert stats.get("examples", 0) >= (1 if FUZZING else EXAMPLES[kind])
     assert stats.get("clean", 0) > 0 and stats.get("restart", 0) > 0 and stats.get("abort", 0) > 0
+    assert stats.get("kafka_produce", 0) > 0  # batches entered through the Kafka listener too
