@@ -149,8 +149,12 @@ def test_readers_never_see_partial_objects(object_store: ObjectStore) -> None:
     t = threading.Thread(target=reader)
     t.start()
     try:
-        for i in range(12):
+        # 12 puts, and on (a minute at most) until the reader has read 3 times beside them: on a loaded
+        # machine the puts once finished while the reader thread had read only twice
+        i, deadline = 0, time.monotonic() + 60
+        while i < 12 or (reads[0] < 3 and time.monotonic() < deadline):
             object_store.put("atomic", versions[i % len(versions)])
+            i += 1
     finally:
         stop.set()
         t.join()
