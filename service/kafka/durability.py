@@ -72,9 +72,8 @@ class GroupSync:
         self._durable: weakref.WeakKeyDictionary[LocalLog, int] = weakref.WeakKeyDictionary()
         self._locks: weakref.WeakKeyDictionary[LocalLog, Any] = weakref.WeakKeyDictionary()
         self._state = threading.Lock()  # a leaf: guards the two maps and the counters, never held across a call
-        #: fsyncs and syncfs calls run, jobs that ran at least one, and requests answered durable (metrics, tests)
+        #: syncs run (an fsync of one log or a syncfs of several is one) and requests answered durable (tests)
         self.syncs = 0
-        self.rounds = 0
         self.answered = 0
 
     def durable_offset(self, log: LocalLog) -> int:
@@ -147,7 +146,7 @@ class GroupSync:
                 durable = self.tracker.sync(log)
             except Exception as e:  # noqa: BLE001 - the requests waiting on this log get the failure
                 return e
-            self._covered({log: durable}, syncs=1)
+            self._covered({log: durable})
         return None
 
     def _sync_fs(self, fs: int, group: list[tuple[LocalLog, int]]) -> dict[LocalLog, Exception]:
@@ -170,18 +169,18 @@ class GroupSync:
             except Exception as e:  # noqa: BLE001 - none of them is known durable: their requests get the failure
                 return dict.fromkeys(todo, e)
             else:
-                self._covered(durable, syncs=1)
+                self._covered(durable)
         if refused:
             return {log: err for log, end in group if (err := self._sync_one(log, end)) is not None}
         return {}
 
-    def _covered(self, durable: dict[LocalLog, int], *, syncs: int) -> None:
+    def _covered(self, durable: dict[LocalLog, int]) -> None:
+        """Record one sync and the end offset it made durable for each of its logs."""
         with self._state:
             for log, end in durable.items():
                 if self._durable.get(log, -1) < end:
                     self._durable[log] = end
-            self.syncs += syncs
-            self.rounds += 1
+            self.syncs += 1
 
 
 def _for_node(node: Any) -> GroupSync:
