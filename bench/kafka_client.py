@@ -63,9 +63,12 @@ def produce(spec: dict[str, Any]) -> dict[str, Any]:
             if now >= deadline:
                 return
             if rate:
+                # Paced: produce what is due, then sleep in poll() until the next record is due (at least the
+                # 1 ms poll() can wait: its timeout is in whole milliseconds, so a shorter one would spin and take
+                # a core from the server on a small machine).
                 due = t0 + i_local[0] / rate
                 if due > now:
-                    p.poll(min(due - now, 0.001))
+                    p.poll(max(due - now, 0.001))
                     continue
             try:
                 p.produce(spec["topic"], value, key=b"key-%012d" % (i % 1_000_000), partition=i % parts,
