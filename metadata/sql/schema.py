@@ -38,7 +38,7 @@ from sqlalchemy import exc as sa_exc
 from log.errors import InvalidConfigError
 from log.types import TopicPartition
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 _meta = MetaData()
 leaders = Table(
@@ -198,9 +198,21 @@ deleted_topics = Table(
     Column("deleted_ms", BigInteger, nullable=False),
     Column("broker_id", Integer, nullable=False),
 )
+#: SCRAM credentials (schema version 9): per user and mechanism, what RFC 5802 lets a server keep
+scram_credentials = Table(
+    "kafka_scram_credentials", _meta,
+    Column("user_name", String(512), primary_key=True),
+    Column("mechanism", String(32), primary_key=True),
+    Column("iterations", Integer, nullable=False),
+    Column("salt", LargeBinary, nullable=False),
+    Column("stored_key", LargeBinary, nullable=False),
+    Column("server_key", LargeBinary, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+)
 #: tables each schema version added (a store opened at an older version gets them)
 _TABLES_SINCE = {2: (rounds, round_segments), 4: (erasures, erasure_partitions, topic_configs),
-                 5: (erasure_confirmations,), 6: (brokers, topic_ids, producer_id_blocks), 7: (deleted_topics,)}
+                 5: (erasure_confirmations,), 6: (brokers, topic_ids, producer_id_blocks), 7: (deleted_topics,),
+                 9: (scram_credentials,)}
 #: columns each schema version added to an existing table (ALTER TABLE ... ADD COLUMN, nullable)
 _COLUMNS_SINCE: dict[int, tuple[tuple[Table, str], ...]] = {3: ((segments, "key_index_bytes"),),
                                                              8: ((leaders, "log_start_offset"),)}

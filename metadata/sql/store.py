@@ -5,8 +5,8 @@ Each protocol has its store in this package, all extending :class:`~metadata.sql
 (so the class below shares one engine, one set of locks and one schema among them):
 :mod:`~metadata.sql.segments` (with :mod:`~metadata.sql.leadership`'s fence),
 :mod:`~metadata.sql.segment_indexes`, :mod:`~metadata.sql.reports`,
-:mod:`~metadata.sql.erasures`, :mod:`~metadata.sql.topic_configs`, :mod:`~metadata.sql.cluster`
-and :mod:`~metadata.sql.producer_ids`. How to add a store: :mod:`metadata.sql`.
+:mod:`~metadata.sql.erasures`, :mod:`~metadata.sql.topic_configs`, :mod:`~metadata.sql.cluster`,
+:mod:`~metadata.sql.producer_ids` and :mod:`~metadata.sql.scram_credentials`. How to add a store: :mod:`metadata.sql`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from metadata.sql.cluster import SqlClusterRegistry
 from metadata.sql.erasures import SqlErasureReceiptStore
 from metadata.sql.producer_ids import SqlProducerIdBlockStore
 from metadata.sql.reports import SqlRoundReportStore
+from metadata.sql.scram_credentials import SqlScramCredentialStore
 from metadata.sql.segment_indexes import SqlSegmentIndexStore
 from metadata.sql.segments import SqlSegmentStore
 from metadata.sql.topic_configs import SqlTopicConfigStore
@@ -23,7 +24,7 @@ from metadata.store import MetadataStore
 
 class SqlRemoteLogMetadataManager(SqlSegmentStore, SqlSegmentIndexStore, SqlRoundReportStore,
                                   SqlErasureReceiptStore, SqlTopicConfigStore, SqlClusterRegistry,
-                                  SqlProducerIdBlockStore, MetadataStore):
+                                  SqlProducerIdBlockStore, SqlScramCredentialStore, MetadataStore):
     """The whole metadata store over one SQLAlchemy engine (``sqlite:///...``, ``postgresql://...``).
 
     Options: ``clock``, ``lock_timeout_ms``, ``statement_timeout_ms``, ``echo``

@@ -19,6 +19,7 @@ from service.kafka import (
     produce,  # noqa: F401
     producers,  # noqa: F401
     sasl_api,  # noqa: F401
+    scram_admin,  # noqa: F401
     topic_partitions,  # noqa: F401
     transactions,  # noqa: F401
     txn_admin,  # noqa: F401

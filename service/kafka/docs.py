@@ -63,6 +63,11 @@ DIFFERENCES: dict[str, str] = {
     "OffsetFetch": "require_stable answers UNSTABLE_OFFSET_COMMIT while a transaction holds offsets; v0 through kio",
     "ListGroups": "the groups of the coordinator slots this node holds (clients ask every broker)",
     "DescribeGroups": "no authorized operations",
+    "DescribeUserScramCredentials": "the metadata store's users, and this node's users-file users (both "
+                                    "mechanisms, 4096 iterations)",
+    "AlterUserScramCredentials": "stored in the metadata store (every node accepts them); users of the node's "
+                                 "users file refused (edit the file); any authenticated principal may call it "
+                                 "(no authorizer)",
 }
 
 
@@ -72,8 +77,8 @@ AREAS: dict[str, str] = {
     "topics and cluster": "replication factor 1; a dead leader shows LEADER_NOT_AVAILABLE (no election)",
     "consumer groups": "the classic protocol (no KIP-848); offsets live in the metadata store (no internal topic)",
     "transactions": "no KIP-890 verification or per-transaction epoch bump",
-    "connections": "SCRAM-SHA-256/512, PLAIN only over TLS; no re-authentication; no authorizer (ACL APIs answer "
-                   "SECURITY_DISABLED)",
+    "connections": "SCRAM-SHA-256/512, PLAIN only over TLS; SCRAM users in the metadata store; no "
+                   "re-authentication; no authorizer (ACL APIs answer SECURITY_DISABLED)",
 }
 
 #: the area of each API in the README's summary
@@ -88,8 +93,8 @@ AREA_OF: dict[str, str] = {
                      "OffsetFetch", "OffsetDelete", "DescribeGroups", "ListGroups", "DeleteGroups"), "consumer groups"),
     **dict.fromkeys(("AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "WriteTxnMarkers", "TxnOffsetCommit",
                      "DescribeTransactions", "ListTransactions", "DescribeProducers"), "transactions"),
-    **dict.fromkeys(("ApiVersions", "SaslHandshake", "SaslAuthenticate", "DescribeAcls", "CreateAcls", "DeleteAcls"),
-                    "connections"),
+    **dict.fromkeys(("ApiVersions", "SaslHandshake", "SaslAuthenticate", "DescribeAcls", "CreateAcls", "DeleteAcls",
+                     "DescribeUserScramCredentials", "AlterUserScramCredentials"), "connections"),
 }
 
 

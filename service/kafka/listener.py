@@ -410,7 +410,7 @@ class KafkaListener:
             frame = await reader.readexactly(size)
             reading[0] = 0.0
             if raw:
-                token, error = sasl_step(conn, frame)
+                token, error = await self.run_blocking(sasl_step, conn, frame)
                 if error is not None:
                     raise _Closed
                 answers.put(struct.pack(">i", len(token)) + token)

@@ -1,10 +1,18 @@
 """SASL credentials and exchanges of the Kafka listener: SCRAM-SHA-256/512 (RFC 5802/7677) and PLAIN (TLS only).
 
-Credentials come from the users file (``--sasl-users``: one ``user:password`` per line, ``#``
-comments) and from the node's HTTP token, which is the password of every user name the file does
-not list. SCRAM keys are derived once at start (PBKDF2, 4096 iterations, a random salt per user
-and mechanism); an unknown user gets a made-up salt, so the first answer does not tell who
-exists. Every failure is the same :class:`SaslFailed`.
+Credentials come from three places, first match wins for a user name:
+
+1. the users file (``--sasl-users``: one ``user:password`` per line, ``#`` comments), this node's;
+2. the SCRAM credentials in the metadata store, which Kafka's AlterUserScramCredentials writes
+   through any node (service/kafka/scram_admin.py), so every node sharing the store accepts them.
+   A user with any stored credential authenticates with those only: SCRAM with the mechanism
+   stored, PLAIN (over TLS) against either stored credential;
+3. the node's HTTP token, which is the password of every other user name.
+
+The file's SCRAM keys are derived once at start (PBKDF2, 4096 iterations, a random salt per user
+and mechanism); a stored credential is read when a client names its user (a blocking read: every
+exchange step runs on a listener worker, never on the event loop). An unknown user gets a made-up
+salt, so the first answer does not tell who exists. Every failure is the same :class:`SaslFailed`.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import os
 import secrets
 from dataclasses import dataclass
@@ -21,10 +30,15 @@ from typing import TYPE_CHECKING, Any
 from log.errors import InvalidConfigError
 
 if TYPE_CHECKING:
+    from metadata.scram_credentials import ScramCredential, ScramCredentialStore
     from service.config import ServiceConfig
 
+logger = logging.getLogger(__name__)
+
 SCRAM_ITERATIONS = 4096
-_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+#: the SCRAM mechanisms and their hashes (Kafka's ScramMechanism, in the order of its type ids 1 and 2)
+SCRAM_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+_HASHES = SCRAM_HASHES
 
 
 class SaslFailed(Exception):
@@ -36,13 +50,19 @@ class ScramKeys:
     salt: bytes
     stored_key: bytes
     server_key: bytes
+    iterations: int = SCRAM_ITERATIONS
+
+
+def keys_from_salted(salted: bytes, hash_name: str, salt: bytes, iterations: int) -> ScramKeys:
+    """StoredKey and ServerKey of a salted password (RFC 5802: what a server keeps)."""
+    client_key = hmac.new(salted, b"Client Key", hash_name).digest()
+    return ScramKeys(salt, hashlib.new(hash_name, client_key).digest(),
+                     hmac.new(salted, b"Server Key", hash_name).digest(), iterations)
 
 
 def scram_keys(password: str, hash_name: str, salt: bytes, iterations: int = SCRAM_ITERATIONS) -> ScramKeys:
-    salted = hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, iterations)
-    client_key = hmac.new(salted, b"Client Key", hash_name).digest()
-    return ScramKeys(salt, hashlib.new(hash_name, client_key).digest(),
-                     hmac.new(salted, b"Server Key", hash_name).digest())
+    return keys_from_salted(hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, iterations), hash_name, salt,
+                            iterations)
 
 
 def read_users_file(path: Path) -> dict[str, str]:
@@ -66,9 +86,11 @@ def read_users_file(path: Path) -> dict[str, str]:
 class Authenticator:
     """The listener's credentials: which mechanisms a connection may use, and their exchanges."""
 
-    def __init__(self, users: dict[str, str], token: str | None = None) -> None:
+    def __init__(self, users: dict[str, str], token: str | None = None,
+                 store: ScramCredentialStore | None = None) -> None:
         self._users = dict(users)
         self._token = token
+        self._store = store
         self._scram: dict[tuple[str, str], ScramKeys] = {}
         self._token_scram: dict[str, ScramKeys] = {}
         self._fake_salt_key = secrets.token_bytes(32)
@@ -80,9 +102,17 @@ class Authenticator:
                 self._token_scram[mech] = scram_keys(token, h, os.urandom(16))
 
     @staticmethod
-    def from_config(config: ServiceConfig) -> Authenticator:
+    def from_config(config: ServiceConfig, store: ScramCredentialStore | None = None) -> Authenticator:
         users = read_users_file(config.sasl_users) if config.sasl_users is not None else {}
-        return Authenticator(users, config.token)
+        return Authenticator(users, config.token, store)
+
+    def file_users(self) -> list[str]:
+        """The users file's user names."""
+        return list(self._users)
+
+    def file_user(self, user: str) -> bool:
+        """Whether the users file lists ``user`` (its credentials are this node's configuration, not the store's)."""
+        return user in self._users
 
     def mechanisms(self, tls: bool) -> list[str]:
         """PLAIN sends the password itself: only offered over TLS."""
@@ -95,17 +125,44 @@ class Authenticator:
             return PlainExchange(self)
         return ScramExchange(self, mechanism)
 
+    def _stored(self, user: str) -> list[ScramCredential] | None:
+        """``user``'s stored credentials (blocking); None when the user has none or the store cannot say."""
+        if self._store is None:
+            return None
+        try:
+            found = self._store.scram_credentials(user)
+        except Exception as e:  # noqa: BLE001 - the file's users and the token still work without the store
+            logger.warning("cannot read the SCRAM credentials of %r from the metadata store: %s", user, e)
+            return None
+        return found or None
+
     def check_password(self, user: str, password: str) -> bool:
+        """PLAIN (blocking: may read the store, and a stored credential costs a PBKDF2)."""
         expected = self._users.get(user)
         if expected is None:
+            stored = self._stored(user)
+            if stored is not None:
+                c = stored[0]
+                h = _HASHES.get(c.mechanism)
+                if h is None:
+                    return False
+                keys = scram_keys(password, h, c.salt, c.iterations)
+                return hmac.compare_digest(keys.stored_key, c.stored_key)
             expected = self._token
         return expected is not None and hmac.compare_digest(expected.encode(), password.encode())
 
     def keys(self, mechanism: str, user: str) -> ScramKeys | None:
+        """``user``'s keys for ``mechanism`` (blocking: may read the store), None if it has none."""
         found = self._scram.get((mechanism, user))
-        if found is None and user not in self._users:
-            found = self._token_scram.get(mechanism)
-        return found
+        if found is not None or user in self._users:
+            return found
+        stored = self._stored(user)
+        if stored is not None:
+            for c in stored:
+                if c.mechanism == mechanism:
+                    return ScramKeys(c.salt, c.stored_key, c.server_key, c.iterations)
+            return None
+        return self._token_scram.get(mechanism)
 
     def fake_salt(self, user: str) -> bytes:
         return hmac.new(self._fake_salt_key, user.encode(), "sha256").digest()[:16]
@@ -176,7 +233,8 @@ class ScramExchange:
         salt = self._keys.salt if self._keys is not None else self.auth.fake_salt(self._user)
         self._nonce = attrs["r"] + base64.b64encode(os.urandom(18)).decode()
         self._client_first_bare = bare
-        self._server_first = f"r={self._nonce},s={base64.b64encode(salt).decode()},i={SCRAM_ITERATIONS}"
+        iterations = self._keys.iterations if self._keys is not None else SCRAM_ITERATIONS
+        self._server_first = f"r={self._nonce},s={base64.b64encode(salt).decode()},i={iterations}"
         self._state = 1
         return self._server_first.encode()
 

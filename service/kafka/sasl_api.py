@@ -55,7 +55,8 @@ async def handle_sasl_handshake(ctx: RequestContext, request: Any) -> Any:
 
 
 def sasl_step(conn: ConnectionState, data: bytes) -> tuple[bytes, str | None]:
-    """One token of the exchange: (the answer token, an error message or None); success sets the principal."""
+    """One token of the exchange: (the answer token, an error message or None); success sets the principal.
+    Blocking (a step may read the user's stored SCRAM credential): run it on a listener worker."""
     exchange = conn.sasl_state
     if exchange is None:
         _refuse(conn, "SaslAuthenticate without a SaslHandshake")
@@ -82,7 +83,7 @@ async def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
         return SaslAuthenticateResponse(error_code=IllegalSaslStateError.errno,
                                         error_message="SaslHandshake must come first", auth_bytes=b"",
                                         session_lifetime_ms=0)
-    answer, error = sasl_step(conn, bytes(request.auth_bytes))
+    answer, error = await ctx.run(sasl_step, conn, bytes(request.auth_bytes))
     if error is not None:
         return SaslAuthenticateResponse(error_code=SaslAuthenticationFailedError.errno, error_message=error,
                                         auth_bytes=b"", session_lifetime_ms=0)

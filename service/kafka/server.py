@@ -28,13 +28,14 @@ def tls_context(cert: Any, key: Any) -> ssl.SSLContext:
     return ctx
 
 
-def make_authenticator(config: ServiceConfig) -> Any:
-    """The SASL authenticator when the node has credentials (a users file or the HTTP token), else None."""
+def make_authenticator(config: ServiceConfig, store: Any = None) -> Any:
+    """The SASL authenticator when the node has credentials (a users file or the HTTP token), else None; ``store``
+    holds the SCRAM credentials AlterUserScramCredentials wrote (the node's metadata store)."""
     if config.sasl_users is None and config.token is None:
         return None
     from service.kafka.sasl import Authenticator
 
-    return Authenticator.from_config(config)
+    return Authenticator.from_config(config, store)
 
 
 class KafkaService:
@@ -58,7 +59,7 @@ class KafkaService:
             max_request_bytes=config.socket_request_max_bytes, max_connections=config.max_connections,
             idle_ms=config.connections_max_idle_ms, worker_threads=config.num_io_threads,
             ssl_context=tls_context(config.kafka_tls_cert, config.kafka_tls_key) if config.kafka_tls_cert else None,
-            authenticator=make_authenticator(config))
+            authenticator=make_authenticator(config, node.metadata))
         if metrics is None:
             from service.kafka.metrics import KafkaMetrics
 

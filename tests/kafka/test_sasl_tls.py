@@ -122,3 +122,63 @@ def test_tls_listener_plain_and_scram(secured: tuple[KafkaServe, ...], tls_files
     assert "error" in produced[2] or not isinstance(produced[2]["offsets"][0], list), produced[2]
     read = run_client("confluent", _spec(tls, action="consume", topic="tls-topic", sasl=scram, tls=tls_spec))
     assert sorted(r["value"] for r in read["records"]) == ["1", "2"]
+
+
+def test_scram_credential_apis_create_users_that_authenticate(secured: tuple[KafkaServe, ...],
+                                                              tls_files: dict[str, str]) -> None:
+    """AlterUserScramCredentials through confluent-kafka's admin client makes users that every client then
+    authenticates as (their credentials live in the metadata store); kafka-python's admin client describes and
+    deletes them; Kafka's errors for bad alterations; the users file's users stay the file's."""
+    plain, tls = secured
+    plain.create_topic("scram-users", 1, token=TOKEN)
+    admin = {"mechanism": "SCRAM-SHA-256", "username": "alice", "password": USERS["alice"]}
+    altered = run_client("confluent", _spec(plain, action="scram_alter", sasl=admin, upsert=[
+        ["carol", "SCRAM-SHA-512", "carol-pw", 8192], ["dave", "SCRAM-SHA-256", "dave-pw", 4096],
+        ["erin", "SCRAM-SHA-256", "erin-pw", 1000], ["alice", "SCRAM-SHA-256", "hijack", 4096]]))["results"]
+    assert altered == {"carol": None, "dave": None, "erin": "UNACCEPTABLE_CREDENTIAL",
+                       "alice": "UNACCEPTABLE_CREDENTIAL"}, altered
+    described = run_client("kafka-python", _spec(plain, action="scram_describe", sasl=admin))["users"]
+    assert described == {"alice": [["SCRAM-SHA-256", 4096], ["SCRAM-SHA-512", 4096]],
+                         "bob": [["SCRAM-SHA-256", 4096], ["SCRAM-SHA-512", 4096]],
+                         "carol": [["SCRAM-SHA-512", 8192]], "dave": [["SCRAM-SHA-256", 4096]]}, described
+    named = run_client("confluent", _spec(plain, action="scram_describe", sasl=admin, users=["carol", "nobody"]))
+    assert named["users"] == {"carol": [["SCRAM-SHA-512", 8192]], "nobody": "RESOURCE_NOT_FOUND"}, named
+
+    carol = {"mechanism": "SCRAM-SHA-512", "username": "carol", "password": "carol-pw"}
+    dave = {"mechanism": "SCRAM-SHA-256", "username": "dave", "password": "dave-pw"}
+    produced = run_clients([
+        ("kafka-python", _spec(plain, action="produce", topic="scram-users", sasl=carol,
+                               records=[{"key": "carol", "value": "1"}])),
+        ("aiokafka", _spec(plain, action="produce", topic="scram-users", sasl=dave,
+                           records=[{"key": "dave", "value": "2"}]))])
+    assert all(isinstance(o, list) for a in produced for o in a["offsets"]), produced
+    refused = [{**carol, "mechanism": "SCRAM-SHA-256"},  # no credential of that mechanism (not the token either)
+               {**dave, "password": "wrong"}, {**carol, "password": TOKEN}]
+    jobs = [("confluent", _spec(plain, action="produce", topic="scram-users", sasl=s, timeout_s=3,
+                                records=[{"key": "x", "value": "refused"}])) for s in refused]
+    for (_c, spec), answer in zip(jobs, run_clients(jobs, check=False), strict=True):
+        assert "error" in answer or not any(isinstance(o, list) for o in answer["offsets"]), (spec, answer)
+
+    deleted = run_client("kafka-python", _spec(plain, action="scram_alter", sasl=admin,
+                                               delete=[["carol", "SCRAM-SHA-512"], ["dave", "SCRAM-SHA-512"]]))
+    assert deleted["results"]["carol"] is None, deleted
+    assert "does not exist" in deleted["results"]["dave"], deleted  # RESOURCE_NOT_FOUND: nothing of dave's went
+    again = run_client("confluent", _spec(plain, action="produce", topic="scram-users", sasl=carol, timeout_s=3,
+                                          records=[{"key": "x", "value": "refused"}]), check=False)
+    assert "error" in again or not any(isinstance(o, list) for o in again["offsets"]), again
+    read = run_client("confluent", _spec(plain, action="consume", topic="scram-users", sasl=dave))
+    assert sorted(r["value"] for r in read["records"]) == ["1", "2"]
+    # PLAIN over TLS checks a stored user's password against its stored credential (the TLS node's own store)
+    tls_admin = {"mechanism": "SCRAM-SHA-512", "username": "bob", "password": USERS["bob"]}
+    tls_spec = {"ca": tls_files["cert"]}
+    assert run_client("confluent", _spec(tls, action="scram_alter", sasl=tls_admin, tls=tls_spec, upsert=[
+        ["frank", "SCRAM-SHA-256", "frank-pw", 4096]]))["results"] == {"frank": None}
+    tls.create_topic("scram-plain", 1)
+    ok = run_client("confluent", _spec(tls, action="produce", topic="scram-plain", tls=tls_spec, records=[
+        {"key": "f", "value": "1"}], sasl={"mechanism": "PLAIN", "username": "frank", "password": "frank-pw"}))
+    assert isinstance(ok["offsets"][0], list), ok
+    bad = run_client("confluent", _spec(tls, action="produce", topic="scram-plain", tls=tls_spec, timeout_s=3,
+                                        records=[{"key": "f", "value": "x"}],
+                                        sasl={"mechanism": "PLAIN", "username": "frank", "password": "nope"}),
+                     check=False)
+    assert "error" in bad or not any(isinstance(o, list) for o in bad["offsets"]), bad

@@ -112,5 +112,56 @@ def metadata(spec: dict[str, Any]) -> dict[str, Any]:
             "topics": {t: {str(p.id): p.leader for p in v.partitions.values()} for t, v in md.topics.items()}}
 
 
+def _mechanism(name: str) -> Any:
+    from confluent_kafka.admin import ScramMechanism
+
+    return ScramMechanism[name.replace("-", "_")]
+
+
+def scram_alter(spec: dict[str, Any]) -> dict[str, Any]:
+    """AlterUserScramCredentials: ``upsert`` [[user, mechanism, password, iterations]], ``delete`` [[user, mechanism]];
+    answers user -> the error's name or None."""
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    alterations: list[Any] = [UserScramCredentialUpsertion(u, ScramCredentialInfo(_mechanism(m), it), p.encode())
+                              for u, m, p, it in spec.get("upsert", [])]
+    alterations += [UserScramCredentialDeletion(u, _mechanism(m)) for u, m in spec.get("delete", [])]
+    out: dict[str, Any] = {}
+    admin = AdminClient(_conf(spec))  # held until the answers came: a destroyed client fails its futures
+    for user, fut in admin.alter_user_scram_credentials(alterations, request_timeout=15).items():
+        try:
+            fut.result(20)
+            out[user] = None
+        except KafkaException as e:
+            out[user] = e.args[0].name()
+    return {"results": out}
+
+
+def scram_describe(spec: dict[str, Any]) -> dict[str, Any]:
+    """DescribeUserScramCredentials of ``users`` (all when absent): user -> [[mechanism, iterations]] or the error."""
+    admin = AdminClient(_conf(spec))
+    users = spec.get("users")
+    out: dict[str, Any] = {}
+    if users is None:
+        described = admin.describe_user_scram_credentials(request_timeout=15).result(20)
+        futures: dict[str, Any] = {}
+    else:
+        described = {}
+        futures = admin.describe_user_scram_credentials(users, request_timeout=15)
+    for user, fut in futures.items():
+        try:
+            described[user] = fut.result(20)
+        except KafkaException as e:
+            out[user] = e.args[0].name()
+    for user, d in described.items():
+        out[user] = sorted([i.mechanism.name.replace("_", "-"), i.iterations] for i in d.scram_credential_infos)
+    return {"users": out}
+
+
 if __name__ == "__main__":
-    main({"produce": produce, "consume": consume, "create_topic": create_topic, "metadata": metadata})
+    main({"produce": produce, "consume": consume, "create_topic": create_topic, "metadata": metadata,
+          "scram_alter": scram_alter, "scram_describe": scram_describe})

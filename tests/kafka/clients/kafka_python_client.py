@@ -81,5 +81,38 @@ def consume(spec: dict[str, Any]) -> dict[str, Any]:
             "timed_out": sorted(tp.partition for tp in pending)}
 
 
+def _admin(spec: dict[str, Any]) -> Any:
+    from kafka.admin import KafkaAdminClient
+
+    conf = _conf(spec)
+    conf.pop("max_block_ms", None)
+    return KafkaAdminClient(**conf)
+
+
+def scram_alter(spec: dict[str, Any]) -> dict[str, Any]:
+    """AlterUserScramCredentials (see confluent_client.scram_alter); answers user -> error message or None."""
+    from kafka.admin import UserScramCredentialDeletion, UserScramCredentialUpsertion
+
+    alterations: list[Any] = [UserScramCredentialUpsertion(u, m, p, iterations=it)
+                              for u, m, p, it in spec.get("upsert", [])]
+    alterations += [UserScramCredentialDeletion(u, m) for u, m in spec.get("delete", [])]
+    admin = _admin(spec)
+    try:
+        return {"results": admin.alter_user_scram_credentials(alterations)}
+    finally:
+        admin.close()
+
+
+def scram_describe(spec: dict[str, Any]) -> dict[str, Any]:
+    """DescribeUserScramCredentials: user -> [[mechanism, iterations]], or the error message."""
+    admin = _admin(spec)
+    try:
+        described = admin.describe_user_scram_credentials(spec.get("users"))
+    finally:
+        admin.close()
+    return {"users": {u: d["error"] or sorted([i["mechanism"].name.replace("_", "-"), i["iterations"]]
+                                            for i in d["credential_infos"]) for u, d in described.items()}}
+
+
 if __name__ == "__main__":
-    main({"produce": produce, "consume": consume})
+    main({"produce": produce, "consume": consume, "scram_alter": scram_alter, "scram_describe": scram_describe})
