@@ -47,10 +47,15 @@ class EntryFile:
             self._f = open(self.path, "ab")  # noqa: SIM115 - kept open for the segment's life
         return self._f
 
+    #: write each entry through to the file at once (the transaction index, which recovery cannot rebuild); the
+    #: segment indexes leave theirs in the file's buffer (see SegmentIndex)
+    write_through = True
+
     def _append_entry(self, *fields: int) -> None:
         f = self._file()
         f.write(self.entry.pack(*fields))
-        f.flush()  # entries are sparse: keep the file readable by others without an fsync
+        if self.write_through:
+            f.flush()  # keep the file readable by others without an fsync
         self._entries.append(fields)
 
     def _truncate_entries(self, keep: int) -> None:
@@ -99,7 +104,15 @@ class EntryFile:
 
 class SegmentIndex(EntryFile):
     """An index of the segment at ``base_offset`` whose entries ascend by their first field,
-    kept also as the list ``_keys`` (for bisecting) through appends, truncation and reset."""
+    kept also as the list ``_keys`` (for bisecting) through appends, truncation and reset.
+
+    Its appended entries stay in the file's buffer (a write per 8 KiB of entries, not a write
+    per produced batch): lookups use the entries in memory, and every reader of the file comes
+    after a :meth:`flush` (a roll, the tiering of a rolled segment, a sync, close). A crash loses
+    only buffered entries of the active segment, whose indexes recovery rebuilds from its batches
+    (log/log_loader.py), as Kafka's recovery does past the recovery point."""
+
+    write_through = False
 
     def __init__(self, path: Path, base_offset: int) -> None:
         self.base_offset = base_offset
