@@ -126,6 +126,10 @@ class Lane:
             self._changed.clear()
             await self._changed.wait()
 
+    def full(self) -> bool:
+        """Whether :meth:`room` would wait."""
+        return self._bytes > self.max_bytes and self._running
+
     async def room(self) -> None:
         """Wait while more than ``max_bytes`` of queued work waits to run."""
         while self._bytes > self.max_bytes and self._running:

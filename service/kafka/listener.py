@@ -81,6 +81,7 @@ class _Outbox:
         self.slots: collections.deque[_Slot] = collections.deque()
         self.closed = False
         self._changed = asyncio.Event()
+        self._writing = False  # a _write_ready is scheduled
 
     def put(self, answer: Any) -> None:
         """An answer ready now: bytes, a Framed, or None (no answer)."""
@@ -94,7 +95,25 @@ class _Outbox:
         self.slots.append(_Slot(future, encode, None))
         future.add_done_callback(self._on_done)
 
-    def _on_done(self, _future: asyncio.Future[Any]) -> None:
+    def _on_done(self, future: asyncio.Future[Any]) -> None:
+        # the answers a lane job completes all become ready in one loop pass: written together, after it (one send
+        # for the job's answers instead of one each)
+        if not self._writing:
+            self._writing = True
+            future.get_loop().call_soon(self._write_ready)
+
+    def _write_ready(self) -> None:
+        self._writing = False
+        ready: list[Any] = []
+        try:
+            self._take_ready(ready)
+        finally:
+            if ready and not self.closed:
+                self.transport.writelines(ready)
+        self._changed.set()
+
+    def _take_ready(self, ready: list[Any]) -> None:
+        """Move the answers ready in order (up to the first one still pending) into ``ready`` as buffers."""
         while self.slots:
             slot = self.slots[0]
             answer = slot.answer
@@ -109,10 +128,15 @@ class _Outbox:
                     if not self.closed:
                         logger.exception("Kafka request failed; closing the connection")
                     self.close_now()
+                    ready.clear()
                     return
             self.slots.popleft()
-            self._write(answer)
-        self._changed.set()
+            if answer is None:
+                continue
+            if isinstance(answer, Framed):
+                ready.extend(answer)
+            else:
+                ready.append(answer)
 
     def _write(self, answer: Any) -> None:
         if answer is None or self.closed:
@@ -131,6 +155,10 @@ class _Outbox:
         self.slots.clear()
         self.transport.abort()
         self._changed.set()
+
+    def full(self) -> bool:
+        """Whether :meth:`room` would wait (checked first: most requests find room, and need no coroutine)."""
+        return len(self.slots) >= PIPELINE_DEPTH or self.transport.get_write_buffer_size() > MAX_UNSENT_BYTES
 
     async def room(self) -> None:
         """Wait while PIPELINE_DEPTH answers wait, or the client has not read MAX_UNSENT_BYTES of them."""
@@ -395,8 +423,10 @@ class KafkaListener:
                              conn: ConnectionState, reading: list[float]) -> None:
         loop = asyncio.get_running_loop()
         while not answers.closed:
-            await answers.room()
-            await conn.lane.room()
+            if answers.full():
+                await answers.room()
+            if conn.lane.full():
+                await conn.lane.room()
             # the watchdog closes the connection if this request, size and body, takes longer than
             # connections.max.idle.ms to arrive (a timestamp per request, not a timer)
             reading[0] = loop.time()

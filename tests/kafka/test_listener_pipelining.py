@@ -168,3 +168,52 @@ def test_the_request_header_parse_matches_the_protocol_librarys(flexible: bool) 
     for bad in (b"\x00\x00\x00\x09\x00\x00\x00\x01\x00\x05ab", b"\x00\x00\x00\x09\x00\x00\x00\x01\xff\xfe"):
         with pytest.raises(ValueError):
             request_header(bad, flexible)
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.sends: list[list[bytes]] = []
+
+    def set_write_buffer_limits(self, high: int) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def writelines(self, pieces: list[bytes]) -> None:
+        self.sends.append([bytes(p) for p in pieces])
+
+    def write(self, data: bytes) -> None:
+        self.sends.append([bytes(data)])
+
+
+def test_answers_ready_together_go_out_in_one_write_in_request_order() -> None:
+    """The answers a lane job completes become ready in one loop pass: one write for them all, in request order, and
+    nothing is written past an answer still pending."""
+    from types import SimpleNamespace
+
+    from service.kafka.listener import Framed, _Outbox
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        transport = _Transport()
+        box = _Outbox(SimpleNamespace(transport=transport))  # type: ignore[arg-type]
+        futures = [loop.create_future() for _ in range(4)]
+        for f in futures:
+            box.put_pending(f, lambda answer: answer)
+        futures[1].set_result(b"b")
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert transport.sends == []  # the first answer is not ready: nothing overtakes it
+        futures[0].set_result(b"a")
+        futures[2].set_result(Framed([b"c1", b"c2"]))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert transport.sends == [[b"a", b"b", b"c1", b"c2"]]
+        futures[3].set_result(None)  # no answer (acks=0)
+        box.put(b"e")  # ready at once, but behind the pending fourth
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert transport.sends[1:] == [[b"e"]] and not box.slots
+
+    asyncio.run(main())
