@@ -61,12 +61,22 @@ class ErrorSink(Protocol):
 class LogPartitions:
     """The :class:`Partitions` port over a LogManager (topic names validated first)."""
 
+    #: the TopicPartitions made for :meth:`log` kept, at most this many (a name is validated once, not per request)
+    MAX_NAMES = 100_000
+
     def __init__(self, log_manager: LogManager) -> None:
         self.log_manager = log_manager
+        self._names: dict[tuple[str, int], TopicPartition] = {}
 
     def topic(self, name: str) -> Topic:
         validate_topic_name(name)
         return self.log_manager.topic(name)
 
     def log(self, topic: str, partition: int) -> LocalLog:
-        return self.log_manager.get_log(TopicPartition(topic, partition))  # which validates the name
+        tp = self._names.get((topic, partition))
+        if tp is None:
+            tp = TopicPartition(topic, partition)  # which validates the name
+            if len(self._names) >= self.MAX_NAMES:
+                self._names.clear()
+            self._names[(topic, partition)] = tp
+        return self.log_manager.get_log(tp)

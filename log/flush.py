@@ -105,32 +105,36 @@ def syncfs_device_of(log: LocalLog, types: dict[int, str] | None = None) -> int 
     return dev if fstype in SYNCFS_FILE_SYSTEMS else None
 
 
-def sync_logs_on_fs(logs: Sequence[LocalLog]) -> dict[LocalLog, int]:
+def sync_logs_on_fs(logs: Sequence[LocalLog], fd: int | None = None) -> dict[LocalLog, int]:
     """Make every record appended to ``logs`` so far durable with one ``syncfs(2)`` of the file system they share (the
     caller groups them, :func:`syncfs_device_of`); returns the end offset of each log it covers. Each log's end is read
     before the call, so all it covers was written before the file system was synced. Raises OSError when the call
-    fails (a writeback error anywhere on the file system since it was opened: none of ``logs`` is known durable)."""
+    fails (a writeback error anywhere on the file system since it was opened: none of ``logs`` is known durable).
+    ``fd``: an open descriptor on that file system to sync it through (else a log's directory is opened for it)."""
     if _SYNCFS is None:
         raise OSError(errno.ENOSYS, "syncfs(2) is not available on this platform")
     ends: dict[LocalLog, int] = {}
     for log in logs:
         with log.lock:
             ends[log] = log.log_end_offset
-    fd = -1
-    for log in logs:  # any directory of that file system; a deleted partition's is gone
-        try:
-            fd = os.open(log.dir, os.O_RDONLY)
-            break
-        except FileNotFoundError:
-            continue
-    if fd < 0:
-        return ends  # every one was deleted meanwhile: nothing of theirs is left to sync
+    own = fd is None
+    if fd is None:
+        fd = -1
+        for log in logs:  # any directory of that file system; a deleted partition's is gone
+            try:
+                fd = os.open(log.dir, os.O_RDONLY)
+                break
+            except FileNotFoundError:
+                continue
+        if fd < 0:
+            return ends  # every one was deleted meanwhile: nothing of theirs is left to sync
     try:
         if _SYNCFS(fd) != 0:  # ctypes releases the GIL for the call
             err = ctypes.get_errno()
             raise OSError(err, f"syncfs of {logs[0].dir}'s file system failed: {os.strerror(err)}")
     finally:
-        os.close(fd)
+        if own:
+            os.close(fd)
     return ends
 
 
@@ -179,11 +183,11 @@ class FlushTracker:
         self.note_synced(log, end, now)
         return end
 
-    def sync_on_fs(self, logs: Sequence[LocalLog]) -> dict[LocalLog, int]:
+    def sync_on_fs(self, logs: Sequence[LocalLog], fd: int | None = None) -> dict[LocalLog, int]:
         """:func:`sync_logs_on_fs` and remember it for each log; returns their durable offsets."""
         now = logs[0].clock.milliseconds()
         started = time.perf_counter()
-        ends = sync_logs_on_fs(logs)
+        ends = sync_logs_on_fs(logs, fd)
         self._timed(started)
         for log, end in ends.items():
             self.note_synced(log, end, now)

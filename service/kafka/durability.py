@@ -29,8 +29,10 @@ came meanwhile, which is the batching the group commit wants.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
+import os
 import threading
 import weakref
 from typing import Any
@@ -67,6 +69,9 @@ class GroupSync:
         #: sync two or more partitions of one file system with one syncfs(2) (default: where the platform has it)
         self.use_syncfs = syncfs_available() if use_syncfs is None else use_syncfs
         self._fs_locks: dict[int, Any] = {}
+        #: per file system, a descriptor its syncfs goes through (the data dir's, opened once: not a directory per sync)
+        self._fs_fds: dict[int, int] = {}
+        weakref.finalize(self, _close_all, self._fs_fds)
         self._fs: weakref.WeakKeyDictionary[LocalLog, int | None] = weakref.WeakKeyDictionary()  # its file system
         #: per log, the end offset known durable (read and written under _state)
         self._durable: weakref.WeakKeyDictionary[LocalLog, int] = weakref.WeakKeyDictionary()
@@ -158,7 +163,7 @@ class GroupSync:
             if not todo:
                 return {}
             try:
-                durable = self.tracker.sync_on_fs(todo)
+                durable = self.tracker.sync_on_fs(todo, self._fs_fd(fs, todo[0]))
             except OSError as e:
                 if e.errno not in _SYNCFS_REFUSED:
                     return dict.fromkeys(todo, e)  # a writeback error: none of them is known durable
@@ -174,6 +179,21 @@ class GroupSync:
             return {log: err for log, end in group if (err := self._sync_one(log, end)) is not None}
         return {}
 
+    def _fs_fd(self, fs: int, log: LocalLog) -> int | None:
+        """A descriptor on file system ``fs`` kept open for its syncs: the directory holding ``log``'s partition
+        directory (the data dir, which outlives any partition) when it is on ``fs``; None: the sync opens one."""
+        fd = self._fs_fds.get(fs)  # called under fs's lock: no other thread opens one for fs meanwhile
+        if fd is None:
+            try:
+                fd = os.open(log.dir.parent, os.O_RDONLY)
+            except OSError:
+                return None
+            if os.fstat(fd).st_dev != fs:
+                os.close(fd)
+                return None
+            self._fs_fds[fs] = fd
+        return fd
+
     def _covered(self, durable: dict[LocalLog, int]) -> None:
         """Record one sync and the end offset it made durable for each of its logs."""
         with self._state:
@@ -181,6 +201,12 @@ class GroupSync:
                 if self._durable.get(log, -1) < end:
                     self._durable[log] = end
             self.syncs += 1
+
+
+def _close_all(fds: dict[int, int]) -> None:
+    for fd in fds.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _for_node(node: Any) -> GroupSync:

@@ -4,6 +4,7 @@ before ran, failures handed to the requests that needed that partition only, and
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import threading
 import time
@@ -32,6 +33,7 @@ class _SlowTracker(FlushTracker):
         self.started = threading.Event()
         self.release = threading.Event()
         self.fail: set[LocalLog] = set()
+        self.fds: list[int | None] = []
 
     def sync(self, log: LocalLog) -> int:
         self.calls.append(log)
@@ -41,12 +43,13 @@ class _SlowTracker(FlushTracker):
             raise OSError(5, "Input/output error")
         return super().sync(log)
 
-    def sync_on_fs(self, logs: Sequence[LocalLog]) -> dict[LocalLog, int]:
+    def sync_on_fs(self, logs: Sequence[LocalLog], fd: int | None = None) -> dict[LocalLog, int]:
         self.calls.append(tuple(logs))  # type: ignore[arg-type]
+        self.fds.append(fd)
         assert self.release.wait(10)
         if self.fail & set(logs):
             raise OSError(5, "Input/output error")
-        return super().sync_on_fs(logs)
+        return super().sync_on_fs(logs, fd)
 
 
 def _log(tmp_path: Path, name: str) -> LocalLog:
@@ -152,6 +155,8 @@ def test_partitions_of_one_file_system_share_one_syncfs(tmp_path: Path, monkeypa
     assert gs.make_durable(ends) == {}
     assert tracker.calls == [(a, b)] and gs.syncs == 1
     assert gs.durable_offset(a) == 3 and gs.durable_offset(b) == 1
+    # through one descriptor on the partitions' parent directory, kept open: no directory opened per sync
+    assert tracker.fds[0] is not None and os.path.samestat(os.fstat(tracker.fds[0]), os.stat(tmp_path))
     assert gs.make_durable({a: 3, c: -1}) == {} and gs.syncs == 1  # nothing left to sync
     assert gs.make_durable({c: _append(c)}) == {} and tracker.calls[-1] is c  # one log: its own fsync
     tracker.fail.add(b)
@@ -159,6 +164,13 @@ def test_partitions_of_one_file_system_share_one_syncfs(tmp_path: Path, monkeypa
     failed = gs.make_durable(ends)
     assert set(failed) == {a, b} and all(isinstance(e, OSError) for e in failed.values())  # none is known durable
     assert gs.durable_offset(a) == 3
+    assert set(tracker.fds) == {tracker.fds[0]}
+    fd = tracker.fds[0]
+    assert fd is not None
+    del gs, failed  # (the failures' tracebacks hold the GroupSync too)
+    gc.collect()
+    with pytest.raises(OSError):  # closed with its GroupSync
+        os.fstat(fd)
     for log in (a, b, c):
         log.close()
 
@@ -181,7 +193,7 @@ def test_a_refused_syncfs_falls_back_to_fsync_for_good(tmp_path: Path, monkeypat
     a, b = _log(tmp_path, "t-0"), _log(tmp_path, "t-1")
     tracker = FlushTracker()
 
-    def refused(_logs: Sequence[LocalLog]) -> dict[LocalLog, int]:
+    def refused(_logs: Sequence[LocalLog], _fd: int | None = None) -> dict[LocalLog, int]:
         raise OSError(errno.ENOSYS, "Function not implemented")
 
     monkeypatch.setattr(tracker, "sync_on_fs", refused)
