@@ -293,6 +293,7 @@ def _kafka() -> list[str]:
            "", "| partitions | phase | MB/s | records/s | server CPU-s per GB | MB per server CPU-s (net of idle) "
            "| p50 / p99 ms | requests (server CPU µs a request) | load average before |",
            "|---|---|---|---|---|---|---|---|---|"]
+    spread: list[str] = []
     for key, res in d["results"].items():
         parts = key.split("_")[0]
         for phase, label in _KAFKA_PHASES:
@@ -302,6 +303,14 @@ def _kafka() -> list[str]:
             out.append(f"| {parts} | {label} | {_n(r['mb_per_s'], 1)} | {_n(r['records_per_s'])} | "
                        f"{_n(r['server_cpu_s_per_gb'], 1)} | {_n(r['mb_per_server_cpu_s'], 1)} "
                        f"({_n(r['mb_per_server_cpu_s_net_of_idle'], 1)}) | {lat} | {reqs} | {r['loadavg_before']} |")
+            if len(r.get("runs", ())) > 1:
+                figures = ", ".join(f"{_n(x['mb_per_server_cpu_s'], 1)} MB per CPU-s, p99 {x['p99_ms']} ms"
+                                    for x in r["runs"])
+                spread.append(f"{parts} partition{'s' if parts != '1' else ''}, {label}: {figures}")
+    if spread:
+        out += ["", f"The phases the targets judge ran {d.get('target_runs', len(spread))} times each; the table "
+                "shows the median run (by MB per server CPU-second at full rate, by p99 at half rate). All runs: "
+                + "; ".join(spread) + "."]
     h = d["http"]
     out += ["", f"The HTTP API in the same run ({h['records_per_request']} records of {h['record_bytes']} B a request, "
             f"{h['produce']['clients']} clients, {h['partitions']} partitions):", "",
