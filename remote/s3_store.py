@@ -173,9 +173,11 @@ class S3ObjectStore(ObjectStore):
                 )
                 ak, sk, tok = self._credentials
                 session = boto3.session.Session()
-                self._client_obj = session.client(
+                client = session.client(
                     "s3", endpoint_url=self.endpoint_url, region_name=self.region, config=config,
                     aws_access_key_id=ak, aws_secret_access_key=sk, aws_session_token=tok)
+                _no_expect_continue(client)
+                self._client_obj = client
                 self._client_pid = pid
             return self._client_obj
 
@@ -471,6 +473,21 @@ class S3ObjectStore(ObjectStore):
             return out
 
         return iter(sorted(self._call("list", prefix, pages)))
+
+
+def _no_expect_continue(client: Any) -> None:
+    """Send PUT bodies without ``Expect: 100-continue`` (botocore adds it to every S3 PUT and POST with a body).
+
+    botocore's wait for the interim answer reads header lines until an empty one, and a connection that ends
+    right after the ``100 Continue`` status line makes each read return nothing: the thread spins there for
+    ever, deaf to every timeout (found by the soak: an upload of the tiered cleaner spun for minutes, and the
+    requests waiting on its round hung). Without the header the body follows the request headers at once, paced
+    by :class:`_PacedUpload`, and the answer is read by http.client, which takes an early end as a broken
+    connection (retried). Our bodies are at most a part (``part_size``): sending one the store refuses costs
+    little."""
+    from botocore.handlers import add_expect_header
+
+    client.meta.events.unregister("before-call.s3", add_expect_header)
 
 
 class _PacedBody:

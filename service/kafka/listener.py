@@ -68,8 +68,9 @@ class _Slot:
 
 
 class _Outbox:
-    """A connection's answers in request order, each written to the transport as soon as it and every answer before it
-    are ready: no writer task and no queue, a completed future writes what it unblocks from its done callback.
+    """A connection's answers in request order, each written to the transport once it and every answer before it are
+    ready: no writer task and no queue. A completed future schedules one write, in the next loop pass, of every answer
+    it unblocks, so the answers of one lane job (settled together) go out in one send.
 
     At most PIPELINE_DEPTH answers wait; the transport holds at most MAX_UNSENT_BYTES unsent (its high-water mark:
     :meth:`room` waits for the client to read). A handler that fails closes the connection, as Kafka's does."""

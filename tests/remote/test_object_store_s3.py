@@ -261,3 +261,56 @@ def test_a_paced_upload_body_stops_between_blocks_once_late() -> None:
 def test_min_transfer_rate_must_be_positive() -> None:
     with pytest.raises(InvalidConfigError, match="min_transfer_rate"):
         S3ObjectStore("b", min_transfer_rate=0)
+
+
+def test_a_store_that_ends_the_connection_after_100_continue_fails_the_put_in_time() -> None:
+    """A store (or a proxy) that answers a PUT with the ``100 Continue`` status line and then closes. botocore's
+    wait for that interim answer read empty lines for ever, spinning a thread that no timeout stopped (the soak
+    found a tiered-cleaner upload spinning for minutes). The store's PUTs carry no Expect header now, so the
+    attempts fail as broken connections and the put gives up within its bounds."""
+    import socket
+    import threading
+
+    expects: list[bool] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _addr = listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    head += chunk
+                expects.append(b"expect: 100-continue" in head.lower())
+                conn.sendall(b"HTTP/1.1 100 Continue\r\n")  # ... and nothing more: the connection ends
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    store = S3ObjectStore("b", "p", endpoint_url=f"http://127.0.0.1:{listener.getsockname()[1]}",
+                          backoff_s=0.01, max_attempts=3, read_timeout_s=2, **CREDS)
+    outcome: list[BaseException | None] = []
+
+    def put() -> None:
+        try:
+            store.put("k", b"x" * 1000)
+            outcome.append(None)
+        except BaseException as e:  # noqa: BLE001 - inspected below
+            outcome.append(e)
+
+    worker = threading.Thread(target=put, daemon=True)
+    worker.start()
+    worker.join(30)
+    stop.set()
+    store.close()
+    listener.close()
+    assert not worker.is_alive(), "the put never ended (spinning in botocore's 100-continue wait)"
+    assert isinstance(outcome[0], RemoteStorageTransientError), outcome
+    assert expects and not any(expects)
