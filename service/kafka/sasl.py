@@ -38,7 +38,6 @@ logger = logging.getLogger(__name__)
 SCRAM_ITERATIONS = 4096
 #: the SCRAM mechanisms and their hashes (Kafka's ScramMechanism, in the order of its type ids 1 and 2)
 SCRAM_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
-_HASHES = SCRAM_HASHES
 
 
 class SaslFailed(Exception):
@@ -95,10 +94,10 @@ class Authenticator:
         self._token_scram: dict[str, ScramKeys] = {}
         self._fake_salt_key = secrets.token_bytes(32)
         for user, password in self._users.items():
-            for mech, h in _HASHES.items():
+            for mech, h in SCRAM_HASHES.items():
                 self._scram[(mech, user)] = scram_keys(password, h, os.urandom(16))
         if token is not None:
-            for mech, h in _HASHES.items():
+            for mech, h in SCRAM_HASHES.items():
                 self._token_scram[mech] = scram_keys(token, h, os.urandom(16))
 
     @staticmethod
@@ -116,7 +115,7 @@ class Authenticator:
 
     def mechanisms(self, tls: bool) -> list[str]:
         """PLAIN sends the password itself: only offered over TLS."""
-        return [*_HASHES, "PLAIN"] if tls else list(_HASHES)
+        return [*SCRAM_HASHES, "PLAIN"] if tls else list(SCRAM_HASHES)
 
     def start(self, mechanism: str, tls: bool) -> Any:
         if mechanism not in self.mechanisms(tls):
@@ -143,7 +142,7 @@ class Authenticator:
             stored = self._stored(user)
             if stored is not None:
                 c = stored[0]
-                h = _HASHES.get(c.mechanism)
+                h = SCRAM_HASHES.get(c.mechanism)
                 if h is None:
                     return False
                 keys = scram_keys(password, h, c.salt, c.iterations)
@@ -198,7 +197,7 @@ class ScramExchange:
     def __init__(self, auth: Authenticator, mechanism: str) -> None:
         self.auth = auth
         self.mechanism = mechanism
-        self.hash = _HASHES[mechanism]
+        self.hash = SCRAM_HASHES[mechanism]
         self.principal: str | None = None
         self._state = 0
         self._user = ""
