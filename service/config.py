@@ -152,7 +152,10 @@ class ServiceConfig(BaseModel):
     connections_max_idle_ms: int = Field(600_000, ge=100, le=2**31 - 1,
                                          description="A Kafka connection idle this long, or this slow to send one "
                                                      "request, is closed (connections.max.idle.ms).")
-    num_io_threads: int = Field(8, ge=1, le=256, description="Worker threads of the Kafka listener (num.io.threads).")
+    num_io_threads: int = Field(8, ge=1, le=256, description="Worker threads of the Kafka listener (num.io.threads); "
+                                                           "as many again run the connections' produce appends and "
+                                                           "acks=-1 syncs, so producers waiting on a sync never hold "
+                                                           "up other requests.")
     ack_sync_method: str = Field("syncfs", description="How acks=-1 makes the partitions a Kafka request job "
                                                        "appended to durable: 'syncfs', one syncfs(2) of their "
                                                        "file system for two or more (best with the data dir on a "

@@ -188,7 +188,8 @@ class KafkaListenerConfig:
     max_request_bytes: int = 104857600        # socket.request.max.bytes
     max_connections: int = 2147483647         # max.connections
     idle_ms: int = 600000                     # connections.max.idle.ms
-    worker_threads: int = 8                   # num.io.threads
+    #: num.io.threads: the threads of the handlers' blocking work, and as many again for the connections' lane jobs
+    worker_threads: int = 8
     ssl_context: ssl.SSLContext | None = None
     #: when set, every API but the before_auth ones needs a SASL-authenticated connection
     authenticator: Any = None
@@ -269,6 +270,10 @@ class KafkaListener:
         self.metrics = metrics
         self.notifier = AppendNotifier()
         self._workers = RequestThreads(self.config.worker_threads, "tiercompact-kafka")
+        # The lane jobs (a connection's pipelined appends, then their acks=-1 sync) get threads of their own: producers
+        # waiting on their sync never hold the threads a Fetch, a Metadata or a coordinator request needs. Kafka keeps
+        # its request handlers free the same way (a produce waiting for acks parks in its purgatory, not on a thread).
+        self._lane_workers = RequestThreads(self.config.worker_threads, "tiercompact-kafka-lane")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._thread: threading.Thread | None = None
@@ -354,6 +359,7 @@ class KafkaListener:
         if self._thread is not None:
             self._thread.join(timeout)
         self._workers.stop()
+        self._lane_workers.stop()
 
     def __enter__(self) -> KafkaListener:
         return self.start()
@@ -382,7 +388,7 @@ class KafkaListener:
         peer = writer.get_extra_info("peername")
         conn = ConnectionState(peer=f"{peer[0]}:{peer[1]}" if peer else "?",
                                tls=writer.get_extra_info("ssl_object") is not None, listener_metrics=self.metrics,
-                               lane=Lane(self._workers, MAX_LANE_BYTES))
+                               lane=Lane(self._lane_workers, MAX_LANE_BYTES))
         answers = _Outbox(writer)
         reading = [0.0]  # when the request being read began (0: not reading one); see _watchdog
         self._reading[reader] = reading

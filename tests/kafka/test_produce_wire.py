@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from service.kafka.durability import group_sync_for
 from service.kafka.listener import KafkaListener, KafkaListenerConfig
 from service.kafka.registry import response_class_for
 from service.node import Node
+from tests.kafka.wire import wait_until
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 PD = ProduceRequest.TopicProduceData.PartitionProduceData
@@ -322,3 +324,46 @@ def test_produce_metrics_count_the_codes_answered_and_only_the_records_appended(
     assert metrics.messages_in["m"] == 4 and metrics.bytes_in["m"] == len(good) + 2 * len(batch([(b"d", b"4")]))
     assert metrics.errors[("Produce", "NONE")] == 3
     assert metrics.errors[("Produce", error_name(kerr.UnknownTopicOrPartitionError.errno))] == 1
+
+
+def test_producers_waiting_on_their_sync_never_hold_up_other_requests(node: Node,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """More producer connections than num.io.threads, each with an acks=-1 request waiting on its sync (a slow
+    disk), take every lane thread: a ListOffsets from another client is still answered at once, from the
+    request workers, and the produces are answered when their syncs end (they once held the same workers)."""
+    from kafka.protocol.consumer import ListOffsetsRequest
+
+    node.create_topic("t", 3)
+    tracker = group_sync_for(node).tracker
+    gate = threading.Event()
+    syncing: list[int] = []
+    real_sync = tracker.sync
+
+    def slow_sync(log: Any) -> int:
+        syncing.append(1)
+        assert gate.wait(30)
+        return real_sync(log)
+
+    monkeypatch.setattr(tracker, "sync", slow_sync)
+    listener = KafkaListener(node, KafkaListenerConfig(host="127.0.0.1", port=0, worker_threads=2)).start()
+    producers = [Wire(listener.port) for _ in range(3)]
+    other = Wire(listener.port)
+    try:
+        cids = [w.send(ProduceRequest(transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
+            ProduceRequest.TopicProduceData(name="t", partition_data=[PD(index=i, records=batch([(b"k", b"v")]))])]),
+            9) for i, w in enumerate(producers)]
+        wait_until(lambda: len(syncing) >= 2, what="two produce syncs waiting on the disk")
+        other.sock.settimeout(5)  # the old code answered only once a sync ended (never, here)
+        lp = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
+        r = other.call(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[ListOffsetsRequest.ListOffsetsTopic(
+            name="t", partitions=[lp(partition_index=2, current_leader_epoch=-1, timestamp=-2)])]), 7)
+        assert (r.topics[0].partitions[0].error_code, r.topics[0].partitions[0].offset) == (0, 0)
+        gate.set()
+        for i, (w, cid) in enumerate(zip(producers, cids, strict=True)):
+            p = answer(w.receive(ProduceRequest, 9, cid), "t", i)
+            assert (p.error_code, p.base_offset) == (0, 0), p
+    finally:
+        gate.set()
+        for w in (*producers, other):
+            w.sock.close()
+        listener.stop()
