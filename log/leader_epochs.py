@@ -38,6 +38,16 @@ class LeaderEpochCache:
         self.entries = [e for e in entries if e.start_offset <= end]
         self.file.write(self.entries)
 
+    def truncate_from_start(self, start: int) -> None:
+        """Kafka's truncateFromStart, when the log start offset moves up to ``start``: the epochs that began at or
+        below it go but the last of them, which now begins at ``start``. An OffsetForLeaderEpoch for an epoch
+        wholly deleted then answers the log start, not an offset nobody can read any more."""
+        below = [e for e in self.entries if e.start_offset <= start]
+        if not below or (len(below) == 1 and below[0].start_offset == start):
+            return
+        self.entries = [EpochEntry(below[-1].epoch, start), *(e for e in self.entries if e.start_offset > start)]
+        self.file.write(self.entries)
+
     def for_range(self, start: int, end: int) -> dict[int, int]:
         """{epoch: first offset within [start, end)} — a segment's ``segment_leader_epochs``."""
         out: dict[int, int] = {}

@@ -161,6 +161,7 @@ class LocalLog:
             if offset > self._start_floor:
                 self._start_file.write(offset)
                 self._start_floor = offset
+                self.epochs.truncate_from_start(offset)
             return self.log_start_offset
 
     def check_new_log_start_offset(self, offset: int) -> None:
@@ -595,15 +596,19 @@ class LocalLog:
         with self.lock:
             below = self.start_breached_segments()
             deleted = self.delete_segments(below) if below else []
-            if not self.config.delete:
-                return deleted
-            now = self.clock.milliseconds() if now is None else now
-            # Kafka's deletableSegments walks the active segment too (unless it is empty): a
-            # record older than retention.ms must not outlive it by segment.ms (7 days by
-            # default). delete_segments rolls the active segment before removing it.
-            return deleted + self.delete_segments(self.retention_breached_segments(
-                now, int(self.config.get("retention.ms")), int(self.config.get("retention.bytes")),
-                include_active=True))
+            if self.config.delete:
+                now = self.clock.milliseconds() if now is None else now
+                # Kafka's deletableSegments walks the active segment too (unless it is empty): a
+                # record older than retention.ms must not outlive it by segment.ms (7 days by
+                # default). delete_segments rolls the active segment before removing it.
+                deleted += self.delete_segments(self.retention_breached_segments(
+                    now, int(self.config.get("retention.ms")), int(self.config.get("retention.bytes")),
+                    include_active=True))
+                if deleted and not self.config.remote_storage_enable:
+                    # the log starts at its first segment now (a tiered log starts in its remote tier: its
+                    # history stays whole down to there)
+                    self.epochs.truncate_from_start(self.log_start_offset)
+            return deleted
 
     def retention_breached_segments(self, now: int, retention_ms: int, retention_bytes: int,
                                     extra_bytes: int = 0, *, include_active: bool = False) -> list[LogSegment]:

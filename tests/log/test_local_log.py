@@ -13,6 +13,7 @@ from log.errors import (
 )
 from log.fetch import READ_COMMITTED, READ_UNCOMMITTED, read_local, records_from_batches
 from log.local_log import LocalLog, RecordSpec
+from log.offset_lookup import end_offset_for_epoch
 from log.record import CompressionType, ControlRecordType, RecordBatchBuilder, iter_file_batches
 
 
@@ -376,3 +377,37 @@ def test_a_malformed_log_start_offset_checkpoint_keeps_the_partition_closed(make
     # read as empty, the partition would serve the deleted records again
     with pytest.raises(CorruptRecordError, match="log-start-offset-checkpoint"):
         make_log(cleanup_policy="delete")
+
+
+def test_the_log_start_moving_up_truncates_the_leader_epoch_history_from_the_start(make_log, clock):
+    """Kafka's truncateFromStart: DeleteRecords and retention drop the epochs wholly below the new log start and
+    start the one holding it there, on disk; OffsetForLeaderEpoch for a deleted epoch then answers the log start."""
+    log = make_log(segment_bytes=300, cleanup_policy="delete", retention_ms=10_000)
+    for epoch, first in ((0, 0), (2, 10), (5, 20)):
+        log.assign_epoch(epoch)
+        for i in range(first, first + 10):
+            log.append_records([RecordSpec(b"k", b"v%d" % i, timestamp=clock.milliseconds())])
+
+    def history(lg):
+        return [(e.epoch, e.start_offset) for e in lg.epoch_entries]
+
+    assert history(log) == [(0, 0), (2, 10), (5, 20)]
+    log.advance_log_start_offset(5)
+    assert history(log) == [(0, 5), (2, 10), (5, 20)]
+    assert end_offset_for_epoch(log.epoch_entries, 0, log.log_end_offset) == (0, 10)
+    log.advance_log_start_offset(10)
+    assert history(log) == [(2, 10), (5, 20)]
+    log.advance_log_start_offset(15)
+    assert history(log) == [(2, 15), (5, 20)]
+    # the epoch before the first one known: the requested epoch and the log start (was 10, below the start)
+    assert end_offset_for_epoch(log.epoch_entries, 0, log.log_end_offset) == (0, 15)
+    assert end_offset_for_epoch(log.epoch_entries, 2, log.log_end_offset) == (2, 20)
+    log.close()
+    log = make_log(segment_bytes=300, cleanup_policy="delete", retention_ms=10_000)
+    assert history(log) == [(2, 15), (5, 20)]
+    clock.advance(20_000)
+    log.append_records([RecordSpec(b"k", b"new", timestamp=clock.milliseconds())])
+    assert log.delete_old_segments()
+    start = log.log_start_offset
+    assert start > 20 and history(log) == [(5, start)]
+    log.close()
