@@ -4,7 +4,8 @@ The same keys, validation and shared store as PATCH /v1/topics/{topic}/config (N
 an unknown key or bad value is INVALID_CONFIG, an unknown topic UNKNOWN_TOPIC_OR_PARTITION.
 AlterConfigs replaces a topic's whole set of overrides (keys it leaves out go back to their
 defaults), IncrementalAlterConfigs (KIP-339) sets, deletes, or appends to / subtracts from a
-list-valued key (``cleanup.policy``). Broker resources describe as an empty list and are not
+list-valued key (``cleanup.policy``). A broker resource describes the node's settings and topic
+defaults under Kafka's broker names (service/kafka/broker_configs.py), all read-only: they are not
 alterable here (the node's settings are ``tiercompact serve`` flags). DescribeConfigs v0 (removed in Kafka
 4.0) is read and written through kio (service.kafka.kio_codec); its ``is_default`` is the config source
 DEFAULT_CONFIG of v1+.
@@ -26,6 +27,7 @@ from kafka.protocol.admin import (
 
 from log.config import CONFIG_DEF, LogConfig
 from log.errors import InvalidConfigError, InvalidRequestError
+from service.kafka.broker_configs import broker_config_entries
 from service.kafka.errors import NONE, error_code, error_message
 from service.kafka.kio_codec import KioVersions
 from service.kafka.registry import RequestContext, kafka_api
@@ -63,9 +65,21 @@ def topic_config_entries(cfg: LogConfig) -> list[tuple[str, str, int, str, int]]
              CONFIG_DEF[k].doc, _type_code(k)) for k in sorted(CONFIG_DEF)]
 
 
+def _describe_broker(ctx: RequestContext, r: Any, synonyms: bool) -> list[Any]:
+    wanted = None if r.configuration_keys is None else set(r.configuration_keys)
+    return [_DEntry(name=name, value=value, read_only=True, config_source=source,
+                    is_default=source == DEFAULT_CONFIG, is_sensitive=False,
+                    synonyms=[_DSynonym(name=name, value=value, source=source)] if synonyms else [],
+                    config_type=type_, documentation=None)
+            for name, value, source, type_ in broker_config_entries(ctx.node, ctx.cluster,
+                                                                      getattr(ctx.listener, "config", None),
+                                                                      r.resource_name or "")
+            if wanted is None or name in wanted]
+
+
 def _describe_one(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> list[Any]:
     if r.resource_type == BROKER:
-        return []
+        return _describe_broker(ctx, r, synonyms)
     if r.resource_type != TOPIC:
         raise InvalidRequestError(f"resource type {r.resource_type} is not supported: topics (2) and brokers (4)")
     cfg = ctx.node.topic(r.resource_name).config

@@ -554,3 +554,32 @@ def test_describe_topic_partitions_pages_metadatas_partitions_by_cursor(wire: Wi
     # a cursor on a topic the request does not name: INVALID_REQUEST for each named topic
     bad = describe(["dtp-b"], cursor=("dtp-a", 0))
     assert [(t.name, t.error_code, len(t.partitions)) for t in bad.topics] == [("dtp-b", 42, 0)]
+
+
+def test_a_broker_describes_its_settings_and_topic_defaults_read_only_under_kafkas_names(wire: Wire,
+                                                                                       node: Node) -> None:
+    R = DescribeConfigsRequest.DescribeConfigsResource
+
+    def describe(name: str, keys: list[str] | None = None) -> Any:
+        return wire.call(DescribeConfigsRequest(resources=[R(resource_type=4, resource_name=name,
+                                                             configuration_keys=keys)],
+                                                include_synonyms=True, include_documentation=False), 4).results[0]
+
+    mine = describe(str(node.broker_id))
+    entries = {c.name: c for c in mine.configs}
+    assert mine.error_code == 0
+    assert entries["broker.id"].value == str(node.broker_id)
+    assert entries["advertised.listeners"].value.startswith("PLAINTEXT://")
+    assert entries["num.io.threads"].value == "8" and entries["num.io.threads"].config_source == 5
+    # the topic defaults under their broker synonyms, as the topics describe them
+    topic_default = {c.name: c.value for c in wire.call(DescribeConfigsRequest(resources=[
+        R(resource_type=2, resource_name=_create(wire, "brokerdefaults", {}).name, configuration_keys=None)]),
+        4).results[0].configs}
+    assert entries["log.segment.bytes"].value == topic_default["segment.bytes"]
+    assert entries["message.max.bytes"].value == topic_default["max.message.bytes"]
+    assert entries["log.cleanup.policy"].value == topic_default["cleanup.policy"] == "compact"
+    assert all(c.read_only for c in mine.configs)
+    assert [c.name for c in describe(str(node.broker_id), ["log.retention.ms"]).configs] == ["log.retention.ms"]
+    assert describe("").error_code == 0 and describe("").configs == []  # the cluster-wide dynamic defaults: none
+    other = describe(str(node.broker_id + 1))
+    assert other.error_code == 42 and "Unexpected broker id" in other.error_message  # INVALID_REQUEST

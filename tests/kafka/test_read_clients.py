@@ -174,6 +174,7 @@ def test_admin_clients_create_describe_and_alter(kafka_server: KafkaServe, topic
         {"op": "create_partitions", "topic": t1, "count": 1},
         {"op": "describe", "topic": "no-such-topic"},
         {"op": "delete", "topic": f"{t1}-missing"},
+        {"op": "describe_broker", "topic": "0"},
     ]
     kp_ops = [
         {"op": "create", "topic": t2, "partitions": 1, "config": conf},
@@ -184,6 +185,7 @@ def test_admin_clients_create_describe_and_alter(kafka_server: KafkaServe, topic
         {"op": "alter", "topic": t2, "configs": {"min.compaction.lag.ms": "5"}, "incremental": False},
         {"op": "describe", "topic": t2},
         {"op": "delete", "topic": t2},
+        {"op": "describe_broker", "topic": "0"},
     ]
     confluent, kp = (a["answers"] for a in _run_all([
         {"library": lib, "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": ops}
@@ -210,6 +212,12 @@ def test_admin_clients_create_describe_and_alter(kafka_server: KafkaServe, topic
     assert kp[6]["delete.retention.ms"][0] == "1000" and kp[6]["min.compaction.lag.ms"][0] == "5"
     assert kp[6]["remote.storage.enable"][0] == "true"  # the non-incremental alter kept the other overrides
     assert kp[7] is None
+    # a broker's describe: the node's settings and the topic defaults under Kafka's broker names, read-only
+    assert confluent[11]["broker.id"][0] == "0"
+    assert confluent[11]["log.segment.bytes"] == ["1073741824", 5, True]  # DEFAULT_CONFIG, read-only
+    assert confluent[11]["log.cleanup.policy"][0] == "compact"
+    assert kp[8]["message.max.bytes"][0] == confluent[11]["message.max.bytes"][0]
+    assert kp[8]["num.io.threads"] == ["8", "DEFAULT_CONFIG"]
     assert t2 not in [t["name"] for t in kafka_server.api("GET", "/v1/topics")]
 
 

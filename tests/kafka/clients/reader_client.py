@@ -99,6 +99,9 @@ def _confluent_admin(spec: dict[str, Any]) -> dict[str, Any]:
         elif kind == "describe":
             got = wait(admin.describe_configs([res]))[topic]
             answers.append(got if "error" in got else {k: [e.value, e.source] for k, e in got.items()})
+        elif kind == "describe_broker":  # "topic" names the broker id
+            got = wait(admin.describe_configs([ConfigResource(ResourceType.BROKER, topic)]))[topic]
+            answers.append(got if "error" in got else {k: [e.value, e.source, e.is_read_only] for k, e in got.items()})
         elif kind == "incremental_alter":
             ops = {"SET": AlterConfigOpType.SET, "DELETE": AlterConfigOpType.DELETE,
                    "APPEND": AlterConfigOpType.APPEND, "SUBTRACT": AlterConfigOpType.SUBTRACT}
@@ -208,6 +211,9 @@ def _kp_admin(spec: dict[str, Any]) -> dict[str, Any]:
             elif kind == "describe":
                 r = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")
                 answers.append({k: [v["value"], v["config_source"]] for k, v in r["topic"][topic].items()})
+            elif kind == "describe_broker":  # "topic" names the broker id
+                r = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, topic)], config_filter="all")
+                answers.append({k: [v["value"], v["config_source"]] for k, v in r["broker"][topic].items()})
             elif kind == "alter":
                 admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, op["configs"])],
                                     incremental=op.get("incremental"))

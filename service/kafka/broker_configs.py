@@ -1,0 +1,114 @@
+"""What DescribeConfigs lists for a broker resource: this node's settings and its topic defaults, under Kafka's names.
+
+Kafka answers a broker's describe with every broker config. Here that is:
+
+* the node's own settings under the broker names Kafka gives them (``broker.id``, ``advertised.listeners``,
+  ``num.io.threads``, ``socket.request.max.bytes``, ``max.connections``, ``connections.max.idle.ms``), and what one
+  copy of the data fixes (``default.replication.factor`` and ``min.insync.replicas`` 1, no auto-created topics);
+* the default of every topic config under its broker synonym (Kafka's ``LogConfig`` synonyms:
+  ``segment.bytes`` is ``log.segment.bytes``, ``max.message.bytes`` is ``message.max.bytes``, ...).
+
+Every entry is read-only: the node's settings are ``tiercompact serve`` options (AlterConfigs refuses broker
+resources), so a set value is STATIC_BROKER_CONFIG and one left at its default DEFAULT_CONFIG. As Kafka's broker,
+an empty resource name describes the cluster-wide dynamic defaults (none here) and another broker's id is
+INVALID_REQUEST: clients send a broker's describe to that broker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from log.config import CONFIG_DEF, LogConfig
+from log.errors import InvalidRequestError
+
+# DescribeConfigsResponse.ConfigSource
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+# DescribeConfigsResponse.ConfigType
+_BOOLEAN, _STRING, _INT, _LONG, _DOUBLE, _LIST = 1, 2, 3, 5, 6, 7
+
+#: topic config -> the broker config that holds its default (Kafka's LogConfig synonyms, the ones this node has)
+BROKER_SYNONYMS = {
+    "cleanup.policy": "log.cleanup.policy",
+    "compression.type": "compression.type",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "local.retention.bytes": "log.local.retention.bytes",
+    "local.retention.ms": "log.local.retention.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.difference.max.ms": "log.message.timestamp.difference.max.ms",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "producer.id.expiration.ms": "producer.id.expiration.ms",
+    "retention.bytes": "log.retention.bytes",
+    "retention.ms": "log.retention.ms",
+    "segment.bytes": "log.segment.bytes",
+    "segment.index.bytes": "log.index.size.max.bytes",
+    "segment.ms": "log.roll.ms",
+}
+
+#: (broker config, the listener setting or node fact it shows, the ServiceConfig field whose default it is, type)
+_NODE = (
+    ("num.io.threads", "num_io_threads", _INT),
+    ("socket.request.max.bytes", "socket_request_max_bytes", _INT),
+    ("max.connections", "max_connections", _INT),
+    ("connections.max.idle.ms", "connections_max_idle_ms", _LONG),
+)
+
+
+def _show(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def _type_of(topic_key: str) -> int:
+    if topic_key == "cleanup.policy":
+        return _LIST
+    return {bool: _BOOLEAN, int: _LONG, float: _DOUBLE}.get(CONFIG_DEF[topic_key].type, _STRING)
+
+
+def _protocol(listener_config: Any) -> str:
+    """The listener's Kafka security protocol."""
+    tls = getattr(listener_config, "ssl_context", None) is not None
+    if getattr(listener_config, "authenticator", None) is not None:
+        return "SASL_SSL" if tls else "SASL_PLAINTEXT"
+    return "SSL" if tls else "PLAINTEXT"
+
+
+def broker_config_entries(node: Any, cluster: Any, listener_config: Any,
+                          resource_name: str) -> list[tuple[str, str, int, int]]:
+    """``(name, value, config source, config type)`` for the broker resource ``resource_name``, sorted by name.
+
+    Raises:
+        InvalidRequestError: the name is neither empty nor this node's broker id.
+    """
+    if resource_name == "":
+        return []  # the cluster-wide dynamic broker defaults: none (the settings are per node, static)
+    if resource_name != str(cluster.broker_id):
+        raise InvalidRequestError(f"Unexpected broker id, expected {cluster.broker_id} or empty string, but received "
+                                  f"{resource_name}")
+    from service.config import ServiceConfig
+
+    defaults = ServiceConfig.model_fields
+    settings = node.config
+    out: list[tuple[str, str, int, int]] = [
+        ("broker.id", str(cluster.broker_id), STATIC_BROKER_CONFIG, _INT),
+        ("node.id", str(cluster.broker_id), STATIC_BROKER_CONFIG, _INT),
+        ("advertised.listeners", f"{_protocol(listener_config)}://{cluster.host}:{cluster.port}",
+         STATIC_BROKER_CONFIG, _LIST),
+        ("auto.create.topics.enable", "false", DEFAULT_CONFIG, _BOOLEAN),
+        ("default.replication.factor", "1", DEFAULT_CONFIG, _INT),
+        ("min.insync.replicas", "1", DEFAULT_CONFIG, _INT),
+    ]
+    for name, field, type_ in _NODE:
+        value = getattr(settings, field, defaults[field].default)
+        source = DEFAULT_CONFIG if value == defaults[field].default else STATIC_BROKER_CONFIG
+        out.append((name, _show(value), source, type_))
+    topic_defaults = LogConfig()
+    for key, broker_name in BROKER_SYNONYMS.items():
+        out.append((broker_name, _show(topic_defaults.get(key)), DEFAULT_CONFIG, _type_of(key)))
+    return sorted(out)
