@@ -58,5 +58,9 @@ class LeaderEpochCache:
             if lo < hi:
                 out[e.epoch] = lo
         if not out:
-            out[max(self.latest, 0)] = start
+            # no epoch began within or before the range: none known (epoch 0), or the range lies below the first
+            # entry, as a segment below a log start the history was truncated at does (truncate_from_start) until
+            # retention removes it; it gets the oldest epoch known, not the newest, so a lineage rebuilt from the
+            # segments' epochs stays in order
+            out[max(entries[0].epoch if entries else 0, 0)] = start
         return out

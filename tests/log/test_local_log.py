@@ -402,6 +402,10 @@ def test_the_log_start_moving_up_truncates_the_leader_epoch_history_from_the_sta
     # the epoch before the first one known: the requested epoch and the log start (was 10, below the start)
     assert end_offset_for_epoch(log.epoch_entries, 0, log.log_end_offset) == (0, 15)
     assert end_offset_for_epoch(log.epoch_entries, 2, log.log_end_offset) == (2, 20)
+    # a segment below the start (tiered before retention removes it) is labelled with the oldest epoch known,
+    # not the newest: a lineage rebuilt from the segments' epochs stays in order
+    assert log.epochs_for_range(0, 10) == {2: 0}
+    assert log.epochs_for_range(10, 25) == {2: 15, 5: 20}
     log.close()
     log = make_log(segment_bytes=300, cleanup_policy="delete", retention_ms=10_000)
     assert history(log) == [(2, 15), (5, 20)]
