@@ -195,11 +195,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = _load(args)
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     node = Node(config)
-    companions = []
+    companions: list[Any] = []
     if config.kafka_port:  # the Kafka listener beside the HTTP API, over the same node
         from service.kafka.server import KafkaService
 
         companions.append(KafkaService(node, config))
+    from service.heap import StartupHeapFreeze
+
+    companions.append(StartupHeapFreeze(node))  # last: start-up is done (service/heap.py)
     app = create_app(node, manage_lifecycle=True, companions=companions)
     # SIGTERM/SIGINT: a graceful stop within 10 s (the app's lifespan shuts the node down), exit 0
     return serve_in_foreground(app, host=config.host, port=config.port, log_level=config.log_level)
