@@ -27,7 +27,7 @@ from kafka.protocol.admin import (
 
 from log.config import CONFIG_DEF, LogConfig
 from log.errors import InvalidConfigError, InvalidRequestError
-from service.kafka.broker_configs import broker_config_entries
+from service.kafka.broker_configs import DEFAULT_CONFIG, broker_config_entries
 from service.kafka.errors import NONE, error_code, error_message
 from service.kafka.kio_codec import KioVersions
 from service.kafka.registry import RequestContext, kafka_api
@@ -36,7 +36,6 @@ TOPIC = 2
 BROKER = 4
 # DescribeConfigsResponse.ConfigSource
 DYNAMIC_TOPIC_CONFIG = 1
-DEFAULT_CONFIG = 5
 # DescribeConfigsResponse.ConfigType
 _BOOLEAN, _STRING, _LONG, _DOUBLE, _LIST = 1, 2, 5, 6, 7
 _LIST_KEYS = frozenset({"cleanup.policy"})
@@ -65,34 +64,27 @@ def topic_config_entries(cfg: LogConfig) -> list[tuple[str, str, int, str, int]]
              CONFIG_DEF[k].doc, _type_code(k)) for k in sorted(CONFIG_DEF)]
 
 
-def _describe_broker(ctx: RequestContext, r: Any, synonyms: bool) -> list[Any]:
-    wanted = None if r.configuration_keys is None else set(r.configuration_keys)
-    return [_DEntry(name=name, value=value, read_only=True, config_source=source,
-                    is_default=source == DEFAULT_CONFIG, is_sensitive=False,
-                    synonyms=[_DSynonym(name=name, value=value, source=source)] if synonyms else [],
-                    config_type=type_, documentation=None)
-            for name, value, source, type_ in broker_config_entries(ctx.node, ctx.cluster,
-                                                                      getattr(ctx.listener, "config", None),
-                                                                      r.resource_name or "")
-            if wanted is None or name in wanted]
+def _entry(name: str, value: str, source: int, type_: int, doc: str | None, *, read_only: bool,
+           synonyms: bool) -> Any:
+    return _DEntry(name=name, value=value, read_only=read_only, config_source=source,
+                   is_default=source == DEFAULT_CONFIG, is_sensitive=False,
+                   synonyms=[_DSynonym(name=name, value=value, source=source)] if synonyms else [],
+                   config_type=type_, documentation=doc)
 
 
 def _describe_one(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> list[Any]:
-    if r.resource_type == BROKER:
-        return _describe_broker(ctx, r, synonyms)
+    wanted = None if r.configuration_keys is None else set(r.configuration_keys)
+    if r.resource_type == BROKER:  # the node's settings and topic defaults, all read-only
+        defaults = [(name, value, type_) for name, value, _src, _doc, type_ in topic_config_entries(LogConfig())]
+        entries = broker_config_entries(ctx.node, ctx.cluster, getattr(ctx.listener, "config", None),
+                                        r.resource_name or "", defaults)
+        return [_entry(name, value, source, type_, None, read_only=True, synonyms=synonyms)
+                for name, value, source, type_ in entries if wanted is None or name in wanted]
     if r.resource_type != TOPIC:
         raise InvalidRequestError(f"resource type {r.resource_type} is not supported: topics (2) and brokers (4)")
     cfg = ctx.node.topic(r.resource_name).config
-    wanted = None if r.configuration_keys is None else set(r.configuration_keys)
-    out = []
-    for name, value, source, doc, type_ in topic_config_entries(cfg):
-        if wanted is not None and name not in wanted:
-            continue
-        out.append(_DEntry(name=name, value=value, read_only=False, config_source=source,
-                           is_default=source == DEFAULT_CONFIG, is_sensitive=False,
-                           synonyms=[_DSynonym(name=name, value=value, source=source)] if synonyms else [],
-                           config_type=type_, documentation=doc if docs else None))
-    return out
+    return [_entry(name, value, source, type_, doc if docs else None, read_only=False, synonyms=synonyms)
+            for name, value, source, doc, type_ in topic_config_entries(cfg) if wanted is None or name in wanted]
 
 
 def _describe(ctx: RequestContext, request: Any) -> Any:

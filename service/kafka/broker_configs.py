@@ -18,14 +18,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from log.config import CONFIG_DEF, LogConfig
 from log.errors import InvalidRequestError
 
 # DescribeConfigsResponse.ConfigSource
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 # DescribeConfigsResponse.ConfigType
-_BOOLEAN, _STRING, _INT, _LONG, _DOUBLE, _LIST = 1, 2, 3, 5, 6, 7
+_BOOLEAN, _INT, _LONG, _LIST = 1, 3, 5, 7
 
 #: topic config -> the broker config that holds its default (Kafka's LogConfig synonyms, the ones this node has)
 BROKER_SYNONYMS = {
@@ -52,23 +51,13 @@ BROKER_SYNONYMS = {
     "segment.ms": "log.roll.ms",
 }
 
-#: (broker config, the listener setting or node fact it shows, the ServiceConfig field whose default it is, type)
+#: (broker config, the ServiceConfig field that holds it, its config type)
 _NODE = (
     ("num.io.threads", "num_io_threads", _INT),
     ("socket.request.max.bytes", "socket_request_max_bytes", _INT),
     ("max.connections", "max_connections", _INT),
     ("connections.max.idle.ms", "connections_max_idle_ms", _LONG),
 )
-
-
-def _show(value: Any) -> str:
-    return ("true" if value else "false") if isinstance(value, bool) else str(value)
-
-
-def _type_of(topic_key: str) -> int:
-    if topic_key == "cleanup.policy":
-        return _LIST
-    return {bool: _BOOLEAN, int: _LONG, float: _DOUBLE}.get(CONFIG_DEF[topic_key].type, _STRING)
 
 
 def _protocol(listener_config: Any) -> str:
@@ -79,9 +68,10 @@ def _protocol(listener_config: Any) -> str:
     return "SSL" if tls else "PLAINTEXT"
 
 
-def broker_config_entries(node: Any, cluster: Any, listener_config: Any,
-                          resource_name: str) -> list[tuple[str, str, int, int]]:
-    """``(name, value, config source, config type)`` for the broker resource ``resource_name``, sorted by name.
+def broker_config_entries(node: Any, cluster: Any, listener_config: Any, resource_name: str,
+                          topic_defaults: list[tuple[str, str, int]]) -> list[tuple[str, str, int, int]]:
+    """``(name, value, config source, config type)`` for the broker resource ``resource_name``, sorted by name;
+    ``topic_defaults`` are the topic configs' ``(name, default value, config type)``, listed under their synonyms.
 
     Raises:
         InvalidRequestError: the name is neither empty nor this node's broker id.
@@ -107,8 +97,7 @@ def broker_config_entries(node: Any, cluster: Any, listener_config: Any,
     for name, field, type_ in _NODE:
         value = getattr(settings, field, defaults[field].default)
         source = DEFAULT_CONFIG if value == defaults[field].default else STATIC_BROKER_CONFIG
-        out.append((name, _show(value), source, type_))
-    topic_defaults = LogConfig()
-    for key, broker_name in BROKER_SYNONYMS.items():
-        out.append((broker_name, _show(topic_defaults.get(key)), DEFAULT_CONFIG, _type_of(key)))
+        out.append((name, str(value), source, type_))
+    out += [(BROKER_SYNONYMS[key], value, DEFAULT_CONFIG, type_) for key, value, type_ in topic_defaults
+            if key in BROKER_SYNONYMS]
     return sorted(out)
