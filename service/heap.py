@@ -40,14 +40,11 @@ class StartupHeapFreeze:
         gc.freeze()
         logger.info("start-up done: %d objects frozen out of the garbage collector's full collections",
                     gc.get_freeze_count())
-        collectors = getattr(self.node, "metric_collectors", None)
-        if collectors is not None:
-            collectors.append(self)
+        self.node.metric_collectors.append(self)
 
     def stop(self) -> None:
-        collectors = getattr(self.node, "metric_collectors", None)
-        if collectors is not None and self in collectors:
-            collectors.remove(self)
+        if self in self.node.metric_collectors:
+            self.node.metric_collectors.remove(self)
         gc.unfreeze()
 
     def collect(self) -> Iterator[Metric]:

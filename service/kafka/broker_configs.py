@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from log.errors import InvalidRequestError
+from service.config import ServiceConfig
 
 # DescribeConfigsResponse.ConfigSource
 STATIC_BROKER_CONFIG = 4
@@ -81,8 +82,6 @@ def broker_config_entries(node: Any, cluster: Any, listener_config: Any, resourc
     if resource_name != str(cluster.broker_id):
         raise InvalidRequestError(f"Unexpected broker id, expected {cluster.broker_id} or empty string, but received "
                                   f"{resource_name}")
-    from service.config import ServiceConfig
-
     defaults = ServiceConfig.model_fields
     settings = node.config
     out: list[tuple[str, str, int, int]] = [
