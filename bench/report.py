@@ -262,6 +262,7 @@ def _service() -> list[str]:
 
 
 _KAFKA_PHASES = (("produce_1kib", "produce 1 KiB records"), ("produce_1kib_half_rate", "produce 1 KiB at half that rate"),
+                 ("produce_1kib_half_rate_acks1", "the same half rate at acks=1 (no sync)"),
                  ("produce_100b", "produce 100 B records"), ("fetch_local", "consume from local segments"),
                  ("fetch_remote", "consume from remote segments"))
 
@@ -279,6 +280,21 @@ def _per_request(d: dict[str, Any]) -> str:
             "partition(s).")
 
 
+def _content(d: dict[str, Any]) -> str:
+    """What the records held, and how far lz4 shrank them on the wire."""
+    ratios = [r["compression_ratio"] for res in d["results"].values() for r in res.values() if "compression_ratio" in r]
+    if not ratios:
+        return ""
+    versions = d.get("client_versions")
+    client = f" The client was confluent-kafka {versions['confluent_kafka']} (librdkafka {versions['librdkafka']})." \
+        if versions else ""
+    return (f"{client} lz4 shrank the produced records {min(ratios)} to "
+            f"{max(ratios)}-fold on the wire (the server's BytesIn), so the server handled about half the bytes the MB "
+            "figures count. The server's system CPU is mostly the page cache the appends write to: on this virtual "
+            "machine memory the host has not yet backed costs several times more to fill than on bare metal, and "
+            "that share varies from run to run.")
+
+
 def _kafka() -> list[str]:
     d = _load("kafka")
     if d is None:
@@ -289,20 +305,24 @@ def _kafka() -> list[str]:
            f"(its idle share, {d['server_idle_cpu_share']} of a core, included; the net figure takes it off); "
            "latencies are librdkafka's, from `produce()` to the acknowledgement (acks=all waits for the sync: one "
            "syncfs of the data dir's file system for a job's partitions)."
-           + _per_request(d),
+           + _per_request(d) + _content(d),
            "", "| partitions | phase | MB/s | records/s | server CPU-s per GB | MB per server CPU-s (net of idle) "
-           "| p50 / p99 ms | requests (server CPU µs a request) | load average before |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "| p50 / p99 ms | requests (server CPU µs a request) | server user / system CPU-s | load average before |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     spread: list[str] = []
     for key, res in d["results"].items():
         parts = key.split("_")[0]
         for phase, label in _KAFKA_PHASES:
+            if phase not in res:  # a result file from before the phase was measured
+                continue
             r = res[phase]
             lat = f"{r['p50_ms']} / {r['p99_ms']}" if "p99_ms" in r else "-"
             reqs = f"{_n(r['requests'])} ({_n(r['server_cpu_us_per_request'])})" if "requests" in r else "-"
+            split = f"{r['server_user_s']} / {r['server_system_s']}" if "server_user_s" in r else "-"
             out.append(f"| {parts} | {label} | {_n(r['mb_per_s'], 1)} | {_n(r['records_per_s'])} | "
                        f"{_n(r['server_cpu_s_per_gb'], 1)} | {_n(r['mb_per_server_cpu_s'], 1)} "
-                       f"({_n(r['mb_per_server_cpu_s_net_of_idle'], 1)}) | {lat} | {reqs} | {r['loadavg_before']} |")
+                       f"({_n(r['mb_per_server_cpu_s_net_of_idle'], 1)}) | {lat} | {reqs} | {split} | "
+                       f"{r['loadavg_before']} |")
             if len(r.get("runs", ())) > 1:
                 figures = ", ".join(f"{_n(x['mb_per_server_cpu_s'], 1)} MB per CPU-s, p99 {x['p99_ms']} ms"
                                     for x in r["runs"])
