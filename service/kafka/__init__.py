@@ -18,6 +18,7 @@ from service.kafka import (
     offsets,  # noqa: F401
     produce,  # noqa: F401
     producers,  # noqa: F401
+    reassignments,  # noqa: F401
     sasl_api,  # noqa: F401
     scram_admin,  # noqa: F401
     topic_partitions,  # noqa: F401

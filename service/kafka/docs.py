@@ -47,6 +47,10 @@ DIFFERENCES: dict[str, str] = {
     "ElectLeaders": "each partition's only replica is its leader: ELECTION_NOT_NEEDED while it is alive, else "
                     "PREFERRED_LEADER_NOT_AVAILABLE / ELIGIBLE_LEADERS_NOT_AVAILABLE (leadership moves with POST "
                     ".../leadership)",
+    "ListPartitionReassignments": "none is ever in progress: a partition's one replica is its leader",
+    "AlterPartitionReassignments": "one replica per partition: its current one is done at once, a cancel is "
+                                   "NO_REASSIGNMENT_IN_PROGRESS, any other INVALID_REPLICA_ASSIGNMENT (a partition "
+                                   "moves with POST .../leadership)",
     "DescribeLogDirs": "one log dir per node (its data dir); the partitions it leads, with their local bytes "
                        "(remote segments not counted, as Kafka); offset lag 0 (one copy)",
     "DescribeCluster": "brokers of the cluster registry; no controllers endpoint",
@@ -74,7 +78,8 @@ DIFFERENCES: dict[str, str] = {
 #: per area of the README's summary, what differs from Apache Kafka there, in short (docs/kafka.md has each API's)
 AREAS: dict[str, str] = {
     "produce and read": "one copy of the data: acks=-1 answers once on disk; sessionless fetch; no follower fetching",
-    "topics and cluster": "replication factor 1; a dead leader shows LEADER_NOT_AVAILABLE (no election)",
+    "topics and cluster": "replication factor 1; a dead leader shows LEADER_NOT_AVAILABLE (no election); no "
+                          "replica reassignment (a partition moves with POST .../leadership)",
     "consumer groups": "the classic protocol (no KIP-848); offsets live in the metadata store (no internal topic)",
     "transactions": "no KIP-890 verification or per-transaction epoch bump",
     "connections": "SCRAM-SHA-256/512, PLAIN only over TLS; SCRAM users in the metadata store; no "
@@ -87,7 +92,7 @@ AREA_OF: dict[str, str] = {
                     "produce and read"),
     **dict.fromkeys(("Metadata", "CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs",
                      "IncrementalAlterConfigs", "DescribeCluster", "DescribeLogDirs", "ElectLeaders",
-                     "DescribeTopicPartitions"),
+                     "DescribeTopicPartitions", "ListPartitionReassignments", "AlterPartitionReassignments"),
                     "topics and cluster"),
     **dict.fromkeys(("FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit",
                      "OffsetFetch", "OffsetDelete", "DescribeGroups", "ListGroups", "DeleteGroups"), "consumer groups"),

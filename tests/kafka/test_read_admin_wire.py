@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kafka.protocol.admin import (
     AlterConfigsRequest,
+    AlterPartitionReassignmentsRequest,
     CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
@@ -26,6 +27,7 @@ from kafka.protocol.admin import (
     DescribeProducersRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
+    ListPartitionReassignmentsRequest,
 )
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest
 
@@ -503,6 +505,52 @@ def test_elect_leaders_on_partitions_whose_only_replica_leads(wire: Wire, node: 
              for p in r.partition_result}
     assert codes[(dead, 0)] == not_available and (topic, 0) not in codes
     assert set(codes.values()) == {not_available}
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_partition_reassignments_of_partitions_whose_only_replica_leads(wire: Wire, node: Node, version: int) -> None:
+    topic = f"reassign-v{version}"
+    assert _create(wire, topic, {"cleanup.policy": "compact"}, partitions=3).error_code == 0
+    me = node.broker_id
+    T = AlterPartitionReassignmentsRequest.ReassignableTopic
+    P = T.ReassignablePartition
+    fields: dict[str, Any] = {"allow_replication_factor_change": False} if version >= 1 else {}
+    wanted = {0: [me], 1: None, 2: [me, me + 1], 9: [me]}
+    resp = wire.call(AlterPartitionReassignmentsRequest(timeout_ms=5000, topics=[
+        T(name=topic, partitions=[P(partition_index=i, replicas=r) for i, r in wanted.items()]),
+        T(name="no-such-topic", partitions=[P(partition_index=0, replicas=[me])])], **fields), version)
+    assert resp.error_code == 0
+    got = {(t.name, p.partition_index): (p.error_code, p.error_message) for t in resp.responses for p in t.partitions}
+    assert got[(topic, 0)] == (0, None)  # the replica set it has: done at once
+    assert got[(topic, 1)][0] == 85  # NO_REASSIGNMENT_IN_PROGRESS: nothing to cancel
+    # broker me+1 is not registered: INVALID_REPLICA_ASSIGNMENT, Kafka's message (checked before the factor, as Kafka)
+    assert got[(topic, 2)] == (39, f"The manual partition assignment includes broker {me + 1}, but no such broker "
+                                   "is registered.")
+    assert got[(topic, 9)][0] == 3 and got[("no-such-topic", 0)][0] == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    bad = wire.call(AlterPartitionReassignmentsRequest(timeout_ms=5000, topics=[
+        T(name=topic, partitions=[P(partition_index=0, replicas=[]), P(partition_index=1, replicas=[me, me])])]), 0)
+    codes = [(p.error_code, p.error_message) for p in bad.responses[0].partitions]
+    assert codes[0] == (39, "The manual partition assignment includes an empty replica list.")
+    assert codes[1] == (39, f"The manual partition assignment includes the broker {me} more than once.")
+    # partition 2's leadership record names broker me+5 (not alive, so not registered): that is its one replica
+    node.become_leader(topic, 2, 1, me + 5)
+    moved = wire.call(AlterPartitionReassignmentsRequest(timeout_ms=5000, topics=[
+        T(name=topic, partitions=[P(partition_index=2, replicas=[me + 5]), P(partition_index=2, replicas=[me]),
+                                  P(partition_index=2, replicas=[me + 5, me])])], **fields), version)
+    answers = [(p.error_code, p.error_message) for p in moved.responses[0].partitions]
+    assert answers[0] == (0, None)
+    # another broker, or more replicas: refused, naming where a partition moves instead (v1 with
+    # allow_replication_factor_change false: a second replica is INVALID_REPLICATION_FACTOR, as Kafka)
+    assert answers[1][0] == 39 and f"POST /v1/topics/{topic}/partitions/2/leadership" in answers[1][1]
+    if version >= 1:
+        assert answers[2] == (38, "The replication factor is changed from 1 to 2")
+    else:
+        assert answers[2][0] == 39 and f"cannot be reassigned to [{me + 5}, {me}]" in answers[2][1]
+    # none is ever in progress, listed for every topic or for some
+    L = ListPartitionReassignmentsRequest
+    for topics in (None, [L.ListPartitionReassignmentsTopics(name=topic, partition_indexes=[0, 1, 2])]):
+        listed = wire.call(L(timeout_ms=5000, topics=topics), 0)
+        assert (listed.error_code, listed.topics) == (0, [])
 
 
 def test_describe_topic_partitions_pages_metadatas_partitions_by_cursor(wire: Wire, node: Node) -> None:

@@ -250,7 +250,11 @@ def test_admin_clients_delete_records_and_describe_the_broker(kafka_server: Kafk
             {"op": "describe_log_dirs", "topic": plain},
             {"op": "describe_producers", "topic": compacted},
             {"op": "describe_topic_partitions", "topic": plain},
-            {"op": "describe_topic_partitions", "topic": "no-such-topic", "limit": 1}]},
+            {"op": "describe_topic_partitions", "topic": "no-such-topic", "limit": 1},
+            {"op": "list_reassignments", "topic": plain},
+            {"op": "alter_reassignments", "topic": plain, "replicas": {"0": [0]}},
+            {"op": "alter_reassignments", "topic": plain, "replicas": {"0": [0, 7]}},
+            {"op": "alter_reassignments", "topic": plain, "replicas": {"0": None}}]},
         {"library": "aiokafka", "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": [
             {"op": "delete_records", "topic": compacted, "offset": 1}]}]))
     assert confluent == [{"low_watermark": 4}, {"error": "POLICY_VIOLATION"}, {"error": "OFFSET_OUT_OF_RANGE"},
@@ -265,6 +269,12 @@ def test_admin_clients_delete_records_and_describe_the_broker(kafka_server: Kafk
     assert kp[2] == [[42, 0, 1, 6]]  # DescribeProducers: id, epoch, last sequence, open transaction's start
     assert kp[3] == {"next_cursor": None, "topics": [[plain, 0, [[0, 0, [0]]]]]}  # KIP-966: broker 0 leads it
     assert kp[4] == {"next_cursor": None, "topics": [["no-such-topic", 3, []]]}  # UNKNOWN_TOPIC_OR_PARTITION
+    # one replica per partition, its leader: no reassignment is ever in progress; to the replica it has is done at
+    # once, to others is refused (a partition moves with POST .../leadership), and there is nothing to cancel
+    assert kp[5] == {}
+    assert kp[6] == {f"{plain}-0": None}
+    assert kp[7] == {f"{plain}-0": "InvalidReplicationAssignmentError"}
+    assert kp[8] == {f"{plain}-0": "NoReassignmentInProgressError"}
     assert aio[0]["errno"] == 44  # POLICY_VIOLATION
     # -1 is the high watermark; a lower offset moves nothing
     kp2, aio2 = (a["answers"] for a in _run_all([

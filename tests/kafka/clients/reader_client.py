@@ -246,6 +246,16 @@ def _kp_admin(spec: dict[str, Any]) -> dict[str, Any]:
                 tp = TopicPartition(topic, op.get("partition", 0))
                 got = admin.delete_records({tp: op["offset"]}, timeout_ms=20000)
                 answers.append({"low_watermark": got[tp]["low_watermark"]})
+            elif kind == "list_reassignments":
+                listed = admin.list_partition_reassignments(op.get("partitions"))
+                answers.append({f"{tp.topic}-{tp.partition}": r for tp, r in listed.items()})
+            elif kind == "alter_reassignments":  # "replicas": partition -> broker ids (None: cancel)
+                from kafka import TopicPartition
+
+                got = admin.alter_partition_reassignments(
+                    {TopicPartition(topic, int(p)): r for p, r in op["replicas"].items()})
+                answers.append({f"{tp.topic}-{tp.partition}": None if err is None else err.__name__
+                                for tp, err in got.items()})
             else:
                 raise ValueError(f"unknown op {kind}")
         except KafkaError as e:
