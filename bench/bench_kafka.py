@@ -32,6 +32,7 @@ from typing import Any
 
 import httpx
 import psutil
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench import bench_service
 from bench.common import quick, write_result
@@ -82,30 +83,47 @@ def _idle_share(server: psutil.Process, seconds: float) -> float:
     return (_cpu_s(server) - cpu0) / seconds
 
 
-def _counters(c: httpx.Client, api: str) -> tuple[float, float]:
-    """The server's count of ``api`` requests answered so far (every version) and the record batch bytes it appended
-    (Kafka's BytesInPerSec, every topic: what came over the wire, compressed), from its /metrics."""
-    head = f'kafka_network_requestmetrics_requests_total{{request="{api}",'
-    requests = bytes_in = 0.0
-    for line in c.get("/metrics").text.splitlines():
-        if line.startswith(head):
-            requests += float(line.rsplit(" ", 1)[1])
-        elif line.startswith("kafka_server_brokertopicmetrics_bytesin_total{"):
-            bytes_in += float(line.rsplit(" ", 1)[1])
-    return requests, bytes_in
+class _Counters:
+    """What the server's /metrics say of ``api`` so far: its requests answered (every version), the time histogram of
+    those requests (Kafka's TotalTimeMs: from a request's arrival to its answer being ready), and the record batch
+    bytes appended (Kafka's BytesInPerSec, every topic: what came over the wire, compressed)."""
+
+    def __init__(self, c: httpx.Client, api: str) -> None:
+        self.requests = self.bytes_in = 0.0
+        self.buckets: dict[float, float] = {}
+        for family in text_string_to_metric_families(c.get("/metrics").text):
+            for sample in family.samples:
+                if sample.labels.get("request") == api and sample.name == "kafka_network_requestmetrics_requests_total":
+                    self.requests += sample.value
+                elif sample.labels.get("request") == api and \
+                        sample.name == "kafka_network_requestmetrics_totaltimems_bucket":
+                    le = float(sample.labels["le"])
+                    self.buckets[le] = self.buckets.get(le, 0.0) + sample.value
+                elif sample.name == "kafka_server_brokertopicmetrics_bytesin_total":
+                    self.bytes_in += sample.value
+
+    def server_ms_at(self, before: _Counters, q: float) -> float | None:
+        """The upper bound of the histogram bucket holding the ``q`` quantile of the requests answered since
+        ``before`` (the server's side of the latency: no linger, no client, no network)."""
+        counts = sorted((le, n - before.buckets.get(le, 0.0)) for le, n in self.buckets.items())
+        total = counts[-1][1] if counts else 0.0
+        for le, n in counts:
+            if total and n >= q * total:
+                return le
+        return None
 
 
 def _phase(server: psutil.Process, spec: dict[str, Any], c: httpx.Client) -> dict[str, Any]:
     api = "Produce" if spec["action"] == "produce" else "Fetch"
-    requests0, wire0 = _counters(c, api)
+    before = _Counters(c, api)
     times0, t0 = server.cpu_times(), time.perf_counter()
     load = os.getloadavg()[0]
     r = _client(spec)
     times, wall = server.cpu_times(), time.perf_counter() - t0
     user, system = times.user - times0.user, times.system - times0.system
     cpu = user + system
-    requests, wire = _counters(c, api)
-    requests -= requests0  # the client's warm-up included, as in the CPU figure
+    after = _Counters(c, api)
+    requests = after.requests - before.requests  # the client's warm-up included, as in the CPU figure
     mb = r["bytes"] / 1e6
     net = max(cpu - IDLE["cpu_share"] * wall, 1e-9)  # less what the idle server spends in the same time
     r.update({"mb_per_s": round(mb / r["seconds"], 1), "records_per_s": round(r["records"] / r["seconds"]),
@@ -120,8 +138,12 @@ def _phase(server: psutil.Process, spec: dict[str, Any], c: httpx.Client) -> dic
               "server_user_s": round(user, 2), "server_system_s": round(system, 2)})
     if api == "Produce":
         # the record bytes over what the batches took on the wire (lz4), the warm-up's included on both sides
-        r["wire_mb"] = round((wire - wire0) / 1e6, 1)
-        r["compression_ratio"] = round(r["sent_bytes"] / max(wire - wire0, 1), 2)
+        wire = after.bytes_in - before.bytes_in
+        r["wire_mb"] = round(wire / 1e6, 1)
+        r["compression_ratio"] = round(r["sent_bytes"] / max(wire, 1), 2)
+        # the server's share of the latency, as bucket bounds of its Produce time histogram
+        r["server_p50_ms_at_most"] = after.server_ms_at(before, 0.5)
+        r["server_p99_ms_at_most"] = after.server_ms_at(before, 0.99)
     return r
 
 
@@ -160,7 +182,7 @@ def _tier_all(c: httpx.Client, topic: str, partitions: int) -> int:
 TARGET_RUNS = 3
 #: what each run of a judged phase keeps in ``runs``
 _RUN_FIELDS = ("mb_per_s", "mb_per_server_cpu_s", "server_cpu_us_per_request", "requests", "p50_ms", "p99_ms",
-               "server_user_s", "server_system_s")
+               "server_p99_ms_at_most", "server_user_s", "server_system_s")
 
 
 def _median_phase(server: psutil.Process, spec: dict[str, Any], c: httpx.Client, by: str) -> dict[str, Any]:

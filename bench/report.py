@@ -304,10 +304,11 @@ def _kafka() -> list[str]:
            f"{d['seconds_per_phase']} s a phase. Server CPU is the whole server process's while the phase runs "
            f"(its idle share, {d['server_idle_cpu_share']} of a core, included; the net figure takes it off); "
            "latencies are librdkafka's, from `produce()` to the acknowledgement (acks=all waits for the sync: one "
-           "syncfs of the data dir's file system for a job's partitions)."
+           "syncfs of the data dir's file system for a job's partitions); in brackets the server's share, from a "
+           "request's arrival to its answer (the bucket bounds of its Produce TotalTimeMs histogram)."
            + _per_request(d) + _content(d),
            "", "| partitions | phase | MB/s | records/s | server CPU-s per GB | MB per server CPU-s (net of idle) "
-           "| p50 / p99 ms | requests (server CPU µs a request) | server user / system CPU-s | load average before |",
+           "| p50 / p99 ms (the server's share) | requests (server CPU µs a request) | server user / system CPU-s | load average before |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     spread: list[str] = []
     for key, res in d["results"].items():
@@ -317,6 +318,8 @@ def _kafka() -> list[str]:
                 continue
             r = res[phase]
             lat = f"{r['p50_ms']} / {r['p99_ms']}" if "p99_ms" in r else "-"
+            if r.get("server_p99_ms_at_most") is not None:
+                lat += f" (server ≤ {r['server_p50_ms_at_most']:g} / ≤ {r['server_p99_ms_at_most']:g})"
             reqs = f"{_n(r['requests'])} ({_n(r['server_cpu_us_per_request'])})" if "requests" in r else "-"
             split = f"{r['server_user_s']} / {r['server_system_s']}" if "server_user_s" in r else "-"
             out.append(f"| {parts} | {label} | {_n(r['mb_per_s'], 1)} | {_n(r['records_per_s'])} | "
