@@ -21,9 +21,12 @@ from log.index.time_index import TimeIndex
 from log.index.txn_index import AbortedTxn, TransactionIndex
 from log.record import RecordBatch, iter_file_batches
 from log.record.records import DEFAULT_BUFFER_SIZE
+from log.writeback import start_writeback
 
 #: read window of look-ups and fetch pages: a few batches, not the default MiB of the segment
 SCAN_BUFFER_SIZE = 64 * 1024
+#: appended bytes whose write-back a segment starts at once (log/writeback.py): what a roll's fsync has left at most
+WRITEBACK_BYTES = 4 * 1024 * 1024
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -66,6 +69,8 @@ class LogSegment:
         self.time_index = TimeIndex(self._path(TIME_INDEX_SUFFIX), base_offset)
         self.txn_index = TransactionIndex(self._path(TXN_INDEX_SUFFIX), base_offset)
         self._writer: object | None = None
+        #: where the appended bytes whose write-back has not been started begin
+        self._writeback_from = self.size
         self._bytes_since_last_index_entry = 0
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp_so_far = base_offset
@@ -123,6 +128,7 @@ class LogSegment:
         f.write(data)
         f.flush()
         self._appended(data, largest_offset, largest_timestamp, offset_of_largest_timestamp)
+        self._start_writeback(f)
         return position
 
     def append_chunks(self, data: bytes | bytearray | memoryview,
@@ -147,6 +153,16 @@ class LogSegment:
                     with mv[start:end] as chunk:
                         self._appended(chunk, largest_offset, largest_timestamp, offset_of_largest_timestamp)
                 start = end
+            self._start_writeback(f)
+
+    def _start_writeback(self, f) -> None:  # type: ignore[no-untyped-def]
+        """Start the write-back of what was appended since the last start, once that is WRITEBACK_BYTES or more, so
+        the fsync at this segment's roll (or a sync) finds little left to write (log/writeback.py)."""
+        if self._writeback_from > self.size:  # truncated since
+            self._writeback_from = self.size
+        if self.size - self._writeback_from >= WRITEBACK_BYTES:
+            start_writeback(f.fileno(), self._writeback_from, self.size - self._writeback_from)
+            self._writeback_from = self.size
 
     def _check_can_hold(self, largest_offset: int) -> None:
         if not self.can_hold(largest_offset):
