@@ -13,6 +13,7 @@ from log.types import TopicPartition
 from metadata.errors import FencedLeaderEpochError
 from metadata.types import RemoteLogSegmentState as S
 from remote.leadership import Leadership
+from remote.tiered_read import log_start_over_tiers
 
 logger = logging.getLogger(__name__)
 
@@ -205,7 +206,15 @@ class Retention(Leadership):
             deleted.append(md.id)
         if breached:
             end = max(m.end_offset for m in breached)
-            with self._lock(tp), log.lock:
-                local = [s for s in log.all_segments()[:-1] if s.read_next_offset() - 1 <= end]
-                log.delete_segments(local)
+            with self._lock(tp):
+                with log.lock:
+                    local = [s for s in log.all_segments()[:-1] if s.read_next_offset() - 1 <= end]
+                    log.delete_segments(local)
+                # the log starts at its earliest remaining data now: as Kafka's updateLogStartOffsetFromRemoteTier,
+                # the leader epochs wholly below that start go (truncateFromStart), so OffsetForLeaderEpoch answers
+                # for a deleted epoch the log start rather than an offset nobody can read any more (the start only
+                # moves up, so one read between the two log locks is never too high)
+                start = log_start_over_tiers(log, self.metadata.remote_log_segment_metadata(tp, 0))
+                with log.lock:
+                    log.epochs.truncate_from_start(start)
         return deleted

@@ -69,6 +69,15 @@ def read_local_page(log: LocalLog, offset: int, *, max_bytes: int, max_records: 
     return ReadResult([], max(nxt, offset) if offset <= upper else offset, start, hw)
 
 
+def log_start_over_tiers(log: LocalLog, first_remote: RemoteLogSegmentMetadata | None) -> int:
+    """A tiered partition's log start offset: the start of its earliest remote segment (``first_remote``) or its
+    local log start, whichever is lower, and never below the log start offset DeleteRecords set."""
+    local = log.log_start_offset
+    if first_remote is None:
+        return local
+    return max(min(first_remote.start_offset, local), log.deleted_records_offset)
+
+
 class TieredReadPath:
     def __init__(self, log_manager: LogManager, metadata: RemoteLogMetadataManager,
                  reader: RemoteSegmentReader) -> None:
@@ -80,11 +89,9 @@ class TieredReadPath:
         """min(start of the earliest referenced remote segment, local log start), and never below
         the log start offset DeleteRecords set."""
         log = self.log_manager.get_log(tp)
-        local = log.log_start_offset
-        if local == 0:
+        if log.log_start_offset == 0:
             return 0  # no offset is lower: the metadata store need not be asked (a query per read)
-        first = self.metadata.remote_log_segment_metadata(tp, 0)
-        return local if first is None else max(min(first.start_offset, local), log.deleted_records_offset)
+        return log_start_over_tiers(log, self.metadata.remote_log_segment_metadata(tp, 0))
 
     def read(self, tp: TopicPartition, offset: int, *, max_bytes: int = MiB, isolation: str = "read_uncommitted",
              max_records: int = 500) -> ReadResult:

@@ -38,7 +38,7 @@ DIFFERENCES: dict[str, str] = {
     "DescribeTransactions": "the transactional ids of the slots this node holds",
     "ListTransactions": "the transactional ids of the slots this node holds (clients ask every broker); state, "
                         "producer id and duration filters",
-    "OffsetForLeaderEpoch": "from the leader-epoch cache, cut at the log start as DeleteRecords or local retention move it (remote retention leaves it whole); v0-v1 through kio",
+    "OffsetForLeaderEpoch": "from the leader-epoch cache, cut at the log start as DeleteRecords and retention (local, or remote for a tiered partition) move it; v0-v1 through kio",
     "DescribeConfigs": "the topic configs of the HTTP API; a broker lists its settings and topic defaults under Kafka's broker names, read-only (they are `tiercompact serve` options); v0 through kio",
     "AlterConfigs": "topic configs, validated as PATCH .../config",
     "SaslAuthenticate": "no re-authentication (session lifetime 0)",

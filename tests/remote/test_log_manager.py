@@ -264,6 +264,36 @@ def test_remote_retention_by_time_deletes_remote_and_local_copies(env: TierEnv) 
         env.rlm.read(TP, start - 1)
 
 
+def test_remote_retention_truncates_the_leader_epoch_history_from_the_new_start(env: TierEnv) -> None:
+    """Kafka's updateLogStartOffsetFromRemoteTier: once remote retention moves a tiered partition's log start, the
+    epochs wholly below it go and the one holding it starts there (truncateFromStart), on disk; OffsetForLeaderEpoch
+    of a deleted epoch then answers the log start, not an offset nobody can read any more."""
+    from log.offset_lookup import end_offset_for_epoch
+
+    log = env.create(retention_ms=10_000, local_retention_ms=-1)
+    for epoch in (0, 1):  # epochs 0 and 1: old records only
+        log.assign_epoch(epoch)
+        _fill(log, n=10)
+    env.clock.advance(20_000)
+    log.assign_epoch(3)
+    _fill(log, n=20, key="new")
+    log.roll()
+    env.rlm.copy_rolled_segments(TP)
+
+    def history() -> list[tuple[int, int]]:
+        return [(e.epoch, e.start_offset) for e in env.lm.get_log(TP).epoch_entries]
+
+    assert history() == [(0, 0), (1, 10), (3, 20)]
+    assert env.rlm.apply_remote_retention(TP)
+    start = env.rlm.log_start_offset(TP)
+    assert 0 < start <= 20
+    holding = 1 if start >= 10 else 0
+    assert history() == ([(holding, start), (3, 20)] if start < 20 else [(3, 20)])
+    assert end_offset_for_epoch(log.epoch_entries, 0, log.log_end_offset) == ((0, start) if start >= 10 else (0, 10))
+    env.restart()  # on disk
+    assert history() == ([(holding, start), (3, 20)] if start < 20 else [(3, 20)])
+
+
 def test_remote_retention_by_bytes_and_not_for_compact_only(env: TierEnv) -> None:
     log = env.create(retention_bytes=3000, local_retention_ms=0)
     _fill(log)
