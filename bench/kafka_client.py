@@ -1,12 +1,12 @@
 """The Kafka load client of ``bench kafka``: one confluent-kafka producer or consumer in this process, driven by a
 JSON spec (argv[1]) and answering one JSON line on stdout.
 
-``{"action": "produce", "bootstrap", "topic", "partitions", "value_bytes", "seconds", "rate"}`` sends records of
-``value_bytes`` (16-byte keys, spread round-robin over the partitions; each value distinct text, :func:`_values`) for
-``seconds``, as fast as the producer's
-queue lets it (``rate`` 0) or paced at ``rate`` records/s, with lz4, acks=all and linger.ms=5; it answers the
-records and bytes acknowledged, the elapsed time and the produce latencies' percentiles (librdkafka's own
-per-message latency: from ``produce()`` to the acknowledgement).
+``{"action": "produce", "bootstrap", "topic", "partitions", "value_bytes", "seconds", "rate", "acks"}`` sends
+records of ``value_bytes`` (16-byte keys, spread round-robin over the partitions; each value distinct text,
+:func:`_values`) for ``seconds``, as fast as the producer's queue lets it (``rate`` 0) or paced at ``rate``
+records/s, with lz4, ``acks`` (default all) and linger.ms=5; it answers the records and bytes acknowledged, the
+elapsed time and the produce latencies' percentiles (librdkafka's own per-message latency: from ``produce()`` to the
+acknowledgement).
 
 ``{"action": "consume", "bootstrap", "topic", "partitions", "records"}`` reads every partition from offset 0
 until ``records`` records arrived and answers the bytes, records and elapsed time.
