@@ -56,6 +56,11 @@ class ObjectNotFoundError(RemoteStorageError):
     """No object exists under the key."""
 
 
+class SegmentReplacedError(ObjectNotFoundError):
+    """The remote segment a read was reading was replaced meanwhile (a cleaner's publish): what the read gathered
+    around it may no longer match, so the read starts over (the read paths retry on ObjectNotFoundError)."""
+
+
 class RemoteStorageIOError(RemoteStorageError):
     """A failure a retry will not fix (access denied, invalid request, data verification failed)."""
 

@@ -28,7 +28,7 @@ from log.record.decode import RecordFields
 from log.types import TopicPartition
 from metadata.manager import RemoteLogMetadataManager
 from metadata.types import RemoteLogSegmentMetadata
-from remote.errors import ObjectNotFoundError
+from remote.errors import ObjectNotFoundError, SegmentReplacedError
 from remote.read_cache import MiB
 from remote.remote_reader import RemoteSegmentReader, collect_aborted
 
@@ -162,7 +162,20 @@ class TieredReadPath:
                         upper: int) -> list[AbortedTxn]:
         """Kafka's collectAbortedTransactions for a remote fetch: this segment's txn index,
         then later remote segments, then the local log, until an entry's LSO reaches ``upper``
-        (an ABORT marker lives in the segment holding it, possibly after the fetched range)."""
+        (an ABORT marker lives in the segment holding it, possibly after the fetched range).
+
+        Raises SegmentReplacedError when ``md`` was replaced while this ran: a cleaner's publish replaces ``md`` and
+        the segments after it with a segment that begins where ``md`` does, so the later segments listed here would
+        no longer hold the ABORT markers of ``md``'s aborted records, and a read_committed reader would see those
+        records. The read starts over from the replacement instead."""
+        out = self._collect_remote_aborted(tp, log, md, start, upper)
+        current = self.metadata.remote_log_segment_metadata(tp, start)
+        if current is None or current.id != md.id:
+            raise SegmentReplacedError(f"remote segment {md.id} of {tp} was replaced while read", key=md.id)
+        return out
+
+    def _collect_remote_aborted(self, tp: TopicPartition, log: LocalLog, md: RemoteLogSegmentMetadata, start: int,
+                                upper: int) -> list[AbortedTxn]:
         out, complete = collect_aborted(self.reader.aborted_transactions(md), start, upper)
         if complete:
             return out

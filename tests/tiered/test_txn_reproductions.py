@@ -177,3 +177,53 @@ def test_abort_marker_in_a_later_remote_segment(client: TestClient) -> None:
     assert all(not (v or "").startswith("ABORTED") for _o, _k, v in uncommitted)
     clean(c)
     assert latest(consume(c, "read_committed")) == {"k": "v0", "y": "plain", "z": "after"}
+
+
+def test_a_clean_published_while_read_committed_reads_never_exposes_aborted_records(client: TestClient) -> None:
+    """Found by the soak: a read_committed read of a remote segment collects the aborted transactions from its txn
+    index and from the remote segments after it. A tiered clean that published meanwhile replaced the segment and
+    those after it with one beginning where the segment begins, which the look-up of later segments skipped, while
+    the replaced ones were no longer listed: the ABORT marker was never found and the aborted records were shown.
+    Now the look-up notices its segment was replaced (SegmentReplacedError, which the read paths retry on) and the
+    read starts over from the replacement."""
+    from remote.errors import ObjectNotFoundError, SegmentReplacedError
+
+    c = client
+    assert produce(c, "k", "v0") == 0
+    assert produce(c, "k", "ABORTED-1", TXN5) == 1
+    assert produce(c, "x", "ABORTED-2", {**TXN5, "base_sequence": 1}) == 2
+    roll(c)
+    assert produce(c, "y", "plain") == 3
+    roll(c)
+    assert marker(c, 5, "abort") == 4
+    assert produce(c, "z", "after") == 5
+    roll(c)
+    assert tier(c) == [0, 3, 4]
+    node: Node = c.app.state.node  # type: ignore[attr-defined]
+    path = node.remote.read_path
+    log = node.log("t", 0)
+    tp = log.topic_partition
+    first = node.metadata.remote_log_segment_metadata(tp, 0)
+    assert [(t.producer_id, t.first_offset) for t in path.remote_aborted(tp, log, first, 0, 3)] == [(5, 1)]
+    read_indexes = path.reader.aborted_transactions
+    cleaned: list[dict[str, Any]] = []
+
+    def clean_while_collecting(md: Any) -> list[AbortedTxn]:
+        txns = read_indexes(md)
+        if md.id == first.id and not cleaned:
+            cleaned.append(clean(c))  # the segment being read and those after it are replaced now
+        return txns
+
+    path.reader.aborted_transactions = clean_while_collecting  # type: ignore[method-assign]
+    try:
+        with pytest.raises(SegmentReplacedError) as raised:
+            path.remote_aborted(tp, log, first, 0, 3)
+    finally:
+        path.reader.aborted_transactions = read_indexes  # type: ignore[method-assign]
+    assert cleaned and isinstance(raised.value, ObjectNotFoundError)  # what the read paths retry on
+    replacement = node.metadata.remote_log_segment_metadata(tp, 0)
+    assert replacement.id != first.id
+    # the read starting over reads the replacement, whose aborted records are gone or guarded by their marker
+    page = path.read(tp, 0, isolation="read_committed", max_records=100)
+    values = [f[3] for f in page.fields]
+    assert values and b"ABORTED-1" not in values and b"ABORTED-2" not in values
