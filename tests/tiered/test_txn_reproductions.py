@@ -146,10 +146,9 @@ def test_abort_marker_in_the_next_segment_keeps_the_committed_value(client: Test
     assert all(v != "ABORTED" for _o, _k, v in committed)
 
 
-def test_abort_marker_in_a_later_remote_segment(client: TestClient) -> None:
-    """Reproduction 2: the transaction's data and its ABORT marker in different remote segments;
-    one tiered clean neither exposes the aborted records nor drops the marker still needed."""
-    c = client
+def tier_txn_data_and_its_abort_marker_apart(c: TestClient) -> None:
+    """Producer 5's aborted records (offsets 1-2) and their ABORT marker (4) in different remote segments:
+    [0, 2], [3] and [4, 5]."""
     assert produce(c, "k", "v0") == 0
     assert produce(c, "k", "ABORTED-1", TXN5) == 1
     assert produce(c, "x", "ABORTED-2", {**TXN5, "base_sequence": 1}) == 2
@@ -160,6 +159,13 @@ def test_abort_marker_in_a_later_remote_segment(client: TestClient) -> None:
     assert produce(c, "z", "after") == 5
     roll(c)
     assert tier(c) == [0, 3, 4]
+
+
+def test_abort_marker_in_a_later_remote_segment(client: TestClient) -> None:
+    """Reproduction 2: the transaction's data and its ABORT marker in different remote segments;
+    one tiered clean neither exposes the aborted records nor drops the marker still needed."""
+    c = client
+    tier_txn_data_and_its_abort_marker_apart(c)
     before = consume(c, "read_committed")
     assert latest(before) == {"k": "v0", "y": "plain", "z": "after"}
     clean(c)
@@ -189,16 +195,7 @@ def test_a_clean_published_while_read_committed_reads_never_exposes_aborted_reco
     from remote.errors import ObjectNotFoundError, SegmentReplacedError
 
     c = client
-    assert produce(c, "k", "v0") == 0
-    assert produce(c, "k", "ABORTED-1", TXN5) == 1
-    assert produce(c, "x", "ABORTED-2", {**TXN5, "base_sequence": 1}) == 2
-    roll(c)
-    assert produce(c, "y", "plain") == 3
-    roll(c)
-    assert marker(c, 5, "abort") == 4
-    assert produce(c, "z", "after") == 5
-    roll(c)
-    assert tier(c) == [0, 3, 4]
+    tier_txn_data_and_its_abort_marker_apart(c)
     node: Node = c.app.state.node  # type: ignore[attr-defined]
     path = node.remote.read_path
     log = node.log("t", 0)
