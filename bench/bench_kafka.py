@@ -182,7 +182,7 @@ def _tier_all(c: httpx.Client, topic: str, partitions: int) -> int:
 TARGET_RUNS = 3
 #: what each run of a judged phase keeps in ``runs``
 _RUN_FIELDS = ("mb_per_s", "mb_per_server_cpu_s", "server_cpu_us_per_request", "requests", "p50_ms", "p99_ms",
-               "server_p99_ms_at_most", "server_user_s", "server_system_s")
+               "server_p99_ms_at_most", "round_trip_p99_ms", "server_user_s", "server_system_s")
 
 
 def _median_phase(server: psutil.Process, spec: dict[str, Any], c: httpx.Client, by: str) -> dict[str, Any]:
@@ -190,7 +190,7 @@ def _median_phase(server: psutil.Process, spec: dict[str, Any], c: httpx.Client,
     main figures under ``runs``."""
     runs = [_phase(server, spec, c) for _ in range(1 if quick() else TARGET_RUNS)]
     chosen = sorted(runs, key=lambda r: r[by])[len(runs) // 2]
-    return {**chosen, "runs": [{k: r[k] for k in _RUN_FIELDS} for r in runs], "median_of": by}
+    return {**chosen, "runs": [{k: r.get(k) for k in _RUN_FIELDS} for r in runs], "median_of": by}
 
 
 def run_partitions(srv: bench_service.ServeProcess, bootstrap: str, partitions: int, seconds: float,

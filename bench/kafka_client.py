@@ -6,7 +6,7 @@ records of ``value_bytes`` (16-byte keys, spread round-robin over the partitions
 :func:`_values`) for ``seconds``, as fast as the producer's queue lets it (``rate`` 0) or paced at ``rate``
 records/s, with lz4, ``acks`` (default all) and linger.ms=5; it answers the records and bytes acknowledged, the
 elapsed time and the produce latencies' percentiles (librdkafka's own per-message latency: from ``produce()`` to the
-acknowledgement).
+acknowledgement), and that latency's two parts as librdkafka's statistics split them (:class:`_Split`).
 
 ``{"action": "consume", "bootstrap", "topic", "partitions", "records"}`` reads every partition from offset 0
 until ``records`` records arrived and answers the bytes, records and elapsed time.
@@ -58,10 +58,45 @@ def _values(size: int) -> list[bytes]:
     return values
 
 
+class _Split:
+    """The produce latency's two parts, from librdkafka's statistics (``statistics.interval.ms``: one JSON document a
+    second, each broker's figures over that second): ``int_latency``, how long a record waits in the client's queue
+    before it goes into a request (linger.ms included), and ``rtt``, a Produce request's round trip (the network and
+    the server, its sync included). Each second's p99 is kept; :meth:`answer` gives their median and the worst
+    second's maximum. Only the seconds while ``measuring`` is set count."""
+
+    PARTS = {"int_latency": "client_queue", "rtt": "round_trip"}
+
+    def __init__(self) -> None:
+        self.measuring = False
+        self.seconds: list[dict[str, tuple[float, float, float]]] = []
+
+    def on_stats(self, document: str) -> None:
+        if not self.measuring:
+            return
+        for broker in json.loads(document)["brokers"].values():
+            if broker.get("nodeid", -1) >= 0 and broker["rtt"]["cnt"]:
+                self.seconds.append({k: (broker[k]["p50"] / 1000, broker[k]["p99"] / 1000, broker[k]["max"] / 1000)
+                                     for k in self.PARTS})
+
+    def answer(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        if not self.seconds:
+            return out
+        for key, name in self.PARTS.items():
+            p50s, p99s, maxes = zip(*(second[key] for second in self.seconds), strict=True)
+            out[f"{name}_p50_ms"] = round(_pct(list(p50s), 50), 2)
+            out[f"{name}_p99_ms"] = round(_pct(list(p99s), 50), 2)
+            out[f"{name}_max_ms"] = round(max(maxes), 2)
+        return out
+
+
 def produce(spec: dict[str, Any]) -> dict[str, Any]:
+    split = _Split()
     p = Producer({"bootstrap.servers": spec["bootstrap"], "compression.type": "lz4", "acks": spec.get("acks", "all"),
                   "linger.ms": 5, "enable.idempotence": False, "queue.buffering.max.kbytes": 65536,
-                  "batch.size": 1_000_000, "message.max.bytes": 2_000_000})
+                  "batch.size": 1_000_000, "message.max.bytes": 2_000_000,
+                  "statistics.interval.ms": 1000, "stats_cb": split.on_stats})
     values = _values(spec["value_bytes"])
     parts = spec["partitions"]
     done = {"records": 0, "bytes": 0, "errors": 0, "all_bytes": 0}
@@ -115,15 +150,16 @@ def produce(spec: dict[str, Any]) -> dict[str, Any]:
     send_for(spec.get("warmup", 1.0))  # warm-up: connections, metadata, the server's first segments
     p.flush(60)
     i_local[0] = 0
-    measuring[0] = True
+    measuring[0] = split.measuring = True
     t0 = time.perf_counter()
     send_for(spec["seconds"])
     left = p.flush(60)
     elapsed = time.perf_counter() - t0
+    split.measuring = False
     return {"records": done["records"], "bytes": done["bytes"], "seconds": elapsed, "errors": done["errors"],
             "unflushed": left, "sent_records": i_local[0], "sent_bytes": done["all_bytes"],
             "p50_ms": round(_pct(latencies, 50) * 1000, 2), "p99_ms": round(_pct(latencies, 99) * 1000, 2),
-            "max_ms": round(max(latencies, default=0.0) * 1000, 2)}
+            "max_ms": round(max(latencies, default=0.0) * 1000, 2), **split.answer()}
 
 
 def consume(spec: dict[str, Any]) -> dict[str, Any]:

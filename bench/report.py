@@ -305,7 +305,10 @@ def _kafka() -> list[str]:
            f"(its idle share, {d['server_idle_cpu_share']} of a core, included; the net figure takes it off); "
            "latencies are librdkafka's, from `produce()` to the acknowledgement (acks=all waits for the sync: one "
            "syncfs of the data dir's file system for a job's partitions); in brackets the server's share, from a "
-           "request's arrival to its answer (the bucket bounds of its Produce TotalTimeMs histogram)."
+           "request's arrival to its answer (the bucket bounds of its Produce TotalTimeMs histogram), and the two "
+           "parts librdkafka's statistics split a record's latency into, each second's p99 (the median second): "
+           "its wait in the client's queue (`queue`, linger.ms included) and its request's round trip (`rtt`, the "
+           "network and the server)."
            + _per_request(d) + _content(d),
            "", "| partitions | phase | MB/s | records/s | server CPU-s per GB | MB per server CPU-s (net of idle) "
            "| p50 / p99 ms (the server's share) | requests (server CPU µs a request) | server user / system CPU-s | load average before |",
@@ -319,7 +322,10 @@ def _kafka() -> list[str]:
             r = res[phase]
             lat = f"{r['p50_ms']} / {r['p99_ms']}" if "p99_ms" in r else "-"
             if r.get("server_p99_ms_at_most") is not None:
-                lat += f" (server ≤ {r['server_p50_ms_at_most']:g} / ≤ {r['server_p99_ms_at_most']:g})"
+                lat += f" (server ≤ {r['server_p50_ms_at_most']:g} / ≤ {r['server_p99_ms_at_most']:g}"
+                if r.get("round_trip_p99_ms") is not None:
+                    lat += f"; queue {r['client_queue_p99_ms']}, rtt {r['round_trip_p99_ms']}"
+                lat += ")"
             reqs = f"{_n(r['requests'])} ({_n(r['server_cpu_us_per_request'])})" if "requests" in r else "-"
             split = f"{r['server_user_s']} / {r['server_system_s']}" if "server_user_s" in r else "-"
             out.append(f"| {parts} | {label} | {_n(r['mb_per_s'], 1)} | {_n(r['records_per_s'])} | "
@@ -328,6 +334,7 @@ def _kafka() -> list[str]:
                        f"{r['loadavg_before']} |")
             if len(r.get("runs", ())) > 1:
                 figures = ", ".join(f"{_n(x['mb_per_server_cpu_s'], 1)} MB per CPU-s, p99 {x['p99_ms']} ms"
+                                    + (f" (rtt {x['round_trip_p99_ms']})" if x.get("round_trip_p99_ms") else "")
                                     for x in r["runs"])
                 spread.append(f"{parts} partition{'s' if parts != '1' else ''}, {label}: {figures}")
     if spread:
