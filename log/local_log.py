@@ -33,6 +33,7 @@ from log.index.txn_index import AbortedTxn
 from log.leader_epochs import LeaderEpochCache
 from log.locks import RANK_LOCAL_LOG, ordered_rlock
 from log.log_loader import CLEAN_SHUTDOWN_FILE, LogLoader
+from log.page_cache import DROP_STEP, behind_window
 from log.producer_snapshot import list_snapshots, snapshot_path, write_snapshot
 from log.producer_state import ProducerStateEntry, ProducerStateManager
 from log.record import (
@@ -85,7 +86,7 @@ LOCAL_READ_ATTEMPTS = 5
 
 class LocalLog:
     def __init__(self, directory: Path, config: LogConfig, *, clock: Clock = SYSTEM_CLOCK,
-                 scheduler: Scheduler | None = None) -> None:
+                 scheduler: Scheduler | None = None, page_cache_window: int = -1) -> None:
         self.dir = Path(directory)
         self.topic_partition = TopicPartition.from_dir_name(self.dir.name)
         self.config = config
@@ -102,6 +103,11 @@ class LocalLog:
         #: test hook called with a step name during the swap protocol (crash injection)
         self.crash_hook: Callable[[str], None] | None = None
         self._closed = False
+        #: the newest bytes of this log kept in the page cache, the rest dropped behind (-1: all; log/page_cache.py)
+        self.page_cache_window = page_cache_window
+        #: segments rolled since the last drop that may still hold cached bytes behind the window
+        self._rolled_cached: list[LogSegment] = []
+        self._appended_since_drop = 0
         self.dir.mkdir(parents=True, exist_ok=True)
         try:
             self.epochs.entries = LogLoader(self.dir, self.topic_partition, config, clock, self.segments,
@@ -356,7 +362,28 @@ class LocalLog:
                 if first < 0:
                     first = stamped.base_offset
                 last = stamped.last_offset
+                self._appended_since_drop += len(buf)
+            if self._appended_since_drop >= DROP_STEP:
+                self._drop_behind()
             return AppendResult(first, last)
+
+    def _drop_behind(self) -> None:
+        """(Under the lock, once per DROP_STEP appended.) Drop from the page cache what lies behind the newest
+        ``page_cache_window`` bytes, in the active segment and in those rolled since (log/page_cache.py)."""
+        self._appended_since_drop = 0
+        window = self.page_cache_window
+        if window < 0:
+            return
+        active = self.active_segment
+        segs = [*(s for s in self._rolled_cached if s is not active), active]
+        keep = []
+        for seg, floor in zip(segs, behind_window([s.size for s in segs], window), strict=True):
+            if floor > seg.cache_dropped_to:
+                seg.drop_cache(seg.cache_dropped_to, floor)
+                seg.cache_dropped_to = floor
+            if seg is not active and floor < seg.size:
+                keep.append(seg)
+        self._rolled_cached = keep
 
     def _maybe_recompress(self, batch: RecordBatch) -> bytes | memoryview:
         target = self.config.get("compression.type")
@@ -410,6 +437,8 @@ class LocalLog:
             if active.size == 0:
                 return active
             active.on_become_inactive()
+            if self.page_cache_window >= 0:
+                self._rolled_cached.append(active)
             seg = LogSegment(self.dir, new_base, index_interval_bytes=int(self.config.get("index.interval.bytes")),
                              create=True)
             seg.created_ms = self.clock.milliseconds()  # type: ignore[attr-defined]

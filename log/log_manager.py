@@ -83,8 +83,11 @@ class Topic:
 
 
 class LogManager:
-    def __init__(self, data_dir: Path, *, clock: Clock = SYSTEM_CLOCK, scheduler: Scheduler | None = None) -> None:
+    def __init__(self, data_dir: Path, *, clock: Clock = SYSTEM_CLOCK, scheduler: Scheduler | None = None,
+                 page_cache_window: int = -1) -> None:
         self.data_dir = Path(data_dir)
+        #: each log's newest bytes kept in the page cache (-1: all of them; log/page_cache.py)
+        self.page_cache_window = page_cache_window
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_file: IO[bytes] | None = _lock_data_dir(self.data_dir)
         self.clock = clock
@@ -154,7 +157,8 @@ class LogManager:
     def _open_log(self, tp: TopicPartition, config: LogConfig) -> LocalLog | None:
         """Open (and recover) one partition; a failure takes only that partition offline."""
         try:
-            log = LocalLog(self.data_dir / tp.dir_name, config, clock=self.clock, scheduler=self.scheduler)
+            log = LocalLog(self.data_dir / tp.dir_name, config, clock=self.clock, scheduler=self.scheduler,
+                           page_cache_window=self.page_cache_window)
         except Exception as e:  # any failure to load must not stop the other partitions
             reason = str(e) if isinstance(e, TiercompactError) else (
                 f"{type(e).__name__}: {e}. Check the files in {self.data_dir / tp.dir_name}, fix or restore "
@@ -185,7 +189,8 @@ class LogManager:
             topic = Topic(name, partitions, cfg)
             for p in range(partitions):
                 tp = TopicPartition(name, p)
-                self._logs[tp] = LocalLog(self.data_dir / tp.dir_name, cfg, clock=self.clock, scheduler=self.scheduler)
+                self._logs[tp] = LocalLog(self.data_dir / tp.dir_name, cfg, clock=self.clock, scheduler=self.scheduler,
+                                          page_cache_window=self.page_cache_window)
             self._topics[name] = topic
             self._persist()
             return topic
@@ -200,7 +205,7 @@ class LogManager:
             for p in range(old.partitions, count):
                 tp = TopicPartition(name, p)
                 self._logs[tp] = LocalLog(self.data_dir / tp.dir_name, old.config, clock=self.clock,
-                                          scheduler=self.scheduler)
+                                          scheduler=self.scheduler, page_cache_window=self.page_cache_window)
             topic = self._topics[name] = Topic(name, count, old.config)
             self._persist()
             return topic

@@ -19,6 +19,7 @@ from log.errors import CorruptRecordError, LogSegmentOffsetOverflowError
 from log.index.offset_index import INT32_MAX, OffsetIndex
 from log.index.time_index import TimeIndex
 from log.index.txn_index import AbortedTxn, TransactionIndex
+from log.page_cache import drop_cached
 from log.record import RecordBatch, iter_file_batches
 from log.record.records import DEFAULT_BUFFER_SIZE
 from log.writeback import start_writeback
@@ -71,6 +72,8 @@ class LogSegment:
         self._writer: object | None = None
         #: where the appended bytes whose write-back has not been started begin
         self._writeback_from = self.size
+        #: the bytes below this were dropped from the page cache behind the log's window (log/page_cache.py)
+        self.cache_dropped_to = 0
         self._bytes_since_last_index_entry = 0
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp_so_far = base_offset
@@ -163,6 +166,21 @@ class LogSegment:
         if self.size - self._writeback_from >= WRITEBACK_BYTES:
             start_writeback(f.fileno(), self._writeback_from, self.size - self._writeback_from)
             self._writeback_from = self.size
+
+    def drop_cache(self, start: int, end: int) -> None:
+        """Ask the kernel to drop this segment's cached pages of bytes [``start``, ``end``) (log/page_cache.py);
+        never raises (a segment deleted meanwhile has nothing left to drop)."""
+        if self._writer is not None:
+            drop_cached(self._writer.fileno(), start, end)  # type: ignore[attr-defined]
+            return
+        try:
+            fd = os.open(self.log_path, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            drop_cached(fd, start, end)
+        finally:
+            os.close(fd)
 
     def _check_can_hold(self, largest_offset: int) -> None:
         if not self.can_hold(largest_offset):

@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from log.errors import InvalidConfigError
+from log.page_cache import DEFAULT_WINDOW_BYTES
 
 ENV_PREFIX = "TIERCOMPACT_"
 CONFIG_FILE_ENV = ENV_PREFIX + "CONFIG"
@@ -118,6 +119,11 @@ class ServiceConfig(BaseModel):
                                                        "dropped.")
     remote_cache_bytes: int = Field(1024 * 1024 * 1024, ge=0,
                                     description="Disk budget for downloaded remote segment chunks.")
+    page_cache_window_bytes: int = Field(DEFAULT_WINDOW_BYTES, ge=-1,
+                                         description="The newest bytes of each partition's local log kept in the page "
+                                                     "cache; older ones are dropped behind the writer and behind "
+                                                     "Kafka fetches that read them (-1: leave all of it to the "
+                                                     "kernel, as Kafka does). See docs/operations.md.")
     max_request_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest accepted HTTP request body.")
     max_records_per_request: int = Field(10_000, ge=1, description="Most records one produce request may carry.")
     max_fetch_records: int = Field(10_000, ge=1, description="Largest max_records a read may ask for.")

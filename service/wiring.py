@@ -125,7 +125,8 @@ def build_parts(config: ServiceConfig, clock: Clock) -> NodeParts:
     """Open the stores and build the node's collaborators (local recovery runs as logs open)."""
     data_dir = config.data_dir
     scheduler = Scheduler(clock, name="tiercompact-delete-scheduler")
-    log_manager = LogManager(data_dir, clock=clock, scheduler=scheduler)
+    log_manager = LogManager(data_dir, clock=clock, scheduler=scheduler,
+                             page_cache_window=config.page_cache_window_bytes)
     inner_store = load_object_store(config.remote_url, **store_options(config))
     remove_temp_files(data_dir, inner_store)
     # the breaker fails calls fast once the store is known to be down (503 + Retry-After)
