@@ -290,9 +290,10 @@ def _content(d: dict[str, Any]) -> str:
         if versions else ""
     return (f"{client} lz4 shrank the produced records {min(ratios)} to "
             f"{max(ratios)}-fold on the wire (the server's BytesIn), so the server handled about half the bytes the MB "
-            "figures count. The server's system CPU is mostly the page cache the appends write to: on this virtual "
-            "machine memory the host has not yet backed costs several times more to fill than on bare metal, and "
-            "that share varies from run to run.")
+            "figures count. The server's system CPU is mostly the page cache the appends write to and the fetches "
+            "read through: on this virtual machine a page cache growing into memory the host took back costs several "
+            "times what recycled pages do, which is why `serve` keeps only each partition's newest 64 MiB cached "
+            "(docs/operations.md); that share still varies from run to run.")
 
 
 def _kafka() -> list[str]:
