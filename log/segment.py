@@ -397,6 +397,7 @@ class LogSegment:
         with open(self.log_path, "r+b") as f:
             f.truncate(pos)
         self.size = pos
+        self.cache_dropped_to = min(self.cache_dropped_to, pos)  # what is appended again starts cached
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.txn_index.truncate_to(offset)

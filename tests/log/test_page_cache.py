@@ -21,6 +21,7 @@ from log.local_log import LocalLog
 from log.log_manager import LogManager
 from log.page_cache import DEFAULT_WINDOW_BYTES, behind_window, drop_cached
 from log.record import RecordBatchBuilder
+from log.segment import LogSegment
 from log.types import TopicPartition
 from service.config import ServiceConfig
 
@@ -151,3 +152,16 @@ def test_the_node_sets_the_window_of_every_log(tmp_path: Path) -> None:
         assert {manager.get_log(TopicPartition("t", p)).page_cache_window for p in range(2)} == {5 * MIB}
     finally:
         manager.close()
+
+
+def test_a_truncated_segment_drops_again_from_its_new_end(tmp_path: Path) -> None:
+    seg = LogSegment(tmp_path, 0, create=True)
+    for i in range(4):
+        b = RecordBatchBuilder(i)
+        b.append(i, int(time.time() * 1000), b"key", os.urandom(1000))
+        batch = b.build()
+        seg.append(batch, largest_offset=i, largest_timestamp=int(time.time() * 1000), offset_of_largest_timestamp=i)
+    seg.cache_dropped_to = seg.size
+    seg.truncate_to(2)  # recovery of a torn tail, say
+    assert seg.cache_dropped_to == seg.size == 2 * len(batch)
+    seg.close()
