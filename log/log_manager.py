@@ -154,11 +154,15 @@ class LogManager:
         except (OSError, ValueError, KeyError, TypeError, AttributeError, TiercompactError) as e:
             raise InvalidConfigError(f"{path} is not a valid topic registry ({type(e).__name__}: {e})") from None
 
+    def _new_log(self, tp: TopicPartition, config: LogConfig) -> LocalLog:
+        """Open (or create) one partition's log in this data dir, with the manager's clock, scheduler and window."""
+        return LocalLog(self.data_dir / tp.dir_name, config, clock=self.clock, scheduler=self.scheduler,
+                        page_cache_window=self.page_cache_window)
+
     def _open_log(self, tp: TopicPartition, config: LogConfig) -> LocalLog | None:
         """Open (and recover) one partition; a failure takes only that partition offline."""
         try:
-            log = LocalLog(self.data_dir / tp.dir_name, config, clock=self.clock, scheduler=self.scheduler,
-                           page_cache_window=self.page_cache_window)
+            log = self._new_log(tp, config)
         except Exception as e:  # any failure to load must not stop the other partitions
             reason = str(e) if isinstance(e, TiercompactError) else (
                 f"{type(e).__name__}: {e}. Check the files in {self.data_dir / tp.dir_name}, fix or restore "
@@ -189,8 +193,7 @@ class LogManager:
             topic = Topic(name, partitions, cfg)
             for p in range(partitions):
                 tp = TopicPartition(name, p)
-                self._logs[tp] = LocalLog(self.data_dir / tp.dir_name, cfg, clock=self.clock, scheduler=self.scheduler,
-                                          page_cache_window=self.page_cache_window)
+                self._logs[tp] = self._new_log(tp, cfg)
             self._topics[name] = topic
             self._persist()
             return topic
@@ -204,8 +207,7 @@ class LogManager:
                                           f"{old.partitions}; the new count must be more, up to {MAX_PARTITIONS}")
             for p in range(old.partitions, count):
                 tp = TopicPartition(name, p)
-                self._logs[tp] = LocalLog(self.data_dir / tp.dir_name, old.config, clock=self.clock,
-                                          scheduler=self.scheduler, page_cache_window=self.page_cache_window)
+                self._logs[tp] = self._new_log(tp, old.config)
             topic = self._topics[name] = Topic(name, count, old.config)
             self._persist()
             return topic
