@@ -375,7 +375,7 @@ class LocalLog:
         if window < 0:
             return
         active = self.active_segment
-        segs = [*(s for s in self._rolled_cached if s is not active), active]
+        segs = [*self._rolled_cached, active]
         keep = []
         for seg, floor in zip(segs, behind_window([s.size for s in segs], window), strict=True):
             if floor > seg.cache_dropped_to:

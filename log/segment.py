@@ -161,8 +161,6 @@ class LogSegment:
     def _start_writeback(self, f) -> None:  # type: ignore[no-untyped-def]
         """Start the write-back of what was appended since the last start, once that is WRITEBACK_BYTES or more, so
         the fsync at this segment's roll (or a sync) finds little left to write (log/writeback.py)."""
-        if self._writeback_from > self.size:  # truncated since
-            self._writeback_from = self.size
         if self.size - self._writeback_from >= WRITEBACK_BYTES:
             start_writeback(f.fileno(), self._writeback_from, self.size - self._writeback_from)
             self._writeback_from = self.size
@@ -181,6 +179,12 @@ class LogSegment:
             drop_cached(fd, start, end)
         finally:
             os.close(fd)
+
+    def _shrunk_to(self, size: int) -> None:
+        """The file was truncated to ``size``: what is appended again is written back and dropped from there."""
+        self.size = size
+        self._writeback_from = min(self._writeback_from, size)
+        self.cache_dropped_to = min(self.cache_dropped_to, size)
 
     def _check_can_hold(self, largest_offset: int) -> None:
         if not self.can_hold(largest_offset):
@@ -359,7 +363,7 @@ class LogSegment:
             with open(self.log_path, "r+b") as f:
                 f.truncate(valid_end)
                 os.fsync(f.fileno())
-            self.size = valid_end
+            self._shrunk_to(valid_end)
         self.rebuild_indexes()
         self.txn_index.truncate_to(self._next_offset if self._next_offset is not None else self.base_offset)
         return truncated
@@ -396,8 +400,7 @@ class LogSegment:
         removed = self.size - pos
         with open(self.log_path, "r+b") as f:
             f.truncate(pos)
-        self.size = pos
-        self.cache_dropped_to = min(self.cache_dropped_to, pos)  # what is appended again starts cached
+        self._shrunk_to(pos)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.txn_index.truncate_to(offset)

@@ -51,3 +51,20 @@ def test_start_writeback_asks_the_kernel_and_never_raises(tmp_path: Path) -> Non
         assert start_writeback(f.fileno(), 0, 1_000_000)
         assert not start_writeback(f.fileno(), 0, 0)  # nothing to write
     assert not start_writeback(987_654, 0, 10)  # a closed descriptor: refused, quietly
+
+
+def test_after_a_truncation_the_writeback_starts_from_the_new_end(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[int, int]] = []
+    monkeypatch.setattr(segment_module, "start_writeback", lambda fd, offset, length: calls.append((offset, length)))
+    seg = LogSegment(tmp_path, 0, create=True)
+    for i in range(3):
+        seg.append(_batch(i, WRITEBACK_BYTES // 2), largest_offset=i, largest_timestamp=1_700_000_000_000,
+                   offset_of_largest_timestamp=i)
+    assert len(calls) == 1 and calls[0][0] == 0
+    seg.truncate_to(1)  # below where the write-back got to
+    kept = seg.size
+    seg.append(_batch(1, WRITEBACK_BYTES), largest_offset=1, largest_timestamp=1_700_000_000_000,
+               offset_of_largest_timestamp=1)
+    assert calls[1] == (kept, seg.size - kept)
+    seg.close()
