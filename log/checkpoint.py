@@ -52,6 +52,7 @@ TMP_SUFFIX = ".tmp"
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 
 
 def fsync_dir(path: Path) -> None:
@@ -85,10 +86,19 @@ class CheckpointFile(Generic[T]):
         self._lock = ordered_lock("log.checkpoint_file", RANK_CHECKPOINT_FILE)
 
     def write(self, entries: Iterable[T]) -> None:
-        items = list(entries)
-        text = f"{self.version}\n{len(items)}\n" + "".join(self._format(e) + "\n" for e in items)
+        text = self._render(entries)
         with self._lock:
             atomic_write_text(self.path, text)
+
+    def under_lock(self, fn: Callable[[Callable[[Iterable[T]], None]], None]) -> None:
+        """Call ``fn`` with the file's lock held and a function that writes the file: of two threads storing a
+        value that keeps changing, each reading it inside ``fn``, the last to write stores the newest."""
+        with self._lock:
+            fn(lambda entries: atomic_write_text(self.path, self._render(entries)))
+
+    def _render(self, entries: Iterable[T]) -> str:
+        items = list(entries)
+        return f"{self.version}\n{len(items)}\n" + "".join(self._format(e) + "\n" for e in items)
 
     def read(self) -> list[T]:
         with self._lock:
@@ -218,20 +228,53 @@ def _parse_start_offset(f: list[str]) -> int:
     return int(f[0])
 
 
-class LogStartOffsetCheckpointFile:
-    """The ``log-start-offset-checkpoint`` file of one partition: the offset DeleteRecords moved its
-    log start to (absent: never moved). Raises CorruptRecordError on a malformed file."""
+class SingleOffsetCheckpointFile:
+    """A checkpoint file holding one offset of one partition (absent: none stored). Raises CorruptRecordError on a
+    malformed file."""
 
     def __init__(self, path: Path) -> None:
         self._file: CheckpointFile[int] = CheckpointFile(path, 0, str, _parse_start_offset)
         self.path = self._file.path
 
-    def read(self) -> int:
-        """The stored offset, 0 when there is none."""
+    def read_offset(self) -> int | None:
+        """The stored offset, None when there is none."""
         entries = self._file.read()
         if len(entries) > 1:
             raise CorruptRecordError(f"holds {len(entries)} offsets, not one", source=str(self.path))
-        return entries[0] if entries else 0
+        return entries[0] if entries else None
 
     def write(self, offset: int) -> None:
         self._file.write([offset])
+
+
+class LogStartOffsetCheckpointFile(SingleOffsetCheckpointFile):
+    """The ``log-start-offset-checkpoint`` file of one partition: the offset DeleteRecords moved its
+    log start to (absent: never moved)."""
+
+    def read(self) -> int:
+        """The stored offset, 0 when there is none."""
+        offset = self.read_offset()
+        return 0 if offset is None else offset
+
+
+class RecoveryPointCheckpointFile(SingleOffsetCheckpointFile):
+    """The ``recovery-point-offset-checkpoint`` file of one partition: every record below its offset was on disk
+    when it was written (Kafka keeps one such file per data dir, for all its partitions). After a crash, the
+    segments holding offsets at or above it are recovered (log/log_loader.py); absent (a data dir from before
+    rolls were synced in the background), every rolled segment counts as on disk."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        #: the offset this object last stored (None: none yet)
+        self.stored: int | None = None
+
+    def store(self, point: Callable[[], int]) -> None:
+        """Store ``point()``, read under the file's lock, unless it is the offset stored last: threads that move
+        the point (a sync moving it up, a truncation moving it down) and store it after leave the newest."""
+        def store_newest(write: Callable[[Iterable[int]], None]) -> None:
+            value = point()
+            if value != self.stored:
+                write([value])
+                self.stored = value
+
+        self._file.under_lock(store_newest)

@@ -1,9 +1,10 @@
 """Making a log's appended records durable: an fsync of the active segment outside the log's lock, and Kafka's flush.messages / flush.ms.
 
-Rolled segments are fsynced when they roll (LocalLog.roll), so what an append leaves
-volatile is the tail of the active segment: :func:`sync_log` fsyncs it without holding the
-log's lock (appends go on meanwhile) and returns the offset below which every record is on
-disk. Indexes are not synced: recovery rebuilds them from the segment.
+What an append leaves volatile is the tail of the active segment and, right after a roll, the
+rolled segment (a roll syncs it in the background, :meth:`LocalLog.sync_rolled`):
+:func:`sync_log` syncs what rolls left first, then fsyncs the active segment, without holding
+the log's lock (appends go on meanwhile), and returns the offset below which every record is
+on disk. The active segment's indexes are not synced: recovery rebuilds them from the segment.
 
 :class:`FlushTracker` remembers, per log, the offset synced so far and when, which is what
 Kafka's ``flush.messages`` (sync once that many records are unsynced) and ``flush.ms`` (sync
@@ -32,14 +33,15 @@ from log.local_log import LocalLog
 
 
 def sync_log(log: LocalLog) -> int:
-    """fsync the active segment's appended bytes; returns the log end offset they cover."""
+    """fsync the log's appended bytes (what rolls left first); returns the log end offset they cover."""
     with log.lock:
         end = log.log_end_offset
         path = log.active_segment.log_path
+    log.sync_rolled()  # after the end is read: every roll below it is synced, the active segment's name too
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        return end  # rolled (and so synced) and then deleted by retention meanwhile
+        return end  # rolled (and so synced by the roll's sync, which came first) and deleted by retention
     try:
         os.fsync(fd)
     finally:

@@ -38,6 +38,15 @@ class LeaderEpochCache:
         self.entries = [e for e in entries if e.start_offset <= end]
         self.file.write(self.entries)
 
+    def truncate_from_end(self, end: int) -> None:
+        """Kafka's truncateFromEnd, when the log end moves back to ``end`` (recovery cut a torn tail): the epochs
+        that began after it go. One beginning at ``end`` stays: a leader's epoch is recorded at the log end when
+        it takes over, before its first append."""
+        kept = [e for e in self.entries if e.start_offset <= end]
+        if len(kept) != len(self.entries):
+            self.entries = kept
+            self.file.write(self.entries)
+
     def truncate_from_start(self, start: int) -> None:
         """Kafka's truncateFromStart, when the log start offset moves up to ``start``: the epochs that began at or
         below it go but the last of them, which now begins at ``start``. An OffsetForLeaderEpoch for an epoch

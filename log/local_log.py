@@ -19,11 +19,18 @@ A single LocalLog object must own a directory.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from log.checkpoint import LOG_START_OFFSET_CHECKPOINT, LogStartOffsetCheckpointFile, fsync_dir
+from log.checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    LogStartOffsetCheckpointFile,
+    RecoveryPointCheckpointFile,
+    fsync_dir,
+)
 from log.clock import SYSTEM_CLOCK, Clock
 from log.config import LogConfig
 from log.errors import CorruptRecordError, InvalidRequestError, OffsetOutOfRangeError
@@ -31,7 +38,7 @@ from log.errors import SimulatedCrash as SimulatedCrash  # where the crash hooks
 from log.fetch_raw import readable_segments
 from log.index.txn_index import AbortedTxn
 from log.leader_epochs import LeaderEpochCache
-from log.locks import RANK_LOCAL_LOG, ordered_rlock
+from log.locks import RANK_LOCAL_LOG, RANK_LOG_ROLL_SYNC, ordered_lock, ordered_rlock
 from log.log_loader import CLEAN_SHUTDOWN_FILE, LogLoader
 from log.page_cache import DROP_STEP, behind_window
 from log.producer_snapshot import list_snapshots, snapshot_path, write_snapshot
@@ -108,10 +115,24 @@ class LocalLog:
         #: segments rolled since the last drop that may still hold cached bytes behind the window
         self._rolled_cached: list[LogSegment] = []
         self._appended_since_drop = 0
+        #: rolled segments not synced yet, oldest first, each with the producer snapshot its roll wrote: with a
+        #: scheduler, a roll syncs nothing under the lock and :meth:`sync_rolled` syncs them soon after (Kafka's
+        #: flush of the rolled segment, which it schedules at roll)
+        self._unsynced_rolls: list[tuple[LogSegment, Path]] = []
+        self._roll_sync = ordered_lock("log.roll_sync", RANK_LOG_ROLL_SYNC)
+        self._recovery_file = RecoveryPointCheckpointFile(self.dir / RECOVERY_POINT_CHECKPOINT)
+        self._recovery_file_present = False
         self.dir.mkdir(parents=True, exist_ok=True)
         try:
+            recovery_point = self._read_recovery_point()
             self.epochs.entries = LogLoader(self.dir, self.topic_partition, config, clock, self.segments,
-                                            self.producer_state, self.epochs.file).load()
+                                            self.producer_state, self.epochs.file,
+                                            recovery_point=recovery_point).load()
+            #: every record below this offset is on disk (Kafka's recoveryPoint): all but the active segment now
+            self.recovery_point = self.active_segment.base_offset
+            self._recovery_file_present = recovery_point is not None
+            self._recovery_file.stored = recovery_point
+            self.epochs.truncate_from_end(self.log_end_offset)
             try:
                 self._start_floor = self._start_file.read()
             except CorruptRecordError as e:  # read as 0 it would serve records a client deleted again
@@ -125,6 +146,52 @@ class LocalLog:
     def _hook(self, step: str) -> None:
         if self.crash_hook is not None:
             self.crash_hook(step)
+
+    def _read_recovery_point(self) -> int | None:
+        try:
+            return self._recovery_file.read_offset()
+        except CorruptRecordError as e:  # recovered as absent: every rolled segment is checked, none cut
+            logger.warning("%s: ignoring the recovery point: %s", self.topic_partition, e)
+            return None
+
+    # ---- syncing what rolls left --------------------------------------------------------
+    def sync_rolled(self) -> None:
+        """Make what rolls left unsynced durable, oldest roll first: each rolled segment's files, the producer
+        snapshot written at its end, then the directory (the new segments' names); then move the recovery point
+        past them and store it. Kafka schedules this flush at every roll. Called by the scheduler after a roll,
+        by every sync of the log (acks=-1, flush.messages, flush.ms: what they make durable comes after), and
+        before a segment is copied to the remote tier. Never called with the log's lock held."""
+        with self._roll_sync:
+            with self.lock:
+                pending = list(self._unsynced_rolls)
+            if not pending:
+                return
+            for seg, snapshot in pending:
+                seg.sync_files()
+                _fsync_if_present(snapshot)
+            synced = {id(entry) for entry in pending}
+            try:
+                fsync_dir(self.dir)
+            except FileNotFoundError:  # the partition was deleted meanwhile: nothing of it is left to keep
+                with self.lock:
+                    self._unsynced_rolls = [e for e in self._unsynced_rolls if id(e) not in synced]
+                return
+            with self.lock:  # by identity: a truncation may have cleared the list and a roll added to it meanwhile
+                self._unsynced_rolls = [e for e in self._unsynced_rolls if id(e) not in synced]
+                self._advance_recovery_point()
+            self._store_recovery_point()
+
+    def _advance_recovery_point(self) -> None:
+        """Set the recovery point (under the log's lock) to the base of the oldest rolled segment still unsynced,
+        else the active segment's: every record below it is on disk."""
+        self.recovery_point = (self._unsynced_rolls[0][0].base_offset if self._unsynced_rolls
+                               else self.active_segment.base_offset)
+
+    def _store_recovery_point(self) -> None:
+        """Store the recovery point as it is when the file's lock is taken (so a sync's higher point, stored after
+        a truncation lowered it, cannot overwrite the lower one)."""
+        self._recovery_file.store(lambda: self.recovery_point)
+        self._recovery_file_present = True
 
     def _delete_snapshots_below(self, offset: int) -> None:
         for off, path in list_snapshots(self.dir):
@@ -436,7 +503,16 @@ class LocalLog:
             new_base = active.read_next_offset()
             if active.size == 0:
                 return active
-            active.on_become_inactive()
+            # Without a scheduler to sync in the background (tests, tools), the roll syncs at once, as it did.
+            deferred = self.scheduler is not None
+            if deferred and not self._recovery_file_present:
+                # before the first unsynced roll: the point every rolled segment was synced to, on disk first,
+                # or a crash would leave a torn rolled segment the loader takes for a durable one
+                self._store_recovery_point()
+            if deferred:
+                active.hand_off_inactive()
+            else:
+                active.on_become_inactive()
             if self.page_cache_window >= 0:
                 self._rolled_cached.append(active)
             seg = LogSegment(self.dir, new_base, index_interval_bytes=int(self.config.get("index.interval.bytes")),
@@ -444,8 +520,16 @@ class LocalLog:
             seg.created_ms = self.clock.milliseconds()  # type: ignore[attr-defined]
             self.segments.add(seg)
             # the producer state after every batch below the new segment (Kafka takes one per roll)
-            write_snapshot(snapshot_path(self.dir, new_base), self.producer_state.producers)
-            fsync_dir(self.dir)
+            snapshot = snapshot_path(self.dir, new_base)
+            write_snapshot(snapshot, self.producer_state.producers, sync=not deferred)
+            if deferred:
+                self._unsynced_rolls.append((active, snapshot))
+                assert self.scheduler is not None
+                self.scheduler.schedule(0, self.sync_rolled)
+            else:
+                fsync_dir(self.dir)
+                if not self._unsynced_rolls:
+                    self.recovery_point = new_base
             return seg
 
     def truncate_fully_and_start_at(self, offset: int, producers: dict[int, ProducerStateEntry],
@@ -466,6 +550,9 @@ class LocalLog:
             self.producer_state.load(producers)
             self.epochs.reset(epoch_entries, offset)
             fsync_dir(self.dir)
+            self._unsynced_rolls.clear()
+            self._advance_recovery_point()
+            self._store_recovery_point()
 
     # ---- reading -----------------------------------------------------------------------
     def read(self, start_offset: int, *, max_bytes: int = 1 << 20, max_offset: int | None = None,
@@ -656,6 +743,7 @@ class LocalLog:
 
     # ---- lifecycle -----------------------------------------------------------------------
     def flush(self) -> None:
+        self.sync_rolled()
         with self.lock:
             for seg in self.segments:
                 seg.flush()
@@ -676,6 +764,13 @@ class LocalLog:
             for seg in self.segments:
                 seg.flush()
                 seg.close()
+            if self._unsynced_rolls:  # their segments were just synced; the snapshots and names are left
+                for _seg, snapshot in self._unsynced_rolls:
+                    _fsync_if_present(snapshot)
+                fsync_dir(self.dir)
+                self._unsynced_rolls.clear()
+                self._advance_recovery_point()
+                self._store_recovery_point()
             if clean:
                 (self.dir / CLEAN_SHUTDOWN_FILE).touch()
             self._closed = True
@@ -685,3 +780,14 @@ class LocalLog:
 
     def __repr__(self) -> str:
         return f"LocalLog({self.topic_partition}, segments={len(self.segments)})"
+
+
+def _fsync_if_present(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:  # a snapshot removed meanwhile (its segments deleted): nothing of it to keep
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -32,6 +32,9 @@ first::
                                        across the fsync, takes log.local briefly for the end.
      350  service.kafka.group_sync_fs  GroupSync, one per file system: one syncfs of it at a
                                        time; takes each synced log.local briefly for its end.
+     380  log.roll_sync                LocalLog, one per partition: one background sync of what
+                                       rolls left unsynced at a time (LocalLog.sync_rolled); held
+                                       across the fsyncs, takes log.local briefly before and after.
      400  log.local                    LocalLog, one per partition: segments, roll, append,
                                        swap, epoch cache, producer state.
      500  metadata.partition           SqlRemoteLogMetadataManager, one per partition:
@@ -105,6 +108,7 @@ RANK_RLM_PARTITION = 100
 RANK_CLEANER_MANAGER = 200
 RANK_LOG_REGISTRY = 300
 RANK_LOG_FLUSH = 350
+RANK_LOG_ROLL_SYNC = 380
 RANK_LOCAL_LOG = 400
 RANK_METADATA_PARTITION = 500
 RANK_METADATA_CONNECTION = 510

@@ -4,7 +4,10 @@ Kafka's LogLoader, split from LocalLog as Kafka splits it from UnifiedLog. Openi
 directory recovers from a crash at any step of the swap protocol (LocalLog.replace_segments):
 ``*.deleted`` and ``*.cleaned`` files are removed, complete ``*.swap`` sets replace what they
 cover; temp files of interrupted atomic writes are removed; a torn tail of the active segment
-is truncated (unless the last shutdown was clean), a rolled segment that lost data is refused,
+is truncated (unless the last shutdown was clean), and so is one of a rolled segment at or above
+the partition's recovery point (a roll syncs its segment in the background, as Kafka's does: a
+crash may come first), the segments after it then removed, as Kafka's recoverLog does; a rolled
+segment below the recovery point that lost data is refused;
 missing or corrupt indexes are rebuilt; the producer state is loaded from the newest valid
 snapshot and the batches after it replayed; the leader-epoch checkpoint is read.
 
@@ -29,6 +32,7 @@ from log.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     LOG_SUFFIX,
+    SEGMENT_FILE_SUFFIXES,
     SWAP_SUFFIX,
     TXN_INDEX_SUFFIX,
     LogSegment,
@@ -55,8 +59,10 @@ class LogLoader:
 
     def __init__(self, directory: Path, topic_partition: TopicPartition, config: LogConfig, clock: Clock,
                  segments: LogSegments, producer_state: ProducerStateManager,
-                 epoch_file: LeaderEpochCheckpointFile) -> None:
+                 epoch_file: LeaderEpochCheckpointFile, *, recovery_point: int | None = None) -> None:
         self.dir = directory
+        #: every record below it was on disk (None: no recovery point stored, every rolled segment was)
+        self.recovery_point = recovery_point
         self.topic_partition = topic_partition
         self.config = config
         self.clock = clock
@@ -79,7 +85,13 @@ class LogLoader:
         self._complete_swaps()
         interval = int(self.config.get("index.interval.bytes"))
         bases = sorted(offset_from_filename(p.name) for p in self.dir.glob("*" + LOG_SUFFIX))
+        #: a crash may have left rolled segments from here on unsynced: they are recovered as the active one is
+        unsynced_from = None if clean_shutdown or self.recovery_point is None else self.recovery_point
+        cut: int | None = None  # a torn unsynced segment ended the log here: later segments are removed
         for i, base in enumerate(bases):
+            if cut is not None:
+                self._remove_segment_files(base)
+                continue
             try:
                 seg = LogSegment(self.dir, base, index_interval_bytes=interval)
             except CorruptIndexError as e:
@@ -100,6 +112,8 @@ class LogLoader:
                 if truncated:
                     logger.warning("%s: truncated %d bytes of torn tail in %s",
                                    self.topic_partition, truncated, seg.log_path)
+            elif not is_last and unsynced_from is not None and bases[i + 1] > unsynced_from:
+                cut = self._recover_unsynced(seg, bases[i + 1], len(bases) - i - 1)
             elif not is_last:
                 self._check_rolled_segment(seg, bases[i + 1])
             elif seg.size and (seg.index_needs_rebuild() or not self._index_sane(seg)):
@@ -108,6 +122,8 @@ class LogLoader:
                 except CorruptRecordError as e:
                     raise CorruptRecordError(f"{seg.log_path}: active segment is corrupt ({e}). "
                                              f"{segment_advice(str(seg.log_path))}", source=None) from None
+        if cut is not None:
+            fsync_dir(self.dir)
         if not len(self.segments):
             self.segments.add(LogSegment(self.dir, 0, index_interval_bytes=interval, create=True))
         try:
@@ -136,6 +152,27 @@ class LogLoader:
             if p.is_file():
                 logger.info("%s: removing %s left by an interrupted write", self.topic_partition, p.name)
                 p.unlink(missing_ok=True)
+
+    def _recover_unsynced(self, seg: LogSegment, next_base: int, later: int) -> int | None:
+        """Recover a rolled segment that may not have been synced before a crash (it holds offsets at or above the
+        recovery point): validate it and cut a torn tail, as the active segment's. Returns the log's new end when
+        a tail was cut (the ``later`` segments after it are then removed: they would follow a gap), else None."""
+        truncated = seg.recover()
+        end = seg.read_next_offset()
+        if end > next_base:
+            raise CorruptRecordError(
+                f"{seg.log_path}: rolled segment holds offsets up to {end - 1} but the next segment starts at "
+                f"{next_base}. {segment_advice(str(seg.log_path))}", source=None)
+        if not truncated:
+            return None
+        logger.warning("%s: truncated %d bytes of torn tail in %s, a rolled segment the crash came before syncing "
+                       "(records from offset %d on were not acknowledged as on disk); removing the %d segment(s) "
+                       "after it", self.topic_partition, truncated, seg.log_path, end, later)
+        return end
+
+    def _remove_segment_files(self, base: int) -> None:
+        for suffix in SEGMENT_FILE_SUFFIXES:
+            (self.dir / f"{base:020d}{suffix}").unlink(missing_ok=True)
 
     def _check_rolled_segment(self, seg: LogSegment, next_base: int) -> None:
         """Refuse a rolled segment that lost data; rebuild its indexes if only they are off.

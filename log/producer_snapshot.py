@@ -65,13 +65,16 @@ def decode_snapshot(data: bytes, *, source: str | None = None) -> dict[int, Prod
     return out
 
 
-def write_snapshot(path: Path, producers: dict[int, ProducerStateEntry]) -> None:
-    """Write atomically (temp file, fsync, rename)."""
+def write_snapshot(path: Path, producers: dict[int, ProducerStateEntry], *, sync: bool = True) -> None:
+    """Write atomically (temp file, fsync, rename). Without ``sync`` the file is not fsynced (a roll: the log syncs
+    it later, LocalLog.sync_rolled); a crash may then leave it empty or torn, which the loader reads as corrupt
+    and skips for an older snapshot."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(encode_snapshot(producers))
-        f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 

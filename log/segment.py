@@ -236,9 +236,30 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """Final time-index entry (max timestamp so far), flush, close the writer."""
+        self.hand_off_inactive()
+        self.sync_files()
+
+    def hand_off_inactive(self) -> None:
+        """Final time-index entry (max timestamp so far); every buffered byte handed to the OS, the writer closed.
+        Nothing is synced: a roll leaves that to :meth:`sync_files`, after the log's lock is released."""
         self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
-        self.flush()
         self.close_writer()
+        for idx in (self.offset_index, self.time_index, self.txn_index):
+            idx.flush_buffer()
+
+    def sync_files(self) -> None:
+        """fsync the segment's files through their names, so from any thread: a file renamed or deleted meanwhile
+        (the cleaner swapped the segment out, retention removed it) is skipped, its records being elsewhere or
+        gone."""
+        for path in self.files():
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     # ---- reading --------------------------------------------------------------------
     def batches(self, start_position: int = 0, end_position: int | None = None, *,

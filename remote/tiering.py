@@ -56,6 +56,7 @@ class Tiering(Leadership):
                 with self._guard:
                     self._copying.add(tp)
             try:
+                log.sync_rolled()  # a segment goes to the remote tier only once it is on the local disk
                 md = self._copy_segment(tp, log, seg, epoch)
             finally:
                 with self._guard:

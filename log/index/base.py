@@ -79,6 +79,11 @@ class EntryFile:
             self._f.flush()
             os.fsync(self._f.fileno())
 
+    def flush_buffer(self) -> None:
+        """Hand the entries buffered in the process to the OS (no fsync)."""
+        if self._f is not None:
+            self._f.flush()
+
     def close(self) -> None:
         if self._f is not None:
             self._f.flush()

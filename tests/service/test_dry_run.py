@@ -41,6 +41,8 @@ def _rows(node: Node) -> dict[str, list[tuple[Any, ...]]]:
 
 
 def _state(node: Node) -> tuple[dict[str, str], dict[str, list[tuple[Any, ...]]], dict[Any, int]]:
+    for log in node.log_manager.all_logs().values():  # a roll's background sync writes the recovery point: let it land first
+        log.sync_rolled()
     return _files(node.data_dir), _rows(node), dict(node.cleaner.manager.all_cleaner_checkpoints())
 
 
