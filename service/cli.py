@@ -194,6 +194,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     config = _load(args)
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from service.malloc_tuning import tune_malloc
+
+    tune_malloc(config.malloc_mmap_threshold_bytes)  # before the node allocates its buffers
     node = Node(config)
     companions: list[Any] = []
     if config.kafka_port:  # the Kafka listener beside the HTTP API, over the same node

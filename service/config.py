@@ -124,6 +124,12 @@ class ServiceConfig(BaseModel):
                                                      "cache; older ones are dropped behind the writer and behind "
                                                      "Kafka fetches that read them (-1: leave all of it to the "
                                                      "kernel, as Kafka does). See docs/operations.md.")
+    malloc_mmap_threshold_bytes: int = Field(64 * 1024 * 1024, ge=0, le=2**31 - 1,
+                                             description="glibc malloc's mmap and trim thresholds: buffers below it "
+                                                         "come from malloc's heaps and are reused, not mapped and "
+                                                         "unmapped each time (0: glibc's defaults; MALLOC_* or "
+                                                         "GLIBC_TUNABLES in the environment win). See "
+                                                         "docs/operations.md.")
     max_request_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest accepted HTTP request body.")
     max_records_per_request: int = Field(10_000, ge=1, description="Most records one produce request may carry.")
     max_fetch_records: int = Field(10_000, ge=1, description="Largest max_records a read may ask for.")
