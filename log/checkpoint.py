@@ -55,12 +55,22 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+def fsync_path(path: Path, *, missing_ok: bool = False) -> None:
+    """fsync a file or directory through its name (``missing_ok``: one that is gone has nothing left to sync)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        if missing_ok:
+            return
+        raise
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    fsync_path(path)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -19,7 +19,6 @@ A single LocalLog object must own a directory.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from log.checkpoint import (
     LogStartOffsetCheckpointFile,
     RecoveryPointCheckpointFile,
     fsync_dir,
+    fsync_path,
 )
 from log.clock import SYSTEM_CLOCK, Clock
 from log.config import LogConfig
@@ -168,7 +168,7 @@ class LocalLog:
                 return
             for seg, snapshot in pending:
                 seg.sync_files()
-                _fsync_if_present(snapshot)
+                fsync_path(snapshot, missing_ok=True)
             synced = {id(entry) for entry in pending}
             try:
                 fsync_dir(self.dir)
@@ -766,7 +766,7 @@ class LocalLog:
                 seg.close()
             if self._unsynced_rolls:  # their segments were just synced; the snapshots and names are left
                 for _seg, snapshot in self._unsynced_rolls:
-                    _fsync_if_present(snapshot)
+                    fsync_path(snapshot, missing_ok=True)
                 fsync_dir(self.dir)
                 self._unsynced_rolls.clear()
                 self._advance_recovery_point()
@@ -781,13 +781,3 @@ class LocalLog:
     def __repr__(self) -> str:
         return f"LocalLog({self.topic_partition}, segments={len(self.segments)})"
 
-
-def _fsync_if_present(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:  # a snapshot removed meanwhile (its segments deleted): nothing of it to keep
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from log.checkpoint import fsync_path
 from log.errors import CorruptRecordError, LogSegmentOffsetOverflowError
 from log.index.offset_index import INT32_MAX, OffsetIndex
 from log.index.time_index import TimeIndex
@@ -252,14 +253,7 @@ class LogSegment:
         (the cleaner swapped the segment out, retention removed it) is skipped, its records being elsewhere or
         gone."""
         for path in self.files():
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(path, missing_ok=True)
 
     # ---- reading --------------------------------------------------------------------
     def batches(self, start_position: int = 0, end_position: int | None = None, *,
