@@ -121,7 +121,6 @@ class LocalLog:
         self._unsynced_rolls: list[tuple[LogSegment, Path]] = []
         self._roll_sync = ordered_lock("log.roll_sync", RANK_LOG_ROLL_SYNC)
         self._recovery_file = RecoveryPointCheckpointFile(self.dir / RECOVERY_POINT_CHECKPOINT)
-        self._recovery_file_present = False
         self.dir.mkdir(parents=True, exist_ok=True)
         try:
             recovery_point = self._read_recovery_point()
@@ -130,8 +129,7 @@ class LocalLog:
                                             recovery_point=recovery_point).load()
             #: every record below this offset is on disk (Kafka's recoveryPoint): all but the active segment now
             self.recovery_point = self.active_segment.base_offset
-            self._recovery_file_present = recovery_point is not None
-            self._recovery_file.stored = recovery_point
+            self._recovery_file.stored = recovery_point  # None: no file yet (or a corrupt one)
             self.epochs.truncate_from_end(self.log_end_offset)
             try:
                 self._start_floor = self._start_file.read()
@@ -171,15 +169,16 @@ class LocalLog:
             for seg, snapshot in pending:
                 seg.sync_files()
                 fsync_path(snapshot, missing_ok=True)
-            synced = {id(entry) for entry in pending}
             try:
                 fsync_dir(self.dir)
+                deleted = False
             except FileNotFoundError:  # the partition was deleted meanwhile: nothing of it is left to keep
-                with self.lock:
-                    self._unsynced_rolls = [e for e in self._unsynced_rolls if id(e) not in synced]
-                return
+                deleted = True
+            synced = {id(entry) for entry in pending}
             with self.lock:  # by identity: a truncation may have cleared the list and a roll added to it meanwhile
                 self._unsynced_rolls = [e for e in self._unsynced_rolls if id(e) not in synced]
+                if deleted:
+                    return
                 self._advance_recovery_point()
             self._store_recovery_point()
 
@@ -193,7 +192,6 @@ class LocalLog:
         """Store the recovery point as it is when the file's lock is taken (so a sync's higher point, stored after
         a truncation lowered it, cannot overwrite the lower one)."""
         self._recovery_file.store(lambda: self.recovery_point)
-        self._recovery_file_present = True
 
     def _delete_snapshots_below(self, offset: int) -> None:
         for off, path in list_snapshots(self.dir):
@@ -507,7 +505,7 @@ class LocalLog:
                 return active
             # Without a scheduler to sync in the background (tests, tools), the roll syncs at once, as it did.
             deferred = self.scheduler is not None
-            if deferred and not self._recovery_file_present:
+            if deferred and self._recovery_file.stored is None:
                 # before the first unsynced roll: the point every rolled segment was synced to, on disk first,
                 # or a crash would leave a torn rolled segment the loader takes for a durable one
                 self._store_recovery_point()
@@ -782,4 +780,3 @@ class LocalLog:
 
     def __repr__(self) -> str:
         return f"LocalLog({self.topic_partition}, segments={len(self.segments)})"
-
