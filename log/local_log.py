@@ -159,8 +159,11 @@ class LocalLog:
         past them and store it. Kafka schedules this flush at every roll. Called by the scheduler after a roll,
         by every sync of the log (acks=-1, flush.messages, flush.ms: what they make durable comes after), and
         before a segment is copied to the remote tier. Never called with the log's lock held."""
-        if not self._unsynced_rolls:  # the common case, on every acks=-1 sync: no lock taken. An entry leaves the
-            return  # list only once synced (or its segments deleted), so an empty list leaves nothing to wait for
+        if not self._unsynced_rolls and not self._roll_sync.locked():
+            # The common case, on every acks=-1 sync: no lock taken. An entry leaves the list only once synced (or
+            # its segments deleted), and the sync that removed it holds the roll-sync lock until the recovery point
+            # is stored: an empty list with that lock free leaves nothing to wait for.
+            return
         with self._roll_sync:
             with self.lock:
                 pending = list(self._unsynced_rolls)

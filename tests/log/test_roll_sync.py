@@ -165,6 +165,40 @@ def test_sync_log_syncs_the_rolls_first(tmp_path: Path, clock: MockClock, stoppe
     log.close()
 
 
+def test_sync_rolled_waits_for_a_sync_in_flight_to_store_the_recovery_point(
+        tmp_path: Path, clock: MockClock, stopped_scheduler: Scheduler, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: the no-lock fast path returned once another thread's sync had emptied the list, before that sync
+    stored the recovery point (a caller then saw the file half written)."""
+    log = _open(tmp_path / "t-0", clock, stopped_scheduler)
+    _append(log, 0, 5)
+    log.roll()
+    _append(log, 5, 5)
+    storing, release = threading.Event(), threading.Event()
+    real_store = log._store_recovery_point
+
+    def slow_store() -> None:
+        storing.set()
+        assert release.wait(10)
+        real_store()
+
+    monkeypatch.setattr(log, "_store_recovery_point", slow_store)
+    background = threading.Thread(target=log.sync_rolled)
+    background.start()
+    assert storing.wait(10) and not log._unsynced_rolls  # the list is empty, the point not yet stored
+    monkeypatch.setattr(log, "_store_recovery_point", real_store)
+    caller = threading.Thread(target=log.sync_rolled)
+    caller.start()
+    try:
+        caller.join(0.2)
+        assert caller.is_alive()  # it waits for the sync in flight
+    finally:
+        release.set()
+    caller.join(10)
+    background.join(10)
+    assert not caller.is_alive() and _stored_point(log.dir) == 5
+    log.close()
+
+
 def test_a_clean_close_syncs_what_rolls_left(tmp_path: Path, clock: MockClock, stopped_scheduler: Scheduler) -> None:
     path = tmp_path / "t-0"
     log = _open(path, clock, stopped_scheduler)
