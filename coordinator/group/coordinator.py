@@ -206,7 +206,12 @@ class GroupCoordinator(OffsetOps):
         self._try_complete_join(group)
 
     def _persist(self, group: Group, state: GroupState | None = None) -> asyncio.Future[None]:
-        """Write the group's metadata under its slot's epoch (a task: callers await it or let it run)."""
+        """Write the group's metadata as it is now under its slot's epoch (a task: callers await it or let it run).
+
+        A group's writes reach the store in the order they were made, as Kafka's records of a group follow each
+        other in its __consumer_offsets partition: each waits for the one before (whatever that one's outcome,
+        which is its own caller's), since the pool's threads would otherwise let an older state land last (an Empty
+        group stored after the Stable generation that followed it, and loaded so by the next coordinator)."""
         try:
             fence = self._fence(group.group_id)
         except GroupError as e:
@@ -214,7 +219,15 @@ class GroupCoordinator(OffsetOps):
             fut.set_exception(e)
             return fut
         rec = group.to_record(self.now_ms(), state)
-        return asyncio.ensure_future(self._run(self.store.save_group, rec, fence))
+        before = group.last_write
+
+        async def write() -> None:
+            if before is not None and not before.done():
+                await asyncio.wait([before])
+            await self._run(self.store.save_group, rec, fence)
+
+        group.last_write = asyncio.ensure_future(write())
+        return group.last_write
 
     def _persist_quietly(self, group: Group) -> None:
         def done(f: asyncio.Future[None]) -> None:

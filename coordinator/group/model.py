@@ -105,9 +105,16 @@ class Group:
     initial_delay: bool = False
     #: when the current rebalance started (monotonic seconds), for the settle-time metric
     rebalance_started: float | None = None
+    #: the group's latest metadata write: the next one waits for it, so the store ends with the newest state
+    last_write: asyncio.Future[None] | None = None
 
     def is_(self, *states: GroupState) -> bool:
         return self.state in states
+
+    async def writes_done(self) -> None:
+        """Wait until the group's metadata write in flight (if any) is done, whatever its outcome."""
+        if self.last_write is not None and not self.last_write.done():
+            await asyncio.wait([self.last_write])
 
     def add(self, member: Member) -> None:
         if not self.members:

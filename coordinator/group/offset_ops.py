@@ -199,6 +199,9 @@ class OffsetOps:
                 out[gid] = e.code
                 continue
             g = self.groups.get(gid)
+            if g is not None:  # a write of its state still in flight would land after the delete: it goes first
+                await g.writes_done()
+                g = self.groups.get(gid)
             if g is not None and not g.is_(GroupState.EMPTY, GroupState.DEAD):
                 out[gid] = E.NON_EMPTY_GROUP
                 continue
@@ -265,6 +268,9 @@ class OffsetOps:
                 continue
             expired_total += len(expired)
             g = self.groups.get(gid)  # the group may have changed while the store worked
+            if g is not None:  # a write of its state still in flight would land after a delete: it goes first
+                await g.writes_done()
+                g = self.groups.get(gid)
             if len(expired) == len(offsets) and (g is None or (g.is_(GroupState.EMPTY) and not g.members)):
                 if await self._store_write(self.store.delete_group, gid, fence) == E.NONE and \
                         self.groups.get(gid) is g and g is not None:

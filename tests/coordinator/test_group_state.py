@@ -3,6 +3,7 @@ protocol checks, and a group reloaded by a new coordinator at the same generatio
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,3 +125,41 @@ def test_a_new_coordinator_loads_the_group_at_its_generation(tmp_path: Path) -> 
     finally:
         own2.stop()
         gc2.close()
+
+
+def test_a_groups_writes_reach_the_store_in_order(tmp_path: Path) -> None:
+    """Regression: the writes ran on a pool of threads, so the Empty state stored when the last member left could land
+    after the Stable generation that followed it (and the next coordinator loaded the group Empty: a rebalance)."""
+    gc, own = make(f"sqlite:///{tmp_path / 'm.db'}")
+    store = gc.store
+    real_save = store.save_group
+    release = threading.Event()
+    saved: list[str] = []
+
+    def save_group(record: Any, fence: Any) -> None:
+        if record.state == "Empty":
+            assert release.wait(10)  # a slow write of the older state
+        real_save(record, fence)
+        saved.append(record.state)
+
+    try:
+        a = join(gc).result(5)
+        gc.call_blocking(gc.sync_group("g", 1, a.member_id, None, None, None, {a.member_id: b"A"}))
+        store.save_group = save_group  # type: ignore[method-assign]
+        gc.call_blocking(gc.leave_group("g", [(a.member_id, None)]))  # generation 2, Empty: its write waits
+        b = join(gc).result(5)
+        assert b.generation == 3
+        synced = gc.submit(gc.sync_group("g", 3, b.member_id, None, None, None, {b.member_id: b"B"}))
+        time.sleep(0.2)
+        release.set()
+        assert synced.result(5)[0] == E.NONE
+        deadline = time.monotonic() + 10
+        while len(saved) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert saved == ["Empty", "Stable"]
+        record = store.group("g")
+        assert record is not None and (record.state, record.generation) == ("Stable", 3)
+    finally:
+        release.set()
+        own.stop()
+        gc.close()
