@@ -148,11 +148,16 @@ class _Outbox:
             self.transport.write(answer)
 
     def close_now(self) -> None:
-        """Drop what waits and abort the connection (a failed handler, a listener stopping)."""
+        """Drop what waits and abort the connection (a failed handler, a listener stopping). An answer still being
+        worked out on the loop (a Fetch's long poll) is cancelled: nobody will read it, and a task left pending in
+        a loop that closes is destroyed pending. Lane work is not: its thread finishes it (what an append did stays
+        done, as when a client goes away), and its future settles to no one."""
         self.closed = True
         for slot in self.slots:
             if slot.future is not None and not slot.future.done():
                 slot.future.remove_done_callback(self._on_done)
+                if isinstance(slot.future, asyncio.Task):
+                    slot.future.cancel()
         self.slots.clear()
         self.transport.abort()
         self._changed.set()

@@ -631,3 +631,34 @@ def test_a_broker_describes_its_settings_and_topic_defaults_read_only_under_kafk
     assert describe("").error_code == 0 and describe("").configs == []  # the cluster-wide dynamic defaults: none
     other = describe(str(node.broker_id + 1))
     assert other.error_code == 42 and "Unexpected broker id" in other.error_message  # INVALID_REQUEST
+
+
+def test_a_fetch_long_polling_when_the_listener_stops_is_cancelled_not_left_pending(
+        node: Node, caplog: pytest.LogCaptureFixture) -> None:
+    """Regression: stopping the listener aborted a connection whose Fetch was waiting for data, but left the fetch's
+    task pending in the closed loop ("Task was destroyed but it is pending!" at exit)."""
+    import asyncio
+    import gc
+
+    listener = KafkaListener(node, KafkaListenerConfig(host="127.0.0.1", port=0)).start()
+    w = Wire(listener.port)
+    try:
+        assert _create(w, "long-poll", {}).error_code == 0
+        P = FetchRequest.FetchTopic.FetchPartition
+        req = FetchRequest(replica_id=-1, max_wait_ms=30_000, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                           session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic="long-poll", partitions=[
+                               P(partition=0, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
+                                 partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id="")
+        req.with_header(correlation_id=1, client_id="k3-test")
+        w.sock.sendall(req.encode(version=12, header=True, framed=True))  # nothing to read: it waits up to 30 s
+        time.sleep(0.3)
+        loop = listener._loop
+        assert loop is not None
+        with caplog.at_level("ERROR", logger="asyncio"):
+            listener.stop()
+            assert [t for t in asyncio.all_tasks(loop) if not t.done()] == []
+            gc.collect()
+        assert not [r for r in caplog.records if "pending" in r.getMessage()]
+    finally:
+        w.sock.close()
+        listener.stop()
