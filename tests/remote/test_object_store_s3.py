@@ -309,6 +309,7 @@ def test_a_store_that_ends_the_connection_after_100_continue_fails_the_put_in_ti
     worker.start()
     worker.join(30)
     stop.set()
+    server.join(5)  # before the close: a thread still in accept() would fail on a closed socket
     store.close()
     listener.close()
     assert not worker.is_alive(), "the put never ended (spinning in botocore's 100-continue wait)"
