@@ -29,6 +29,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 
+from log.checkpoint import fsync_path
 from log.local_log import LocalLog
 
 
@@ -38,14 +39,8 @@ def sync_log(log: LocalLog) -> int:
         end = log.log_end_offset
         path = log.active_segment.log_path
     log.sync_rolled()  # after the end is read: every roll below it is synced, the active segment's name too
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return end  # rolled (and so synced by the roll's sync, which came first) and deleted by retention
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    # missing: rolled (and so synced by the roll's sync, which came first) and deleted by retention meanwhile
+    fsync_path(path, missing_ok=True)
     return end
 
 

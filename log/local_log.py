@@ -531,8 +531,7 @@ class LocalLog:
                 self.scheduler.schedule(0, self.sync_rolled)
             else:
                 fsync_dir(self.dir)
-                if not self._unsynced_rolls:
-                    self.recovery_point = new_base
+                self._advance_recovery_point()
             return seg
 
     def truncate_fully_and_start_at(self, offset: int, producers: dict[int, ProducerStateEntry],
