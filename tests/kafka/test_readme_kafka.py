@@ -33,7 +33,10 @@ def test_the_quick_start_snippet_runs(kafka_server: KafkaServe, topic_name: str)
     section = text[text.index("## Kafka clients"):]
     code = section[section.index("```python\n") + len("```python\n"):]
     code = code[:code.index("```")].replace("127.0.0.1:9092", kafka_server.bootstrap)
-    code = code.replace('"users"', repr(topic_name))
+    # a user runs it after the tour, on the same node: its topic must not be the tour's
+    tour_topic = re.search(r'"name": "([^"]+)"', text[:text.index("## Kafka clients")])
+    assert tour_topic and f'"{tour_topic.group(1)}"' not in code, "the quick start reuses the tour's topic"
+    code = code.replace('"profiles"', repr(topic_name))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=README.parent)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == """b'{"plan": "pro"}'"""
