@@ -140,7 +140,9 @@ class GroupCoordinator(OffsetOps):
             self.groups[group.group_id] = group
             for m in group.members.values():
                 self._schedule_heartbeat(group, m)
-        logger.info("group coordinator slot %d loaded (%d groups)", slot, len(records))
+        # an empty slot's load is routine (50 of them at every start): only a slot that brought groups is news
+        logger.log(logging.INFO if records else logging.DEBUG, "group coordinator slot %d loaded (%d groups)", slot,
+                   len(records))
 
     def _on_unload(self, slot: int) -> None:
         if self._thread.is_alive():

@@ -335,7 +335,7 @@ class KafkaListener:
                                                   ssl=self.config.ssl_context, limit=STREAM_LIMIT, backlog=1024)
         if not self.config.advertised_port:
             self.cluster.port = self.port
-        logger.info("Kafka listener on %s:%d (advertised %s:%d)", self.config.host, self.port,
+        logger.debug("Kafka listener on %s:%d (advertised %s:%d)", self.config.host, self.port,
                     self.cluster.host, self.cluster.port)
         self._started.set()
         watchdog = asyncio.create_task(self._watchdog())
