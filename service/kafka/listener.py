@@ -109,9 +109,14 @@ class _Outbox:
         try:
             self._take_ready(ready)
         finally:
-            if ready and not self.closed:
+            if ready and not self._gone():
                 self.transport.writelines(ready)
         self._changed.set()
+
+    def _gone(self) -> bool:
+        """Closed by us, or by the peer before the connection's handler has seen it (the transport refuses writes from
+        then on: "unable to perform operation on <TCPTransport closed=True>")."""
+        return self.closed or self.transport.is_closing()
 
     def _take_ready(self, ready: list[Any]) -> None:
         """Move the answers ready in order (up to the first one still pending) into ``ready`` as buffers."""
@@ -140,7 +145,7 @@ class _Outbox:
                 ready.append(answer)
 
     def _write(self, answer: Any) -> None:
-        if answer is None or self.closed:
+        if answer is None or self._gone():
             return
         if isinstance(answer, Framed):
             self.transport.writelines(answer)

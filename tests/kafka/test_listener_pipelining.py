@@ -173,6 +173,10 @@ def test_the_request_header_parse_matches_the_protocol_librarys(flexible: bool) 
 class _Transport:
     def __init__(self) -> None:
         self.sends: list[list[bytes]] = []
+        self.closing = False
+
+    def is_closing(self) -> bool:
+        return self.closing
 
     def set_write_buffer_limits(self, high: int) -> None:
         pass
@@ -181,6 +185,8 @@ class _Transport:
         return 0
 
     def writelines(self, pieces: list[bytes]) -> None:
+        if self.closing:  # as asyncio's selector transport once the peer is gone
+            raise RuntimeError("unable to perform operation on <TCPTransport closed=True>; the handler is closed")
         self.sends.append([bytes(p) for p in pieces])
 
     def write(self, data: bytes) -> None:
@@ -215,5 +221,31 @@ def test_answers_ready_together_go_out_in_one_write_in_request_order() -> None:
         for _ in range(3):
             await asyncio.sleep(0)
         assert transport.sends[1:] == [[b"e"]] and not box.slots
+
+    asyncio.run(main())
+
+
+def test_answers_ready_after_the_peer_closed_are_dropped_not_written() -> None:
+    """A client that goes away while its answers are worked out: the transport closes before the connection's handler
+    sees it, and an answer ready then is dropped (it raised RuntimeError in the loop's callback, logged as an ERROR
+    with a traceback)."""
+    from types import SimpleNamespace
+
+    from service.kafka.listener import _Outbox
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        errors: list[dict] = []
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        transport = _Transport()
+        box = _Outbox(SimpleNamespace(transport=transport))  # type: ignore[arg-type]
+        pending = loop.create_future()
+        box.put_pending(pending, lambda answer: answer)
+        transport.closing = True
+        pending.set_result(b"late")
+        box.put(b"later")
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert errors == [] and transport.sends == []
 
     asyncio.run(main())
