@@ -124,6 +124,11 @@ class TopicExistsError(TiercompactError):
     """A topic with this name already exists."""
 
 
+class TopicCollisionError(TiercompactError):
+    """The name differs from an existing topic's only by '.' against '_' (Kafka's InvalidTopicException: their
+    metric names would be the same)."""
+
+
 class DataDirInUseError(TiercompactError):
     """Another process holds the data dir's lock file."""
 

@@ -216,7 +216,8 @@ class LogManager:
         with self._lock:
             t = self._topics.get(name)
             if t is None:
-                raise UnknownTopicOrPartitionError(f"unknown topic {name!r}; create it with POST /v1/topics")
+                raise UnknownTopicOrPartitionError(f"unknown topic {name!r}: no topic of that name exists (create it "
+                                                   f"first)")
             return t
 
     def topics(self) -> list[Topic]:

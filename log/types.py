@@ -25,6 +25,12 @@ def validate_topic_name(name: str) -> str:
     return name
 
 
+def topic_names_collide(a: str, b: str) -> bool:
+    """Whether two different topic names are the same once '.' is read as '_' (Kafka's ``Topic.hasCollision``:
+    a metrics system that maps one to the other could not tell the two topics apart)."""
+    return a != b and a.replace(".", "_") == b.replace(".", "_")
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class TopicPartition:
     topic: str

@@ -35,14 +35,16 @@ class TopicConfigStore(Protocol):
     def put_topic_config(self, topic: StoredTopic) -> None:
         """Create or replace a topic's partition count and config overrides."""
 
+    def create_topic_config(self, topic: StoredTopic) -> StoredTopic | None:
+        """Store a new topic, atomically across the nodes sharing the store: None when it was stored; the stored
+        row when a topic of that name is there already (nothing written); TopicCollisionError when another
+        topic's name collides with it (:func:`log.types.topic_names_collide`; nothing written)."""
+
     def get_topic_config(self, name: str) -> StoredTopic | None:
         """The topic's stored config, or None if the store holds none."""
 
     def list_topic_configs(self) -> list[StoredTopic]:
         """Every stored topic, by name."""
-
-    def delete_topic_config(self, name: str) -> None:
-        """Forget a topic's config (a no-op when there is none)."""
 
 
 class TopicDeletionStore(Protocol):

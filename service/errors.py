@@ -57,6 +57,7 @@ from log.errors import (
     PolicyViolationError,
     RecordTooLargeError,
     TiercompactError,
+    TopicCollisionError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -128,6 +129,7 @@ STATUS: dict[type[TiercompactError], int] = {
     InvalidTxnStateError: 409,
     UnknownTopicOrPartitionError: 404,
     TopicExistsError: 409,
+    TopicCollisionError: 409,
     DataDirInUseError: 503,
     PartitionOfflineError: 503,  # this partition's files are damaged; the rest of the node serves
     PartitionBusyError: 503,  # waited request_timeout_ms for a partition busy with background I/O (Retry-After)

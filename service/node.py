@@ -288,8 +288,11 @@ class Node:
         return rolled
 
     # ---- topics ----------------------------------------------------------------------
-    def create_topic(self, name: str, partitions: int = 1, config: dict[str, Any] | None = None) -> Topic:
-        return topic_sync.create_topic(self.log_manager, self.metadata, name, partitions, config)
+    def create_topic(self, name: str, partitions: int = 1, config: dict[str, Any] | None = None, *,
+                     join: bool = True) -> Topic:
+        """Create a topic (service.topic_sync.create_topic: ``join`` takes a topic another node stored with the same
+        partitions and config as created; without it that topic already exists, as Kafka's CreateTopics)."""
+        return topic_sync.create_topic(self.log_manager, self.metadata, name, partitions, config, join=join)
 
     def topics(self) -> list[Topic]:
         return self.log_manager.topics()
@@ -336,8 +339,8 @@ class Node:
                     self.remote.delete_partition_data(tp)
             self.log_manager.delete_topic(name)
             if not local_only:
-                topic_sync.forget_topic(self.metadata, self.metadata, name, self.topic_deleted_listeners)
-                self.metadata.record_topic_deletion(name, broker_id=self.broker_id)  # it stays deleted
+                topic_sync.forget_topic(self.metadata, self.metadata, name, self.broker_id,
+                                        self.topic_deleted_listeners)
         finally:
             for tp in tps:
                 manager.forget(tp)

@@ -8,8 +8,9 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from log.errors import TiercompactError, TopicExistsError
+from log.errors import TiercompactError, TopicCollisionError, TopicExistsError
 from log.log_manager import LogManager, Topic
+from log.types import topic_names_collide
 from metadata.cluster import ClusterRegistry
 from metadata.errors import FencedLeaderEpochError
 from metadata.topic_configs import StoredTopic, TopicConfigStore, TopicDeletionStore
@@ -68,23 +69,31 @@ def sync_at_start(log_manager: LogManager, topics: SharedTopics) -> dict[str, li
 
 
 def create_topic(log_manager: LogManager, topics: TopicConfigStore, name: str, partitions: int,
-                 config: Mapping[str, Any] | None) -> Topic:
-    """Create locally, then store. A topic another node already stored is joined only with the same
-    partition count and config (its data is shared); otherwise it already exists."""
-    existing = topics.get_topic_config(name)
+                 config: Mapping[str, Any] | None, *, join: bool = True) -> Topic:
+    """Create locally, then store (atomically across nodes: TopicCollisionError for a name that differs from an
+    existing topic's only by '.' against '_', as Kafka). A topic another node already stored is joined (``join``,
+    the HTTP API's create on each node) only with the same partition count and config (its data is shared);
+    otherwise, or without ``join`` (Kafka's CreateTopics: a topic is the cluster's), it already exists."""
+    for other in log_manager.topics():
+        if topic_names_collide(other.name, name):
+            raise TopicCollisionError(f"Topic '{name}' collides with existing topic: {other.name}")
+    if not join and topics.get_topic_config(name) is not None:
+        raise TopicExistsError(f"Topic '{name}' already exists.")
     topic = log_manager.create_topic(name, partitions, config)
+    try:
+        existing = topics.create_topic_config(stored(topic))
+    except BaseException:
+        log_manager.delete_topic(name)  # not half created: the store is the shared truth
+        raise
     if existing is not None:
+        if not join:
+            log_manager.delete_topic(name)
+            raise TopicExistsError(f"Topic '{name}' already exists.")
         if existing.partitions != topic.partitions or existing.config != dict(topic.config.overrides):
             log_manager.delete_topic(name)
             raise TopicExistsError(f"topic {name!r} already exists in the shared metadata store with "
                                    f"{existing.partitions} partitions and config {existing.config}; create it with "
                                    f"the same, or restart this node to learn it")
-        return topic
-    try:
-        topics.put_topic_config(stored(topic))
-    except BaseException:
-        log_manager.delete_topic(name)  # not half created: the store is the shared truth
-        raise
     return topic
 
 
@@ -124,11 +133,12 @@ def not_deleted(e: FencedLeaderEpochError, topic: str) -> FencedLeaderEpochError
     return out
 
 
-def forget_topic(topics: TopicConfigStore, cluster: ClusterRegistry, name: str,
+def forget_topic(topics: TopicDeletionStore, cluster: ClusterRegistry, name: str, broker_id: int,
                  listeners: Iterable[Callable[[str], None]] = ()) -> None:
-    """After a topic's deletion everywhere: drop its shared config and its Kafka topic id (a topic
-    created again under the name is another topic, with a new id), then tell ``listeners``."""
-    topics.delete_topic_config(name)
+    """After a topic's deletion everywhere (by ``broker_id``): record it, which drops its shared config and the
+    groups' offsets of it and keeps it deleted on every node; drop its Kafka topic id (a topic created again under
+    the name is another topic, with a new id); then tell ``listeners``."""
+    topics.record_topic_deletion(name, broker_id=broker_id)
     cluster.forget_topic_id(name)
     for fn in list(listeners):
         fn(name)

@@ -4,11 +4,16 @@ consumer groups' committed offsets of it)."""
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, delete, insert, select, text, update
 
+from log.errors import TopicCollisionError
+from log.types import topic_names_collide
 from metadata.sql.engine import SqlStore
 from metadata.sql.schema import deleted_topics, topic_configs
 from metadata.topic_configs import StoredTopic
+
+#: PostgreSQL advisory lock serialising topic creation across nodes ("tctc")
+_TOPIC_CREATE_LOCK_KEY = 0x74637463
 
 
 class SqlTopicConfigStore(SqlStore):
@@ -27,6 +32,27 @@ class SqlTopicConfigStore(SqlStore):
 
         self._write_global("put_topic_config", fn)
 
+    def create_topic_config(self, topic: StoredTopic) -> StoredTopic | None:
+        values = {"partitions": topic.partitions, "config": topic.config_json(),
+                  "updated_ms": topic.updated_ms or self._clock.milliseconds()}
+
+        def fn(conn: Connection) -> StoredTopic | None:
+            if conn.dialect.name == "postgresql":
+                # creations of every node queue here for the rest of the transaction, so the name checks below and
+                # the insert are one step (a unique key covers a same-name race, not a colliding one)
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _TOPIC_CREATE_LOCK_KEY})
+            row = conn.execute(select(topic_configs).where(topic_configs.c.topic == topic.name)).first()
+            if row is not None:
+                return StoredTopic.from_row(row.topic, row.partitions, row.config, row.updated_ms)
+            for (other,) in conn.execute(select(topic_configs.c.topic)):
+                if topic_names_collide(other, topic.name):
+                    raise TopicCollisionError(f"Topic '{topic.name}' collides with existing topic: {other}")
+            conn.execute(insert(topic_configs).values(topic=topic.name, **values))
+            conn.execute(delete(deleted_topics).where(deleted_topics.c.topic == topic.name))
+            return None
+
+        return self._write_global("create_topic_config", fn)
+
     def get_topic_config(self, name: str) -> StoredTopic | None:
         stmt = select(topic_configs).where(topic_configs.c.topic == name)
         row = self._read("get_topic_config", lambda c: c.execute(stmt).first())
@@ -37,9 +63,6 @@ class SqlTopicConfigStore(SqlStore):
                           lambda c: c.execute(select(topic_configs).order_by(topic_configs.c.topic)).all())
         return [StoredTopic.from_row(r.topic, r.partitions, r.config, r.updated_ms) for r in rows]
 
-    def delete_topic_config(self, name: str) -> None:
-        self._write_global("delete_topic_config",
-                           lambda c: c.execute(delete(topic_configs).where(topic_configs.c.topic == name)))
 
 
     def record_topic_deletion(self, name: str, *, broker_id: int) -> None:

@@ -25,6 +25,22 @@ from service.kafka.registry import RequestContext, kafka_api
 SECURITY_DISABLED = 54
 NO_AUTHORIZER = "No Authorizer is configured."
 
+# What a resource allows when there is no authorizer: every operation Kafka supports on it (AuthHelper's
+# authorizedOperations over AclEntry.supportedOperations), as the 32-bit fields of Metadata, DescribeCluster,
+# DescribeGroups and DescribeTopicPartitions give it; AclOperation codes: READ 3, WRITE 4, CREATE 5, DELETE 6,
+# ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12.
+TOPIC_OPERATION_CODES = frozenset({3, 4, 5, 6, 7, 8, 10, 11})
+CLUSTER_OPERATION_CODES = frozenset({5, 7, 8, 9, 10, 11, 12})
+GROUP_OPERATION_CODES = frozenset({3, 6, 8})
+#: the topic's operations as an int32 field (DescribeTopicPartitions' schema types it so)
+TOPIC_OPERATIONS = sum(1 << code for code in TOPIC_OPERATION_CODES)
+
+
+def authorized_operations(codes: frozenset[int], asked: Any) -> set[int] | None:
+    """A bitfield-typed authorized-operations field (Metadata, DescribeCluster, DescribeGroups) as kafka-python
+    encodes one: the set of bits, or None for Integer.MIN_VALUE (the request did not ask for them)."""
+    return set(codes) if asked else None
+
 
 @kafka_api(DescribeAclsRequest, min_version=1, max_version=3)
 async def handle_describe_acls(ctx: RequestContext, request: Any) -> Any:

@@ -2,7 +2,10 @@
 
 The same validation, shared metadata store and fencing as the HTTP API's /v1/topics (Node.create_topic,
 Node.delete_topic, topic_sync), answered with Kafka's error codes: INVALID_CONFIG for a bad or
-unknown config, TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION for a bad name, INVALID_PARTITIONS,
+unknown config or a null value, TOPIC_ALREADY_EXISTS (also for a topic another node created),
+INVALID_TOPIC_EXCEPTION for a bad name or one that collides with an existing topic's ('.' against '_'),
+INVALID_REQUEST for a name listed twice in one request (none of its entries is acted on, as Kafka's
+controller), INVALID_PARTITIONS,
 INVALID_REPLICATION_FACTOR (there is one copy of each partition: a replication factor above 1 is
 refused, as Kafka refuses one above the broker count), INVALID_REPLICA_ASSIGNMENT for manual
 assignments, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER when a deletion is fenced.
@@ -13,6 +16,7 @@ are read and written through kio (service.kafka.kio_codec).
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -25,14 +29,21 @@ from kafka.protocol.admin import (
 )
 
 from log.config import LogConfig
-from log.errors import InvalidRequestError, TopicExistsError
+from log.errors import (
+    InvalidConfigError,
+    InvalidRequestError,
+    TiercompactError,
+    TopicCollisionError,
+    TopicExistsError,
+)
 from log.log_manager import MAX_PARTITIONS
-from log.types import validate_topic_name
+from log.types import topic_names_collide, validate_topic_name
 from service import topic_sync
 from service.kafka.admin_configs import topic_config_entries
 from service.kafka.errors import (
     INVALID_PARTITIONS,
     INVALID_REPLICATION_FACTOR,
+    INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
     NONE,
     error_code,
@@ -42,6 +53,7 @@ from service.kafka.kio_codec import KioVersions
 from service.kafka.registry import RequestContext, kafka_api
 
 INVALID_REPLICA_ASSIGNMENT = 39
+_DUPLICATE_NAME = "Duplicate topic name."
 DEFAULT_PARTITIONS = 1
 _NO_ID = uuid.UUID(int=0)
 
@@ -51,7 +63,7 @@ _DResult = DeleteTopicsResponse.DeletableTopicResult
 _PResult = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 
-class _Refused(Exception):
+class _Refused(TiercompactError):  # its message is the answer's error_message as it is
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
@@ -82,19 +94,41 @@ def _create_one(ctx: RequestContext, t: Any, validate_only: bool) -> Any:
     if t.assignments:
         raise _Refused(INVALID_REPLICA_ASSIGNMENT, "manual replica assignments are not supported: each "
                                                    "partition has one copy, on its leader")
-    configs = {c.name: c.value for c in t.configs or () if c.value is not None}
+    nulls = [c.name for c in t.configs or () if c.value is None]
+    if nulls:  # Kafka's controller: InvalidConfigurationException
+        raise InvalidConfigError(f"Null value not supported for topic configs: {','.join(nulls)}")
+    configs = {c.name: c.value for c in t.configs or ()}
     if validate_only:
         cfg = LogConfig.from_dict(configs)  # raises InvalidConfigError
         if any(x.name == name for x in node.topics()) or node.metadata.get_topic_config(name) is not None:
             raise TopicExistsError(f"Topic '{name}' already exists.")
+        for other in node.topics():
+            if topic_names_collide(other.name, name):
+                raise TopicCollisionError(f"Topic '{name}' collides with existing topic: {other.name}")
         return name, partitions, cfg
-    topic = node.create_topic(name, partitions, configs)
+    # a topic is the cluster's: one another node stored already exists (the HTTP API's create joins it instead)
+    topic = node.create_topic(name, partitions, configs, join=False)
     return name, topic.partitions, topic.config
+
+
+def _duplicates(names: list[Any]) -> set[Any]:
+    """The names a request lists more than once: Kafka's controller answers each once, with INVALID_REQUEST, and
+    acts on none of them."""
+    return {n for n, count in Counter(names).items() if count > 1}
 
 
 def _create(ctx: RequestContext, request: Any) -> Any:
     out = []
+    duplicates = _duplicates([t.name for t in request.topics or ()])
+    answered: set[str] = set()
     for t in request.topics or ():
+        if t.name in duplicates:
+            if t.name not in answered:
+                answered.add(t.name)
+                out.append(_CResult(name=t.name, topic_id=_NO_ID, error_code=INVALID_REQUEST,
+                                    error_message=_DUPLICATE_NAME, topic_config_error_code=NONE, num_partitions=-1,
+                                    replication_factor=-1, configs=None))
+            continue
         try:
             name, partitions, cfg = _create_one(ctx, t, bool(request.validate_only))
         except Exception as e:  # noqa: BLE001 - every failure is the topic's error code
@@ -121,7 +155,17 @@ def _delete(ctx: RequestContext, request: Any) -> Any:
         [(n, None) for n in request.topic_names or ()]
     ids = None
     out = []
+    duplicate_names = _duplicates([n for n, _ in names if n])
+    duplicate_ids = _duplicates([i for n, i in names if not n and i is not None and i != _NO_ID])
+    answered: set[Any] = set()
     for name, topic_id in names:
+        duplicate = name in duplicate_names if name else topic_id in duplicate_ids
+        if duplicate:
+            if (name or topic_id) not in answered:
+                answered.add(name or topic_id)
+                out.append(_DResult(name=name, topic_id=topic_id or _NO_ID, error_code=INVALID_REQUEST,
+                                    error_message=_DUPLICATE_NAME if name else "Duplicate topic id."))
+            continue
         try:
             if not name and topic_id is not None and topic_id != _NO_ID:
                 if ids is None:
@@ -163,7 +207,14 @@ def _grow(ctx: RequestContext, t: Any, validate_only: bool) -> None:
 
 def _create_partitions(ctx: RequestContext, request: Any) -> Any:
     out = []
+    duplicates = _duplicates([t.name for t in request.topics or ()])
+    answered: set[str] = set()
     for t in request.topics or ():
+        if t.name in duplicates:
+            if t.name not in answered:
+                answered.add(t.name)
+                out.append(_PResult(name=t.name, error_code=INVALID_REQUEST, error_message=_DUPLICATE_NAME))
+            continue
         try:
             _grow(ctx, t, bool(request.validate_only))
         except Exception as e:  # noqa: BLE001 - every failure is the topic's error code

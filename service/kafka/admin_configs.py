@@ -114,13 +114,17 @@ def _apply(ctx: RequestContext, r: Any, changes: Mapping[str, Any], validate_onl
     ctx.node.alter_config(r.resource_name, dict(changes))
 
 
-def _check_resource(r: Any) -> None:
+def _check_resource(r: Any, incremental: bool) -> None:
     if r.resource_type != TOPIC:
         raise InvalidRequestError(f"only topic configs (resource type 2) can be altered over Kafka, not type "
                                   f"{r.resource_type}: the node's own settings are `tiercompact serve` flags")
     names = [c.name for c in r.configs or ()]
     if len(names) != len(set(names)):
         raise InvalidRequestError("Error due to duplicate config keys")
+    # Kafka: a null value is no way to reset a key (AlterConfigs leaves it out, IncrementalAlterConfigs DELETEs it)
+    nulls = [c.name for c in r.configs or () if c.value is None and not (incremental and c.config_operation == DELETE)]
+    if nulls:
+        raise InvalidRequestError(f"Null value not supported for : {', '.join(nulls)}")
 
 
 def _replacement(ctx: RequestContext, r: Any) -> dict[str, Any]:
@@ -161,7 +165,7 @@ def _alter(ctx: RequestContext, request: Any, incremental: bool) -> list[tuple[i
     out = []
     for r in request.resources or ():
         try:
-            _check_resource(r)
+            _check_resource(r, incremental)
             changes = _incremental(ctx, r) if incremental else _replacement(ctx, r)
             _apply(ctx, r, changes, bool(request.validate_only))
         except Exception as e:  # noqa: BLE001 - every failure is the resource's error code

@@ -14,10 +14,13 @@ DIFFERENCES: dict[str, str] = {
     "Fetch": "sessionless answers (session id 0); stored bytes from local or remote segments; no follower fetching",
     "ListOffsets": "earliest, latest, max timestamp and by timestamp over both tiers; read_committed gives the LSO",
     "Metadata": "every topic of the shared metadata store; replicas = ISR = the leader; topics are never "
-                "auto-created; a dead leader shows LEADER_NOT_AVAILABLE (no election)",
+                "auto-created; a dead leader shows LEADER_NOT_AVAILABLE (no election); every topic and cluster "
+                "operation authorized when asked (no authorizer)",
     "SaslHandshake": "SCRAM-SHA-256, SCRAM-SHA-512; PLAIN only over TLS",
     "ApiVersions": "lists exactly the APIs of this table; an unknown version gets KIP-511's v0 answer",
-    "CreateTopics": "replication factor 1 (or -1); replica assignments refused; v0-v1 through kio",
+    "CreateTopics": "replication factor 1 (or -1); replica assignments refused; a topic created without "
+                    "cleanup.policy is compacted (Kafka's default is delete: tiercompact is for compacted topics), "
+                    "so keyless records need cleanup.policy=delete; v0-v1 through kio",
     "DeleteRecords": "one copy: answered once the new log start offset is on disk (and, tiered, in the metadata "
                      "store); segments below it go with the next retention pass, remote ones too",
     "DeleteTopics": "fenced like DELETE /v1/topics (the node must lead every tiered partition); v0 through kio",
@@ -53,7 +56,8 @@ DIFFERENCES: dict[str, str] = {
                                    "moves with POST .../leadership)",
     "DescribeLogDirs": "one log dir per node (its data dir); the partitions it leads, with their local bytes "
                        "(remote segments not counted, as Kafka); offset lag 0 (one copy)",
-    "DescribeCluster": "brokers of the cluster registry; no controllers endpoint",
+    "DescribeCluster": "brokers of the cluster registry; no controllers endpoint; every cluster operation "
+                       "authorized when asked (no authorizer)",
     "DescribeTopicPartitions": "Metadata's partitions, paged by cursor (at most 2000 an answer); no eligible leader "
                                "replicas (one copy); every topic operation authorized (no authorizer)",
     "FindCoordinator": "GROUP and TRANSACTION keys; a key's coordinator is the live node holding its slot "
@@ -66,7 +70,7 @@ DIFFERENCES: dict[str, str] = {
                     "share the group's store (no ZooKeeper), v1's commit_timestamp is not used",
     "OffsetFetch": "require_stable answers UNSTABLE_OFFSET_COMMIT while a transaction holds offsets; v0 through kio",
     "ListGroups": "the groups of the coordinator slots this node holds (clients ask every broker)",
-    "DescribeGroups": "no authorized operations",
+    "DescribeGroups": "every group operation authorized when asked (no authorizer)",
     "DescribeUserScramCredentials": "the metadata store's users, and this node's users-file users (both "
                                     "mechanisms, 4096 iterations)",
     "AlterUserScramCredentials": "stored in the metadata store (every node accepts them); users of the node's "

@@ -17,6 +17,7 @@ from log.errors import (
     PartitionOfflineError,
     PolicyViolationError,
     TiercompactError,
+    TopicCollisionError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -48,6 +49,7 @@ _CODES: list[tuple[type[BaseException], int]] = [
     (OffsetOutOfRangeError, OFFSET_OUT_OF_RANGE),
     (UnknownTopicOrPartitionError, UNKNOWN_TOPIC_OR_PARTITION),
     (TopicExistsError, TOPIC_ALREADY_EXISTS),
+    (TopicCollisionError, INVALID_TOPIC_EXCEPTION),
     (InvalidConfigError, INVALID_CONFIG),
     (PartitionOfflineError, KAFKA_STORAGE_ERROR),
     # waited request.timeout.ms for a partition busy with background I/O: retriable

@@ -14,6 +14,7 @@ from kafka.protocol.admin import (
 )
 
 from coordinator.group import errors as E
+from service.kafka.acls import GROUP_OPERATION_CODES, authorized_operations
 from service.kafka.groups import group_coordinator
 from service.kafka.registry import RequestContext, kafka_api
 
@@ -36,6 +37,8 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     gc = group_coordinator(ctx)
     out = []
+    ops = {"authorized_operations": authorized_operations(GROUP_OPERATION_CODES, request.include_authorized_operations)} \
+        if ctx.api_version >= 3 else {}
     for gid in request.groups or ():
         if gc is None:
             d: dict[str, Any] = {"error": E.COORDINATOR_NOT_AVAILABLE, "state": "", "protocol_type": "",
@@ -44,7 +47,7 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
             d = await gc.call(gc.describe_group(gid))
         out.append(_Described(
             error_code=d["error"], group_id=gid, group_state=d["state"], protocol_type=d["protocol_type"],
-            protocol_data=d["protocol"], members=[
+            protocol_data=d["protocol"], **ops, members=[
                 _DMember(member_id=m["member_id"], group_instance_id=m["group_instance_id"],
                          client_id=m["client_id"], client_host=m["client_host"], member_metadata=m["metadata"],
                          member_assignment=m["assignment"]) for m in d["members"]]))

@@ -27,6 +27,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from log.errors import TiercompactError
 from log.types import TopicPartition, validate_topic_name
+from service.kafka.acls import CLUSTER_OPERATION_CODES, TOPIC_OPERATION_CODES, authorized_operations
 from service.kafka.registry import ClusterView, RequestContext, kafka_api
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -105,6 +106,12 @@ def _metadata(node: Any, cluster: ClusterView, request: Any, version: int) -> An
         wanted = [(t.name, getattr(t, "topic_id", None) or ZERO_UUID) for t in request.topics]
     by_id: dict[uuid.UUID, str] | None = None
     topics = []
+    # the fields exist from v8 (the cluster's up to v10): a version without them must not be given them
+    # (kafka-python names both TopicAuthorizedOperations and ClusterAuthorizedOperations authorized_operations)
+    topic_ops = {"authorized_operations": authorized_operations(
+        TOPIC_OPERATION_CODES, request.include_topic_authorized_operations)} if version >= 8 else {}
+    cluster_ops = {"authorized_operations": authorized_operations(
+        CLUSTER_OPERATION_CODES, request.include_cluster_authorized_operations)} if 8 <= version <= 10 else {}
     for name, tid in wanted:
         if name is None:  # v10+: by topic id
             if by_id is None:
@@ -125,12 +132,12 @@ def _metadata(node: Any, cluster: ClusterView, request: Any, version: int) -> An
                                     is_internal=False, partitions=[]))
             continue
         topics.append(topic_cls(error_code=0, name=name, topic_id=cluster.topic_id(name), is_internal=False,
-                                partitions=_partitions(node, cluster, name, stored[name], live)))
+                                partitions=_partitions(node, cluster, name, stored[name], live), **topic_ops))
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[MetadataResponse.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
                  for b in brokers],
-        cluster_id=cluster.cluster_id, controller_id=min(live), topics=topics)
+        cluster_id=cluster.cluster_id, controller_id=min(live), topics=topics, **cluster_ops)
 
 
 @kafka_api(MetadataRequest, min_version=0, max_version=12)
@@ -138,11 +145,13 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     return await ctx.run(_metadata, ctx.node, ctx.cluster, request, ctx.api_version)
 
 
-def _describe_cluster(cluster: ClusterView) -> Any:
+def _describe_cluster(cluster: ClusterView, request: Any) -> Any:
     brokers = cluster.brokers()
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=cluster.cluster_id,
         controller_id=min(b.broker_id for b in brokers),
+        authorized_operations=authorized_operations(CLUSTER_OPERATION_CODES,
+                                                            request.include_cluster_authorized_operations),
         brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=b.broker_id, host=b.host, port=b.port,
                                                                rack=b.rack, is_fenced=False) for b in brokers])
 
@@ -154,4 +163,4 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
                                        error_message="only brokers are described",
                                        endpoint_type=request.endpoint_type, cluster_id=ctx.cluster.cluster_id,
                                        controller_id=-1, brokers=[])
-    return await ctx.run(_describe_cluster, ctx.cluster)
+    return await ctx.run(_describe_cluster, ctx.cluster, request)

@@ -28,6 +28,7 @@ from kafka.protocol.admin.topics import DescribeTopicPartitionsRequest, Describe
 
 from log.errors import TiercompactError
 from log.types import validate_topic_name
+from service.kafka.acls import TOPIC_OPERATIONS
 from service.kafka.metadata_api import ZERO_UUID, partition_fields, stored_topics
 from service.kafka.registry import ClusterView, RequestContext, kafka_api
 
@@ -36,9 +37,6 @@ Partition = Topic.DescribeTopicPartitionsResponsePartition
 
 #: Kafka's max.request.partition.size.limit default: the most partitions one answer holds
 MAX_PARTITIONS = 2000
-#: READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS (AclOperation codes 3-8, 10, 11) as
-#: Kafka's 32-bit field: what a topic allows when there is no authorizer (AuthHelper.authorizedOperations)
-TOPIC_OPERATIONS = sum(1 << code for code in (3, 4, 5, 6, 7, 8, 10, 11))
 
 
 def _error_topic(name: str, code: int) -> Any:

@@ -9,7 +9,7 @@ from metadata.topic_configs import StoredTopic
 from tests.contract.conftest import open_manager
 
 
-def test_put_get_list_delete(metadata_backend: str, tmp_path: Path) -> None:
+def test_put_get_list_and_forget_at_deletion(metadata_backend: str, tmp_path: Path) -> None:
     with open_manager(metadata_backend, tmp_path) as m:
         assert m.list_topic_configs() == [] and m.get_topic_config("users") is None
         m.put_topic_config(StoredTopic("users", 3, {"cleanup.policy": "compact", "segment.bytes": 1024}))
@@ -23,8 +23,8 @@ def test_put_get_list_delete(metadata_backend: str, tmp_path: Path) -> None:
         got = m.get_topic_config("users")
         assert got is not None and got.config == {"cleanup.policy": "compact", "remote.storage.enable": True}
         assert [t.name for t in m.list_topic_configs()] == ["audit", "users"]
-        m.delete_topic_config("users")
-        m.delete_topic_config("users")  # a no-op the second time
+        m.record_topic_deletion("users", broker_id=0)  # forgets the config
+        m.record_topic_deletion("users", broker_id=0)  # a no-op for it the second time
         assert [t.name for t in m.list_topic_configs()] == ["audit"]
 
 
@@ -39,3 +39,30 @@ def test_shared_between_managers(metadata_backend: str, tmp_path: Path) -> None:
         with load_metadata_manager(url) as b:
             got = b.get_topic_config("t")
             assert got is not None and got.partitions == 2 and got.config == {"remote.storage.enable": True}
+
+
+def test_create_is_atomic_and_refuses_a_colliding_name(metadata_backend: str, tmp_path: Path) -> None:
+    """create_topic_config stores a new topic, answers the stored row for a name already there (writing nothing),
+    and refuses a name that collides with another topic's ('.' against '_', Kafka's InvalidTopicException)."""
+    import pytest
+
+    from log.errors import TopicCollisionError
+
+    with open_manager(metadata_backend, tmp_path) as m:
+        assert m.create_topic_config(StoredTopic("a.b", 2, {"cleanup.policy": "compact"})) is None
+        again = m.create_topic_config(StoredTopic("a.b", 5, {}))
+        assert again is not None and again.partitions == 2 and again.config == {"cleanup.policy": "compact"}
+        got = m.get_topic_config("a.b")
+        assert got is not None and got.partitions == 2
+        with pytest.raises(TopicCollisionError, match="collides with existing topic: a.b"):
+            m.create_topic_config(StoredTopic("a_b", 1, {}))
+        assert m.get_topic_config("a_b") is None
+        assert m.create_topic_config(StoredTopic("a-b", 1, {})) is None  # '-' is not '.' or '_'
+        m.record_topic_deletion("a.b", broker_id=0)
+        assert m.create_topic_config(StoredTopic("a_b", 1, {})) is None  # the deleted one collides no more
+        with pytest.raises(TopicCollisionError, match="collides with existing topic: a_b"):
+            m.create_topic_config(StoredTopic("a.b", 1, {}))
+        assert m.topic_deleted_ms("a.b") is not None  # still deleted: the refused create wrote nothing
+        assert m.create_topic_config(StoredTopic("a-b", 1, {})) is not None
+        m.record_topic_deletion("a-b", broker_id=0)
+        assert m.create_topic_config(StoredTopic("a-b", 1, {})) is None and m.topic_deleted_ms("a-b") is None

@@ -125,6 +125,9 @@ def test_join_sync_heartbeat_commit_fetch(node: InProcessNode) -> None:
     _check_http(node, m1, m2)
     d = node.wire().call(DescribeGroupsRequest(groups=["g1"], include_authorized_operations=False), 5).groups[0]
     assert (d.error_code, d.group_state, d.protocol_data, len(d.members)) == (0, "Stable", "range", 2)
+    assert d.authorized_operations is None  # not asked for: Integer.MIN_VALUE
+    asked = node.wire().call(DescribeGroupsRequest(groups=["g1"], include_authorized_operations=True), 5).groups[0]
+    assert asked.authorized_operations == {3, 6, 8}  # READ, DELETE, DESCRIBE: no authorizer
     listed = node.wire().call(ListGroupsRequest(states_filter=[]), 4).groups
     assert [(g.group_id, g.group_state) for g in listed] == [("g1", "Stable")]
     assert node.wire().call(DeleteGroupsRequest(groups_names=["g1", "zz"]), 2).results[0].error_code == \

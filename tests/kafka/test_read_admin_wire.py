@@ -127,7 +127,9 @@ def test_topic_admin_answers_as_kafka(wire: Wire, node: Node) -> None:
     assert _create(wire, "cdc", {}).error_code == 36  # TOPIC_ALREADY_EXISTS
     assert _create(wire, "bad", {"segment.bytes": "tiny"}).error_code == 40  # INVALID_CONFIG
     assert _create(wire, "bad", {"no.such.config": "1"}).error_code == 40
-    assert _create(wire, "bad", {}, rf=3).error_code == 38  # INVALID_REPLICATION_FACTOR
+    refused = _create(wire, "bad", {}, rf=3)
+    assert refused.error_code == 38  # INVALID_REPLICATION_FACTOR
+    assert refused.error_message.startswith("Replication factor: 3")  # our words alone, no class name
     assert _create(wire, "bad/name", {}).error_code == 17  # INVALID_TOPIC_EXCEPTION
     assert _create(wire, "checked", {}, validate_only=True).error_code == 0
     assert "checked" not in [t.name for t in node.topics()]
@@ -178,6 +180,87 @@ def test_topic_admin_answers_as_kafka(wire: Wire, node: Node) -> None:
     resp = wire.call(DeleteTopicsRequest(topic_names=["cdc", "nope"], timeout_ms=5000), 5)
     assert [(r.name, r.error_code) for r in resp.responses] == [("cdc", 0), ("nope", 3)]
     assert "cdc" not in [t.name for t in node.topics()]
+
+
+def test_topic_admin_refuses_duplicates_collisions_and_null_values_as_kafka(wire: Wire, node: Node) -> None:
+    """Kafka's controller answers a name listed twice once, with INVALID_REQUEST, and acts on neither entry; a name
+    that differs from an existing topic's only by '.' against '_' is INVALID_TOPIC_EXCEPTION; a null config value is
+    INVALID_CONFIG at creation and INVALID_REQUEST in AlterConfigs and in a non-DELETE IncrementalAlterConfigs."""
+    CT = CreateTopicsRequest.CreatableTopic
+    twice = [CT(name="dup.t", num_partitions=1, replication_factor=-1, assignments=[], configs=[]),
+             CT(name="dup.t", num_partitions=2, replication_factor=-1, assignments=[], configs=[]),
+             CT(name="once.t", num_partitions=1, replication_factor=-1, assignments=[], configs=[])]
+    resp = wire.call(CreateTopicsRequest(topics=twice, timeout_ms=5000, validate_only=False), 7)
+    assert [(t.name, t.error_code) for t in resp.topics] == [("dup.t", 42), ("once.t", 0)]
+    assert "dup.t" not in [t.name for t in node.topics()] and node.metadata.get_topic_config("dup.t") is None
+
+    collides = _create(wire, "once_t", {})
+    assert collides.error_code == 17 and "collides with existing topic: once.t" in collides.error_message
+    assert _create(wire, "once_t", {}, validate_only=True).error_code == 17
+    assert "once_t" not in [t.name for t in node.topics()] and node.metadata.get_topic_config("once_t") is None
+
+    CP = CreatePartitionsRequest.CreatePartitionsTopic
+    grow = wire.call(CreatePartitionsRequest(topics=[CP(name="once.t", count=2, assignments=None)] * 2,
+                                             timeout_ms=5000, validate_only=False), 3)
+    assert [(r.name, r.error_code) for r in grow.results] == [("once.t", 42)] and node.topic("once.t").partitions == 1
+
+    null = CT(name="nulls", num_partitions=1, replication_factor=-1, assignments=[],
+              configs=[CT.CreatableTopicConfig(name="retention.ms", value=None)])
+    made = wire.call(CreateTopicsRequest(topics=[null], timeout_ms=5000, validate_only=False), 7).topics[0]
+    assert made.error_code == 40 and "Null value not supported" in made.error_message
+
+    AR = AlterConfigsRequest.AlterConfigsResource
+    alter = AlterConfigsRequest(resources=[AR(resource_type=2, resource_name="once.t", configs=[
+        AR.AlterableConfig(name="retention.ms", value=None)])], validate_only=False)
+    answer = wire.call(alter, 2).responses[0]
+    assert answer.error_code == 42 and "Null value not supported for : retention.ms" in answer.error_message
+    IR = IncrementalAlterConfigsRequest.AlterConfigsResource
+    for op, code in ((0, 42), (2, 42), (3, 42), (1, 0)):  # SET, APPEND, SUBTRACT: refused; DELETE takes no value
+        r = IR(resource_type=2, resource_name="once.t",
+               configs=[IR.AlterableConfig(name="cleanup.policy", config_operation=op, value=None)])
+        assert wire.call(IncrementalAlterConfigsRequest(resources=[r], validate_only=False),
+                         1).responses[0].error_code == code, op
+
+    deleted = wire.call(DeleteTopicsRequest(topic_names=["once.t", "once.t"], timeout_ms=5000), 5)
+    assert [(r.name, r.error_code) for r in deleted.responses] == [("once.t", 42)]
+    assert "once.t" in [t.name for t in node.topics()]
+    node.delete_topic("once.t")
+
+
+def test_create_topics_answers_topic_already_exists_for_a_topic_another_node_stored(wire: Wire, node: Node) -> None:
+    """A topic is the cluster's: one that another node created (in the shared metadata store, not yet learned here)
+    already exists for Kafka's CreateTopics, whatever its config (the HTTP API's create joins it instead)."""
+    from metadata.topic_configs import StoredTopic
+
+    node.metadata.put_topic_config(StoredTopic("elsewhere", 1, {}))
+    try:
+        assert _create(wire, "elsewhere", {}).error_code == 36
+        assert "elsewhere" not in [t.name for t in node.topics()]
+        assert _create(wire, "elsewhere", {}, validate_only=True).error_code == 36
+    finally:
+        node.metadata.record_topic_deletion("elsewhere", broker_id=node.broker_id)
+
+
+def test_authorized_operations_are_every_supported_one_when_asked(wire: Wire, node: Node) -> None:
+    """No authorizer: Metadata and DescribeCluster answer every operation Kafka supports on a topic and on the
+    cluster when the request asks (AuthHelper.authorizedOperations), Integer.MIN_VALUE when it does not."""
+    from kafka.protocol.admin import DescribeClusterRequest
+    from kafka.protocol.metadata import MetadataRequest
+
+    node.create_topic("ops")
+    topic_ops = {3, 4, 5, 6, 7, 8, 10, 11}  # kafka-python decodes a bitfield as its set bits, MIN_VALUE as None
+    cluster_ops = {5, 7, 8, 9, 10, 11, 12}
+    T = MetadataRequest.MetadataRequestTopic
+    for asked in (True, False):
+        meta = wire.call(MetadataRequest(topics=[T(topic_id=None, name="ops")], allow_auto_topic_creation=False,
+                                         include_cluster_authorized_operations=asked,
+                                         include_topic_authorized_operations=asked), 10)
+        # (kafka-python's name for TopicAuthorizedOperations and ClusterAuthorizedOperations)
+        assert meta.topics[0].authorized_operations == (topic_ops if asked else None)
+        assert meta.authorized_operations == (cluster_ops if asked else None)
+        described = wire.call(DescribeClusterRequest(include_cluster_authorized_operations=asked, endpoint_type=1), 1)
+        assert described.authorized_operations == (cluster_ops if asked else None)
+    node.delete_topic("ops")
 
 
 def test_a_deleted_topic_gets_a_new_id_when_created_again(node: Node) -> None:

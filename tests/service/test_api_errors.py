@@ -57,6 +57,14 @@ def test_topic_exists_is_409(topic: TestClient) -> None:
     _err(topic.post("/v1/topics", json={"name": "t"}), 409, "already exists")
 
 
+def test_a_name_colliding_with_a_topics_is_409(client: TestClient) -> None:
+    """Kafka refuses a topic whose name differs from an existing one's only by '.' against '_' (their metric names
+    would be the same); so does the HTTP API, and nothing is created."""
+    assert client.post("/v1/topics", json={"name": "orders.v1"}).status_code == 201
+    _err(client.post("/v1/topics", json={"name": "orders_v1"}), 409, "collides with existing topic: orders.v1")
+    assert client.get("/v1/topics/orders_v1").status_code == 404
+
+
 @pytest.mark.parametrize(("config", "needle"), [
     ({"min.compaction.lag.ms": 10, "max.compaction.lag.ms": 5}, "min.compaction.lag.ms (10) > max.compaction.lag.ms (5)"),
     ({"cleanup.policy": "shred"}, "cleanup.policy='shred' is invalid"),
