@@ -61,16 +61,33 @@ def local_offset_for_timestamp(log: LocalLog, timestamp: int, start_offset: int 
     return None
 
 
+def record_of_max_timestamp(batches: Iterable[RecordBatch], timestamp: int, offset: int) -> TimestampAndOffset | None:
+    """The record that holds ``timestamp``, a batch's max timestamp, where a segment or a time index gives only the
+    batch (its last ``offset``): the first batch from ``offset`` on with that max timestamp, and in it the first
+    record with that timestamp (Kafka's RecordBatch.offsetOfMaxTimestamp, KAFKA-16310), with the batch's leader epoch
+    (-1 when it has none)."""
+    for batch in batches:
+        if batch.last_offset < offset or batch.max_timestamp != timestamp:
+            continue
+        record = next((f[0] for f in batch.reader_fields() if f[1] == timestamp), batch.last_offset)
+        return TimestampAndOffset(timestamp, record, max(batch.partition_leader_epoch, UNDEFINED_EPOCH))
+    return None
+
+
 def local_max_timestamp(log: LocalLog) -> TimestampAndOffset | None:
-    """KIP-734's MAX_TIMESTAMP over the local segments: the record with the largest timestamp."""
-    best: tuple[int, int] | None = None
+    """KIP-734's MAX_TIMESTAMP over the local segments: the record with the largest timestamp (the first such in the
+    first segment that has it, as Kafka's UnifiedLog.fetchOffsetByTimestamp)."""
+    best = None
     for seg in log.all_segments():
-        ts, off = seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far
-        if ts >= 0 and (best is None or ts > best[0]):
-            best = (ts, off)
+        if seg.max_timestamp_so_far >= 0 and (best is None or seg.max_timestamp_so_far > best.max_timestamp_so_far):
+            best = seg
     if best is None:
         return None
-    return TimestampAndOffset(best[0], best[1], epoch_for_offset(log.epoch_entries, best[1]))
+    ts, off = best.max_timestamp_so_far, best.offset_of_max_timestamp_so_far
+    pos = best.offset_index.lookup(off)[1] if off > best.base_offset else 0
+    found = record_of_max_timestamp((b for _p, b in best.batches(pos)), ts, off)
+    # a segment's max is always one of its batches'; should the scan not find it, the batch's offset is the answer
+    return found or TimestampAndOffset(ts, off, epoch_for_offset(log.epoch_entries, off))
 
 
 def end_offset_for_epoch(entries: Sequence[EpochEntry], requested: int, log_end_offset: int) -> tuple[int, int]:

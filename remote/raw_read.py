@@ -24,6 +24,7 @@ from log.offset_lookup import (
     first_at_or_after,
     local_max_timestamp,
     local_offset_for_timestamp,
+    record_of_max_timestamp,
 )
 from metadata.types import RemoteLogSegmentMetadata
 from remote.errors import ObjectNotFoundError
@@ -173,5 +174,7 @@ class RawTieredRead:
                 entries = self.read_path.reader.time_index(md)
                 if entries:
                     ts, off = entries[-1]
-                    best = TimestampAndOffset(ts, off, epoch_for_offset(log.epoch_entries, off))
+                    batches = self.read_path.reader.read(md, off, _SCAN_BYTES)
+                    best = record_of_max_timestamp(batches, ts, off) or \
+                        TimestampAndOffset(ts, off, epoch_for_offset(log.epoch_entries, off))
         return best

@@ -354,6 +354,24 @@ def test_fetch_and_timestamps_from_the_remote_tier(wire: Wire, node: Node) -> No
     assert _list(wire, "tiered", 1_500_000).offset == 12
 
 
+def test_max_timestamp_names_the_record_that_holds_it_in_both_tiers(wire: Wire, node: Node) -> None:
+    """KIP-734's MAX_TIMESTAMP answers the offset of the record with the largest timestamp, not its batch's last
+    offset (KAFKA-16310): a batch whose largest timestamp is in its middle, read locally, then from the remote tier."""
+    assert _create(wire, "maxts", {"cleanup.policy": "delete", "remote.storage.enable": "true",
+                                   "local.retention.ms": "0", "retention.ms": "-1"}).error_code == 0
+    node.produce("maxts", 0, [RecordSpec(b"a", b"0", 3_000_000), RecordSpec(b"b", b"1", 3_050_000),
+                              RecordSpec(b"c", b"2", 3_020_000)])
+    node.produce("maxts", 0, [RecordSpec(b"d", b"3", 3_010_000)])
+    top = _list(wire, "maxts", -3)
+    assert (top.offset, top.timestamp) == (1, 3_050_000)
+    node.roll("maxts", 0)
+    node.tier("maxts", 0)
+    assert node.log("maxts", 0).log_start_offset == 4  # only the remote tier holds offsets 0-3 now
+    node.produce("maxts", 0, [RecordSpec(b"e", b"4", 3_001_000)])
+    top = _list(wire, "maxts", -3)
+    assert (top.offset, top.timestamp) == (1, 3_050_000)
+
+
 def test_spliced_records_encode_as_the_library_does() -> None:
     from kafka.protocol.consumer import FetchResponse
 
