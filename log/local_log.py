@@ -415,7 +415,11 @@ class LocalLog:
                 base = self.log_end_offset if assign_offsets else batch.base_offset
                 if not assign_offsets and base < self.log_end_offset:
                     raise InvalidRequestError(f"batch base offset {base} is below the log end {self.log_end_offset}")
-                stamp_batch(buf, 0, base_offset=base, partition_leader_epoch=max(self.leader_epoch, -1)
+                if assign_offsets and self.epochs.latest < 0:
+                    # a partition is at leader epoch 0 from its creation, as Kafka's: its first batch starts epoch 0
+                    # in the cache (Metadata and ListOffsets say 0; clients validate positions by it, KIP-320)
+                    self.epochs.assign(0, base)
+                stamp_batch(buf, 0, base_offset=base, partition_leader_epoch=self.leader_epoch
                             if batch.partition_leader_epoch < 0 or assign_offsets else batch.partition_leader_epoch,
                             log_append_time_ms=append_time)
                 stamped = RecordBatch(buf)

@@ -32,7 +32,6 @@ from log.config import LogConfig
 from log.errors import (
     InvalidConfigError,
     InvalidRequestError,
-    TiercompactError,
     TopicCollisionError,
     TopicExistsError,
 )
@@ -63,10 +62,15 @@ _DResult = DeleteTopicsResponse.DeletableTopicResult
 _PResult = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 
-class _Refused(TiercompactError):  # its message is the answer's error_message as it is
+class _Refused(Exception):
+    """A refusal with its Kafka error code; its message is the answer's error_message as it is."""
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+def _message(e: BaseException) -> str | None:
+    return str(e) if isinstance(e, _Refused) else error_message(e)
 
 
 def _topic_id(ctx: RequestContext, name: str) -> uuid.UUID:
@@ -133,7 +137,7 @@ def _create(ctx: RequestContext, request: Any) -> Any:
             name, partitions, cfg = _create_one(ctx, t, bool(request.validate_only))
         except Exception as e:  # noqa: BLE001 - every failure is the topic's error code
             code = e.code if isinstance(e, _Refused) else error_code(e)
-            out.append(_CResult(name=t.name, topic_id=_NO_ID, error_code=code, error_message=error_message(e),
+            out.append(_CResult(name=t.name, topic_id=_NO_ID, error_code=code, error_message=_message(e),
                                 topic_config_error_code=NONE, num_partitions=-1, replication_factor=-1,
                                 configs=None))
             continue
@@ -178,7 +182,7 @@ def _delete(ctx: RequestContext, request: Any) -> Any:
         except Exception as e:  # noqa: BLE001 - every failure is the topic's error code
             code = e.code if isinstance(e, _Refused) else error_code(e)
             out.append(_DResult(name=name, topic_id=topic_id or _NO_ID, error_code=code,
-                                error_message=error_message(e)))
+                                error_message=_message(e)))
             continue
         out.append(_DResult(name=name, topic_id=tid, error_code=NONE, error_message=None))
     return DeleteTopicsResponse(throttle_time_ms=0, responses=out)
@@ -219,7 +223,7 @@ def _create_partitions(ctx: RequestContext, request: Any) -> Any:
             _grow(ctx, t, bool(request.validate_only))
         except Exception as e:  # noqa: BLE001 - every failure is the topic's error code
             code = e.code if isinstance(e, _Refused) else error_code(e)
-            out.append(_PResult(name=t.name, error_code=code, error_message=error_message(e)))
+            out.append(_PResult(name=t.name, error_code=code, error_message=_message(e)))
             continue
         out.append(_PResult(name=t.name, error_code=NONE, error_message=None))
     return CreatePartitionsResponse(throttle_time_ms=0, results=out)

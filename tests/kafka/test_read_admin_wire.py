@@ -320,6 +320,9 @@ def test_fetch_list_offsets_and_epochs(wire: Wire, node: Node) -> None:
         assert _list(wire, "t", -1, version=v).offset == 12
 
     epoch = log.leader_epoch
+    # a partition no leadership was registered for is at epoch 0, as Metadata says: ListOffsets and the batches agree
+    assert epoch == 0 and (_list(wire, "t", -1).leader_epoch, _list(wire, "t", -2).leader_epoch) == (0, 0)
+    assert {b.partition_leader_epoch for _p, b in iter_batches(_fetch(wire, "t", 0).records)} == {0}
     P = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition
     req = OffsetForLeaderEpochRequest(replica_id=-1, topics=[OffsetForLeaderEpochRequest.OffsetForLeaderTopic(
         topic="t", partitions=[P(partition=0, current_leader_epoch=-1, leader_epoch=max(epoch, 0))])])

@@ -142,6 +142,20 @@ def test_leader_epochs_are_stamped_and_checkpointed(make_log):
     assert reopened.leader_epoch == 3
 
 
+def test_a_new_partition_is_at_leader_epoch_0_from_its_first_append(make_log):
+    """As Kafka's: a partition no leadership was registered for is at epoch 0, so its first batch starts epoch 0 in
+    the cache and every batch carries 0 (they carried -1, while Metadata answered 0: clients could not validate
+    their positions by it, KIP-320)."""
+    log = make_log()
+    assert log.leader_epoch == -1  # nothing appended, nothing registered
+    log.append_records([_kv(0)])
+    log.append_records([_kv(1)])
+    assert log.leader_epoch == 0 and log.epochs_for_range(0, 2) == {0: 0}
+    assert (log.dir / "leader-epoch-checkpoint").read_text() == "0\n1\n0 0\n"
+    assert [b.partition_leader_epoch for _p, b in iter_file_batches(log.active_segment.log_path)] == [0, 0]
+    assert end_offset_for_epoch(log.epoch_entries, 0, log.log_end_offset) == (0, 2)
+
+
 def test_retention_deletes_old_segments_for_delete_policy(make_log, clock):
     log = make_log(cleanup_policy="delete", segment_bytes=300, retention_ms=10_000)
     for i in range(20):

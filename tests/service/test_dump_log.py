@@ -16,12 +16,12 @@ T0 = 1_700_000_000_000
 
 EXPECTED_LOG = """\
 Log starting offset: 0
-baseOffset: 0 lastOffset: 1 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 producerEpoch: -1 partitionLeaderEpoch: -1 isTransactional: false isControl: false deleteHorizonMs: OptionalLong.empty position: 0 CreateTime: 1700000000001 size: 85 magic: 2 compresscodec: none crc: 2944606725 isvalid: true
+baseOffset: 0 lastOffset: 1 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 producerEpoch: -1 partitionLeaderEpoch: 0 isTransactional: false isControl: false deleteHorizonMs: OptionalLong.empty position: 0 CreateTime: 1700000000001 size: 85 magic: 2 compresscodec: none crc: 2944606725 isvalid: true
 | offset: 0 CreateTime: 1700000000000 keySize: 2 valueSize: 2 sequence: -1 headerKeys: [] key: k1 payload: v1
 | offset: 1 CreateTime: 1700000000001 keySize: 2 valueSize: -1 sequence: -1 headerKeys: [h] key: k2 payload: null headers: h=x
-baseOffset: 2 lastOffset: 2 count: 1 baseSequence: 0 lastSequence: 0 producerId: 5 producerEpoch: 0 partitionLeaderEpoch: -1 isTransactional: true isControl: false deleteHorizonMs: OptionalLong.empty position: 85 CreateTime: 1700000000002 size: 72 magic: 2 compresscodec: none crc: 3857872598 isvalid: true
+baseOffset: 2 lastOffset: 2 count: 1 baseSequence: 0 lastSequence: 0 producerId: 5 producerEpoch: 0 partitionLeaderEpoch: 0 isTransactional: true isControl: false deleteHorizonMs: OptionalLong.empty position: 85 CreateTime: 1700000000002 size: 72 magic: 2 compresscodec: none crc: 3857872598 isvalid: true
 | offset: 2 CreateTime: 1700000000002 keySize: 2 valueSize: 2 sequence: 0 headerKeys: [] key: k3 payload: v3
-baseOffset: 3 lastOffset: 3 count: 1 baseSequence: -1 lastSequence: -1 producerId: 5 producerEpoch: 0 partitionLeaderEpoch: -1 isTransactional: true isControl: true deleteHorizonMs: OptionalLong.empty position: 157 CreateTime: 1700000000000 size: 78 magic: 2 compresscodec: none crc: 1479488886 isvalid: true
+baseOffset: 3 lastOffset: 3 count: 1 baseSequence: -1 lastSequence: -1 producerId: 5 producerEpoch: 0 partitionLeaderEpoch: 0 isTransactional: true isControl: true deleteHorizonMs: OptionalLong.empty position: 157 CreateTime: 1700000000000 size: 78 magic: 2 compresscodec: none crc: 1479488886 isvalid: true
 | offset: 3 CreateTime: 1700000000000 keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] endTxnMarker: ABORT coordinatorEpoch: 0
 """
 
