@@ -103,7 +103,10 @@ def _check_records(buf: bytearray, batch: RecordBatch, config: LogConfig, now_ms
     compacted = config.compact
     create_time = batch.timestamp_type is TimestampType.CREATE_TIME and \
         config.timestamp_type is TimestampType.CREATE_TIME
-    max_diff = int(config.get("message.timestamp.difference.max.ms")) if create_time else LONG_MAX
+    before, after = config.timestamp_bounds if create_time else (LONG_MAX, LONG_MAX)
+    # the kernel checks one window both ways: the narrower side's. A batch it passes is within both bounds; one it
+    # does not is walked again below, which checks each side as it is.
+    max_diff = min(before, after)
     codec = batch.attributes & COMPRESSION_CODEC_MASK
     try:
         section: bytes | memoryview = memoryview(buf)[RECORDS_OFFSET:] if codec == 0 else \
@@ -113,7 +116,7 @@ def _check_records(buf: bytearray, batch: RecordBatch, config: LogConfig, now_ms
     max_ts = kernels().check_produced_records(section, batch.records_count, batch.base_timestamp, compacted,
                                               max_diff != LONG_MAX, now_ms, max_diff)
     if max_ts is None:
-        max_ts = _check_each_record(bytes(section), batch, compacted, now_ms, max_diff, partition)
+        max_ts = _check_each_record(bytes(section), batch, compacted, now_ms, (before, after), partition)
     del section  # the view on buf goes before buf is written below
     if create_time and batch.records_count and batch.max_timestamp != max_ts:
         _INT64.pack_into(buf, MAX_TIMESTAMP_OFFSET, max_ts)
@@ -121,12 +124,14 @@ def _check_records(buf: bytearray, batch: RecordBatch, config: LogConfig, now_ms
             _UINT32.pack_into(buf, CRC_OFFSET, crc32c(mv[ATTRIBUTES_OFFSET:]))
 
 
-def _check_each_record(section: bytes, batch: RecordBatch, compacted: bool, now_ms: int, max_diff: int,
+def _check_each_record(section: bytes, batch: RecordBatch, compacted: bool, now_ms: int, bounds: tuple[int, int],
                        partition: str) -> int:
     """The reference walk of :func:`_check_records`: the maximum timestamp, or the errors raised
     as Kafka's per-record errors (CorruptRecordError for a malformed record)."""
     errors: list[tuple[int, str]] = []
     bad_time = False
+    before, after = bounds
+    earliest, latest = now_ms - before, now_ms + after
     base = batch.base_offset
     max_ts = -1
     append_time = batch.max_timestamp if batch.timestamp_type is TimestampType.LOG_APPEND_TIME else None
@@ -138,10 +143,11 @@ def _check_each_record(section: bytes, batch: RecordBatch, compacted: bool, now_
                 errors.append((i, f"record {i} has offset delta {offset - base}; expected {i}"))
             if key is None and compacted:
                 errors.append((i, f"compacted topic {partition} cannot accept a record without a key"))
-            if max_diff != LONG_MAX and abs(ts - now_ms) > max_diff:
+            if not earliest <= ts <= latest:
                 bad_time = True
                 errors.append((i, f"timestamp {ts} of record {i} is out of range: it must be within "
-                                  f"[{now_ms - max_diff}, {now_ms + max_diff}] (message.timestamp.difference.max.ms)"))
+                                  f"[{earliest}, {latest}] (message.timestamp.before.max.ms / after.max.ms, else "
+                                  f"message.timestamp.difference.max.ms)"))
             if ts > max_ts:
                 max_ts = ts
     except CorruptRecordError as e:

@@ -63,6 +63,29 @@ def _cleanup_policy(key: str, v: Any) -> None:
 _cleanup_policy.__doc__ = "[compact, delete, compact,delete]"
 
 
+def _bad(key: str, v: Any, allowed: str) -> None:
+    raise InvalidConfigError(f"{key}={v!r} is invalid: must be {allowed}")
+
+
+def _replica_list(key: str, v: Any) -> None:
+    """Kafka's ThrottledReplicaListValidator: '*', or a list of partition:broker pairs."""
+    items = [x.strip() for x in str(v).split(",") if x.strip()]
+    if items == ["*"] or all(len(p := x.split(":")) == 2 and p[0].isdigit() and p[1].isdigit() for x in items):
+        return
+    _bad(key, v, "'*' or a list of partition:broker (e.g. 0:1,1:1)")
+
+
+_replica_list.__doc__ = "[partitionId]:[brokerId],[partitionId]:[brokerId],... or *"
+
+
+def _gzip_level(key: str, v: Any) -> None:
+    if v != -1 and not 1 <= v <= 9:
+        _bad(key, v, "[1,...,9] or -1")
+
+
+_gzip_level.__doc__ = "[1,...,9] or -1"
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigKey:
     name: str
@@ -142,7 +165,39 @@ define("remote.compaction.spark.min.dirty.bytes", int, 1024 * 1024 * 1024, at_le
        "With remote.compaction.engine=auto: the dirty remote bytes from which a round goes to Spark (tiercompact; "
        "below it the per-task and start-up overhead of a job outweighs its parallelism).")
 define("message.timestamp.difference.max.ms", int, LONG_MAX, at_least(0),
-       "Reject records whose CreateTime differs from the broker clock by more than this.")
+       "Reject records whose CreateTime differs from the broker clock by more than this (deprecated in Kafka 3.6 "
+       "for the two below, which take precedence where set).")
+define("message.timestamp.before.max.ms", int, LONG_MAX, at_least(0),
+       "Reject records whose CreateTime is more than this before the broker clock (KIP-937; unset: "
+       "message.timestamp.difference.max.ms).")
+define("message.timestamp.after.max.ms", int, LONG_MAX, at_least(0),
+       "Reject records whose CreateTime is more than this after the broker clock (KIP-937; unset: "
+       "message.timestamp.difference.max.ms; Kafka 3.x's default, which Kafka 4.0 lowered to one hour).")
+define("min.insync.replicas", int, 1, at_least(1),
+       "acks=all produce needs this many in-sync replicas, else NOT_ENOUGH_REPLICAS, as Kafka: a partition has one "
+       "copy here, so above 1 every acks=all produce is refused (acks 0 and 1 are not affected).")
+define("segment.jitter.ms", int, 0, at_least(0),
+       "Roll by time up to this much (a random amount per segment) before segment.ms, so that partitions created "
+       "together do not all roll at once.")
+define("compression.gzip.level", int, -1, _gzip_level,
+       "The gzip level of batches the log compresses (compression.type=gzip; -1: zlib's default).")
+define("compression.lz4.level", int, 9, between(1, 17),
+       "The lz4 level of batches the log compresses (compression.type=lz4; 9 is lz4's fast mode, as Kafka's default; "
+       "others are lz4's high-compression levels).")
+define("compression.zstd.level", int, 3, between(-131072, 22),
+       "The zstd level of batches the log compresses (compression.type=zstd).")
+define("preallocate", bool, False, None,
+       "Accepted for Kafka's tools; no effect: segment files grow as they are written (preallocating them did not "
+       "shorten acks=all syncs here, docs/operations.md).")
+define("unclean.leader.election.enable", bool, False, None,
+       "Accepted for Kafka's tools; no effect: a partition has one copy, its leader (leadership moves with POST "
+       ".../leadership, never by election).")
+define("leader.replication.throttled.replicas", str, "", _replica_list,
+       "Accepted for Kafka's tools; no effect: there is no replication to throttle.")
+define("follower.replication.throttled.replicas", str, "", _replica_list,
+       "Accepted for Kafka's tools; no effect: there is no replication to throttle.")
+define("message.downconversion.enable", bool, True, None,
+       "Accepted for Kafka's tools; no effect: Fetch v4+ is served, which never down-converts.")
 define("flush.messages", int, LONG_MAX, at_least(1),
        "fsync the partition once this many records were appended since the last fsync (Kafka's default: never; "
        "acks=all produce requests fsync before they are answered in any case).")
@@ -153,7 +208,8 @@ define("flush.ms", int, LONG_MAX, at_least(0),
 #: keys Kafka declares as INT (int32); every other int key is a LONG (int64). A value past
 #: its Kafka type is refused here, before it can reach a struct or an index size.
 INT32_KEYS = frozenset({"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes",
-                        "producer.id.expiration.ms"})
+                        "producer.id.expiration.ms", "min.insync.replicas", "compression.gzip.level",
+                        "compression.lz4.level", "compression.zstd.level"})
 
 
 def _show(value: Any, limit: int = 60) -> str:
@@ -320,6 +376,14 @@ class LogConfig:
         if self.compact:
             return min(int(self.get("segment.ms")), int(self.get("max.compaction.lag.ms")))
         return int(self.get("segment.ms"))
+
+    @cached_property
+    def timestamp_bounds(self) -> tuple[int, int]:
+        """How far (ms) a CreateTime may lie before and after the broker clock: message.timestamp.before.max.ms and
+        .after.max.ms where set, else message.timestamp.difference.max.ms (Kafka's LogConfig since KIP-937)."""
+        diff = int(self.get("message.timestamp.difference.max.ms"))
+        before, after = int(self.get("message.timestamp.before.max.ms")), int(self.get("message.timestamp.after.max.ms"))
+        return (before if before != LONG_MAX else diff, after if after != LONG_MAX else diff)
 
     @cached_property
     def max_message_bytes(self) -> int:

@@ -19,6 +19,7 @@ A single LocalLog object must own a directory.
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ from log.checkpoint import (
     fsync_path,
 )
 from log.clock import SYSTEM_CLOCK, Clock
-from log.config import LogConfig
+from log.config import CONFIG_DEF, LogConfig
 from log.errors import CorruptRecordError, InvalidRequestError, OffsetOutOfRangeError
 from log.errors import SimulatedCrash as SimulatedCrash  # where the crash hooks of tests import it from
 from log.fetch_raw import readable_segments
@@ -463,7 +464,10 @@ class LocalLog:
         target = self.config.get("compression.type")
         if target == "producer" or batch.is_control or CompressionType.from_name(target) == batch.compression:
             return batch.raw
-        b = RecordBatchBuilder(batch.base_offset, compression=CompressionType.from_name(target),
+        codec = CompressionType.from_name(target)
+        level_key = f"compression.{target}.level"
+        b = RecordBatchBuilder(batch.base_offset, compression=codec,
+                               compression_level=int(self.config.get(level_key)) if level_key in CONFIG_DEF else None,
                                timestamp_type=batch.timestamp_type, producer_id=batch.producer_id,
                                producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
                                is_transactional=batch.is_transactional,
@@ -487,7 +491,16 @@ class LocalLog:
     def _time_to_roll(self, seg: LogSegment, now: int) -> bool:
         first = seg.first_batch_timestamp
         rolling_base = first if first != 2**63 - 1 else getattr(seg, "created_ms", now)
-        return now - rolling_base > self.config.max_segment_ms
+        return now - rolling_base > self.config.max_segment_ms - self._roll_jitter(seg)
+
+    def _roll_jitter(self, seg: LogSegment) -> int:
+        """How much sooner than segment.ms this segment rolls by time: up to segment.jitter.ms, Kafka's per-segment
+        rollJitterMs. Kafka draws it at random per segment; here it is a hash of the partition and the segment's
+        base offset: partitions created together still roll apart, and a restart keeps each segment's."""
+        jitter = min(int(self.config.get("segment.jitter.ms")), int(self.config.get("segment.ms")))
+        if jitter <= 0:
+            return 0
+        return zlib.crc32(f"{self.topic_partition.dir_name}@{seg.base_offset}".encode()) % jitter
 
     def _maybe_roll(self, batch: RecordBatch, now: int) -> None:
         if self._should_roll(self.active_segment, batch.size_in_bytes, batch.last_offset, now):

@@ -114,6 +114,7 @@ class RecordBatchBuilder:
     __slots__ = (
         "base_offset",
         "compression",
+        "compression_level",
         "timestamp_type",
         "producer_id",
         "producer_epoch",
@@ -145,6 +146,7 @@ class RecordBatchBuilder:
         partition_leader_epoch: int = -1,
         delete_horizon_ms: int | None = None,
         log_append_time_ms: int | None = None,
+        compression_level: int | None = None,
     ) -> None:
         if base_offset < 0:
             raise InvalidRequestError(f"invalid base offset {base_offset}")
@@ -154,6 +156,7 @@ class RecordBatchBuilder:
             raise InvalidRequestError("a transactional batch needs a producer id")
         self.base_offset = base_offset
         self.compression = CompressionType(compression)
+        self.compression_level = compression_level
         self.timestamp_type = TimestampType(timestamp_type)
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
@@ -264,7 +267,7 @@ class RecordBatchBuilder:
             )
         records = b"".join(self._parts)
         if self.compression != CompressionType.NONE:
-            records = compress(self.compression, records)
+            records = compress(self.compression, records, self.compression_level)
         out = bytearray(RECORD_BATCH_OVERHEAD)
         out += records
         attributes = int(self.compression)

@@ -101,26 +101,33 @@ def _snappy_decompress(data: bytes | bytearray | memoryview) -> bytes:
     return b"".join(out)
 
 
-def _lz4_compress(data: bytes | bytearray | memoryview) -> bytes:
+#: Kafka's compression.lz4.level default: its fast compressor (another level is lz4's high-compression mode)
+LZ4_DEFAULT_LEVEL = 9
+
+
+def _lz4_compress(data: bytes | bytearray | memoryview, level: int | None = None) -> bytes:
     # Kafka's KafkaLZ4BlockOutputStream frame: FLG 0x60 (version 1, independent blocks, no
     # block checksum, no content size or checksum), BD 0x40 (64 KiB blocks). cramjam always
     # sets the block-checksum flag (FLG 0x70), which changed the bytes and the batch CRC.
+    hc = 0 if level is None or level == LZ4_DEFAULT_LEVEL else level
     return bytes(lz4.frame.compress(data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
-                                    content_checksum=False, block_checksum=False, store_size=False))
+                                    content_checksum=False, block_checksum=False, store_size=False,
+                                    compression_level=hc))
 
 
-def compress(ctype: CompressionType | int, data: bytes | bytearray | memoryview) -> bytes:
-    """Compress one batch's records section with ``ctype`` at Kafka's default level."""
+def compress(ctype: CompressionType | int, data: bytes | bytearray | memoryview, level: int | None = None) -> bytes:
+    """Compress one batch's records section with ``ctype`` at ``level`` (Kafka's compression.<codec>.level, KIP-390;
+    None or gzip's -1: Kafka's default level)."""
     if ctype == CompressionType.NONE:
         return bytes(data)
     if ctype == CompressionType.GZIP:
-        return bytes(cramjam.gzip.compress(data, level=GZIP_LEVEL))
+        return bytes(cramjam.gzip.compress(data, level=GZIP_LEVEL if level in (None, -1) else level))
     if ctype == CompressionType.SNAPPY:
         return _snappy_xerial_compress(data)
     if ctype == CompressionType.LZ4:
-        return _lz4_compress(data)
+        return _lz4_compress(data, level)
     if ctype == CompressionType.ZSTD:
-        return bytes(cramjam.zstd.compress(data, level=ZSTD_LEVEL))
+        return bytes(cramjam.zstd.compress(data, level=ZSTD_LEVEL if level is None else level))
     raise InvalidRequestError(f"unknown compression type {ctype!r}")
 
 

@@ -25,7 +25,7 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
-from log.config import CONFIG_DEF, LogConfig
+from log.config import CONFIG_DEF, INT32_KEYS, LogConfig
 from log.errors import InvalidConfigError, InvalidRequestError
 from service.kafka.broker_configs import DEFAULT_CONFIG, broker_config_entries
 from service.kafka.errors import NONE, error_code, error_message
@@ -37,8 +37,9 @@ BROKER = 4
 # DescribeConfigsResponse.ConfigSource
 DYNAMIC_TOPIC_CONFIG = 1
 # DescribeConfigsResponse.ConfigType
-_BOOLEAN, _STRING, _LONG, _DOUBLE, _LIST = 1, 2, 5, 6, 7
-_LIST_KEYS = frozenset({"cleanup.policy"})
+_BOOLEAN, _STRING, _INT, _LONG, _DOUBLE, _LIST = 1, 2, 3, 5, 6, 7
+_LIST_KEYS = frozenset({"cleanup.policy", "leader.replication.throttled.replicas",
+                        "follower.replication.throttled.replicas"})
 # IncrementalAlterConfigs operations
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -55,7 +56,9 @@ def _type_code(name: str) -> int:
     if name in _LIST_KEYS:
         return _LIST
     t = CONFIG_DEF[name].type
-    return {bool: _BOOLEAN, int: _LONG, float: _DOUBLE}.get(t, _STRING)
+    if t is int:
+        return _INT if name in INT32_KEYS else _LONG
+    return _BOOLEAN if t is bool else _DOUBLE if t is float else _STRING
 
 
 def topic_config_entries(cfg: LogConfig) -> list[tuple[str, str, int, str, int]]:

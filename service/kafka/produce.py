@@ -146,7 +146,7 @@ def _check_leader(node: Any, cluster: Any, log: LocalLog) -> int:
 
 
 def _append_one(node: Any, cluster: Any, topic: str, index: int, records: bytes | None, version: int,
-                out: _Outcome) -> None:
+                out: _Outcome, acks: int = -1) -> None:
     """Validate and append one partition's batch; fills ``out`` (never raises for the request's sake)."""
     try:
         log = node.log(topic, index)
@@ -154,6 +154,12 @@ def _append_one(node: Any, cluster: Any, topic: str, index: int, records: bytes 
         if code:
             out.error = code
             out.message = f"broker {cluster.broker_id} does not lead {log.topic_partition}: refresh the metadata"
+            return
+        min_isr = int(log.config.get("min.insync.replicas"))
+        if acks == -1 and min_isr > 1:  # Kafka's Partition.appendRecordsToLeader: the ISR is the leader alone
+            out.error = kerr.NotEnoughReplicasError.errno
+            out.message = (f"The size of the current ISR [{cluster.broker_id}] is insufficient to satisfy the min.isr "
+                           f"requirement of {min_isr} for partition {log.topic_partition} (one copy per partition)")
             return
         if records is None or len(records) == 0:
             raise InvalidRecordError("a produce request needs one record batch per partition")
@@ -211,7 +217,7 @@ def _append_all(node: Any, cluster: Any, request: Any, version: int, acks: int) 
         outs = []
         for pd in td.partition_data:
             out = _Outcome(pd.index)
-            _append_one(node, cluster, td.name, pd.index, pd.records, version, out)
+            _append_one(node, cluster, td.name, pd.index, pd.records, version, out, acks)
             outs.append(out)
             log = out.log
             if acks == -1 and out.error == 0 and log is not None and ends.get(log, -1) < out.end:

@@ -174,6 +174,20 @@ def test_idempotent_producer_retries_gaps_fencing_and_unknown_ids(wire: Wire, no
     assert node.log("t", 0).log_end_offset == 8
 
 
+def test_min_insync_replicas_above_one_refuses_acks_all_as_kafka_does(wire: Wire, node: Node) -> None:
+    """A partition has one copy (its ISR is the leader): with min.insync.replicas 2, acks=all is NOT_ENOUGH_REPLICAS
+    and nothing is appended, as a Kafka broker answers; acks 1 and 0 are not affected."""
+    node.create_topic("isr", 1, {"cleanup.policy": "delete", "min.insync.replicas": 2})
+    refused = answer(produce(wire, {"isr": {0: batch([(b"a", b"1")])}}), "isr")
+    assert refused.error_code == kerr.NotEnoughReplicasError.errno and "min.isr requirement of 2" in \
+        refused.error_message
+    assert node.log("isr", 0).log_end_offset == 0
+    assert answer(produce(wire, {"isr": {0: batch([(b"a", b"1")])}}, acks=1), "isr").error_code == 0
+    node.alter_config("isr", {"min.insync.replicas": None})
+    assert answer(produce(wire, {"isr": {0: batch([(b"a", b"2")])}}), "isr").error_code == 0
+    assert node.log("isr", 0).log_end_offset == 2
+
+
 def test_bad_batches_get_kafkas_error_codes_and_nothing_is_appended(wire: Wire, node: Node) -> None:
     node.create_topic("c", 1)  # compacted (the default)
     node.create_topic("d", 1, {"cleanup.policy": "delete", "max.message.bytes": 300,

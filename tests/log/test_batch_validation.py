@@ -80,6 +80,26 @@ def test_timestamps_outside_the_difference_are_refused():
     validate_produce_batch(kbatch([(b"a", b"1")], ts=0), lat, NOW)
 
 
+def test_timestamps_before_and_after_bounds_are_checked_each_side_as_kip_937():
+    """message.timestamp.before.max.ms / after.max.ms bound each side on its own and take precedence over
+    message.timestamp.difference.max.ms where set (both kernels: the compiled one checks the narrower side both
+    ways, the reference walk then checks each side)."""
+    cfg = compact(**{"message.timestamp.before.max.ms": 10_000, "message.timestamp.after.max.ms": 1000,
+                     "message.timestamp.difference.max.ms": 5})
+    assert cfg.timestamp_bounds == (10_000, 1000)
+    validate_produce_batch(kbatch([(b"a", b"1")], ts=NOW - 9_999), cfg, NOW)  # past the narrower side: fine
+    validate_produce_batch(kbatch([(b"a", b"1")], ts=NOW + 1000), cfg, NOW)
+    for ts in (NOW - 10_001, NOW + 1001):
+        with pytest.raises(InvalidTimestampError) as e:
+            validate_produce_batch(kbatch([(b"a", b"1")], ts=ts), cfg, NOW)
+        assert "out of range" in e.value.record_errors[0][1]
+    only_after = compact(**{"message.timestamp.after.max.ms": 1000})
+    assert only_after.timestamp_bounds == (2**63 - 1, 1000)
+    validate_produce_batch(kbatch([(b"a", b"1")], ts=0), only_after, NOW)  # any age: before is unset
+    with pytest.raises(InvalidTimestampError):
+        validate_produce_batch(kbatch([(b"a", b"1")], ts=NOW + 5000), only_after, NOW)
+
+
 def test_crc_magic_size_and_count_checks():
     data = kbatch([(b"a", b"1"), (b"b", b"2")])
     bad = bytearray(data)

@@ -65,6 +65,26 @@ def test_time_based_roll_and_kip354_forced_roll(make_log, clock):
     assert not log.maybe_roll()  # an empty active segment never rolls
 
 
+def test_segment_jitter_rolls_each_segment_a_little_before_segment_ms(tmp_path, clock):
+    """segment.jitter.ms: a segment rolls by time up to that much before segment.ms, by an amount of its own (Kafka's
+    rollJitterMs), so partitions created together do not roll at once; 0 rolls at segment.ms exactly."""
+    from log.config import LogConfig
+
+    def waited(name: str, jitter: int) -> int:
+        log = LocalLog(tmp_path / name, LogConfig.from_dict({"segment.ms": 10_000, "segment.jitter.ms": jitter,
+                                                              "cleanup.policy": "delete"}), clock=clock)
+        log.append_records([RecordSpec(b"a", b"1", timestamp=clock.milliseconds())])
+        start = clock.milliseconds()
+        while not log.maybe_roll():
+            clock.advance(100)
+        log.close()
+        return clock.milliseconds() - start
+
+    assert waited("plain-0", 0) == 10_100
+    rolls = [waited(f"p{i}-0", 5000) for i in range(6)]
+    assert all(5000 < w <= 10_100 for w in rolls) and len(set(rolls)) > 1, rolls
+
+
 def test_delete_policy_does_not_use_max_compaction_lag(make_log, clock):
     log = make_log(cleanup_policy="delete", max_compaction_lag_ms=1000, segment_ms=10**9)
     log.append_records([RecordSpec(b"a", b"1", timestamp=clock.milliseconds())])
@@ -118,6 +138,27 @@ def test_compression_type_config_recompresses(make_log):
     (batch,) = log.read(0)
     assert batch.compression is CompressionType.GZIP
     assert [r.key for r in batch.records()] == [f"k{i}".encode() for i in range(5)]
+
+
+@pytest.mark.parametrize(("codec", "fast", "small"), [("gzip", 1, 9), ("zstd", 1, 19), ("lz4", 9, 12)])
+def test_recompression_uses_the_topics_compression_level(tmp_path, codec, fast, small):
+    """compression.<codec>.level (KIP-390) is the level a topic's compression.type recompresses at: the same
+    records come out smaller at a higher level, and read back the same."""
+    from log.config import LogConfig
+
+    records = [RecordSpec(f"key-{i % 97}".encode(), b"value %d of a text that repeats " % (i % 13) * 8)
+               for i in range(400)]
+    sizes = []
+    for level in (fast, small):
+        log = LocalLog(tmp_path / f"{codec}{level}-0", LogConfig.from_dict(
+            {"compression.type": codec, f"compression.{codec}.level": level, "cleanup.policy": "delete"}))
+        log.append_records(records, compression=CompressionType.NONE)
+        (batch,) = log.read(0)
+        assert batch.compression is CompressionType.from_name(codec)
+        assert [r.value for r in batch.records()] == [r.value for r in records]
+        sizes.append(batch.size_in_bytes)
+        log.close()
+    assert sizes[1] < sizes[0], sizes
 
 
 def test_log_append_time(make_log, clock):
