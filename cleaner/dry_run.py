@@ -41,6 +41,7 @@ from log.errors import InvalidRequestError
 from log.local_log import LocalLog
 from log.types import TopicPartition
 from metadata.errors import NotLeaderForPartitionError
+from metadata.reports import ACTION_CARRIED_FORWARD
 from metadata.types import RemoteLogSegmentMetadata
 from remote.storage_manager import RemoteSegmentState, RemoteStorageManager
 
@@ -225,9 +226,10 @@ def _segment(segment_id: str, base: int, last: int, size: int, tier: str, a: Seg
     rewrite = a is not None and a.action in ("rewritten", "cleaned-local")
     skipped_by = None
     if not rewrite:
-        # inside the round's range a carried-forward segment was ruled out by the cost gate
-        skipped_by = (NOT_DIRTY if base >= end
-                      else SKIP_TESTS.get(a.action if a is not None else "", COST_GATE))
+        # a carried-forward segment was ruled out by the cost gate; one the round never weighed (past its end, or
+        # nothing dirty to clean) holds nothing it would change
+        action = a.action if a is not None and base < end else None
+        skipped_by = COST_GATE if action == ACTION_CARRIED_FORWARD else SKIP_TESTS.get(action or "", NOT_DIRTY)
     return {"segment_id": segment_id, "base_offset": base, "end_offset": last, "size_bytes": size, "tier": tier,
             "action": "rewrite" if rewrite else "skip", "skipped_by": skipped_by, "download": download,
             "records_reclaimable": (a.superseded + a.tombstone + a.aborted + a.marker) if rewrite and a else 0,

@@ -408,7 +408,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(rounds)
     else:
-        print(format_rounds(rounds, f"{args.topic}-{args.partition}"), end="")
+        print(format_rounds(rounds, f"{args.topic}-{args.partition}", more=len(rounds) >= args.limit), end="")
     return 0
 
 
@@ -453,8 +453,9 @@ def cmd_erase(args: argparse.Namespace) -> int:
     return 1 if args.wait and receipt["state"] not in ("values_removed", "complete") else 0
 
 
-def format_rounds(rounds: list[dict[str, Any]], partition: str) -> str:
-    """Round reports (GET .../compactions' items) as text for a person."""
+def format_rounds(rounds: list[dict[str, Any]], partition: str, *, more: bool = True) -> str:
+    """Round reports (GET .../compactions' items) as text for a person; ``more``: the page was full, so older rounds
+    may follow (the hint how to page is printed only then)."""
     if not rounds:
         return f"{partition}: no compaction rounds recorded\n"
 
@@ -475,7 +476,8 @@ def format_rounds(rounds: list[dict[str, Any]], partition: str) -> str:
             lines.append(f"  {s['action']:<20} {s['segment_id']} [{s['base_offset']}..{s['end_offset']}]  "
                          f"removed {removed(s['removed'])}; in {s['bytes_in']} out {s['bytes_out']}; "
                          f"down {s['downloaded']} up {s['uploaded']}; {s['requests']} requests")
-    lines.append(f"(older rounds: --before {rounds[-1]['round_id']})")
+    if more:
+        lines.append(f"(older rounds: --before {rounds[-1]['round_id']})")
     return "\n".join(lines) + "\n"
 
 

@@ -98,7 +98,8 @@ class ServiceConfig(BaseModel):
                                         description="Background threads cleaning tiered (remote.storage.enable) "
                                                     "partitions: download, clean, upload.")
     dedupe_buffer_size: int = Field(32 * 1024 * 1024, ge=1024,
-                                    description="Bytes of offset map shared by the cleaner threads (24 B/key).")
+                                    description="Bytes of offset map shared by the cleaner threads (16-byte slots, "
+                                                "about 18 B per key at the map's load factor).")
     io_max_bytes_per_second: float | None = Field(None, gt=0,
                                                   description="Cleaner I/O throttle in bytes/s (none = unlimited).")
     cleaner_backoff_ms: int = Field(15_000, ge=1, description="Cleaner thread sleep when nothing is cleanable.")
@@ -226,7 +227,7 @@ class ServiceConfig(BaseModel):
         3_600_000, ge=10, le=2**31 - 1, description="How often the transaction coordinator removes the "
                                                     "transactional ids past transactional.id.expiration.ms "
                                                     "(Kafka's name).")
-    log_level: str = Field("info", description="Log level: debug, info, warning, error.")
+    log_level: str = Field("info", description="Log level: debug, info, warning, error, critical.")
 
     @field_validator("log_level")
     @classmethod

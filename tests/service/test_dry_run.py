@@ -153,6 +153,41 @@ def test_segments_the_key_index_rules_out_are_skipped_without_a_download(client:
     assert [s["segment_id"] for s in report["segments"] if s["action"] == "rewritten"] == plan["segments_to_rewrite"]
 
 
+def test_a_clean_partitions_segments_are_not_dirty_not_cost_gated(client: TestClient, node: Node) -> None:
+    """A dry run on a tiered partition with nothing dirty weighs no segment: each is skipped as not-dirty. It was
+    labelled cost-gate, a test that is off by default (remote.compaction.min.reclaimable.ratio 0)."""
+    r = client.post("/v1/topics", json={"name": "t", "config": {
+        "cleanup.policy": "compact", "remote.storage.enable": True, "local.retention.ms": 0}})
+    assert r.status_code == 201, r.text
+    _produce(client, [("a", "1"), ("b", "2")])
+    assert client.post(f"{P0}/roll").status_code == 200
+    assert client.post(f"{P0}/tier").json()["copied"]
+    assert client.post(f"{P0}/clean").status_code == 200
+    plan = client.post(f"{P0}/clean", params={"dry_run": "true"}).json()
+    assert plan["first_dirty_offset"] == plan["end_offset"] and plan["segments_skipped"]
+    assert set(plan["segments_skipped"].values()) == {"not-dirty"}, plan["segments_skipped"]
+
+
+def test_a_segment_the_cost_gate_carries_forward_is_skipped_by_cost_gate(client: TestClient, node: Node) -> None:
+    """With remote.compaction.min.reclaimable.ratio on, a remote segment of which only one record in thirty is
+    superseded is carried forward: the dry run names the cost gate."""
+    r = client.post("/v1/topics", json={"name": "t", "config": {
+        "cleanup.policy": "compact,delete", "retention.ms": -1, "remote.storage.enable": True,
+        "segment.bytes": 2048, "local.retention.ms": 0, "min.cleanable.dirty.ratio": 0.01,
+        "remote.compaction.min.reclaimable.ratio": 0.5}})
+    assert r.status_code == 201, r.text
+    for i in range(0, 300, 30):
+        _produce(client, [(f"cold-{j:04d}", "x" * 20) for j in range(i, i + 30)])
+    assert client.post(f"{P0}/roll").status_code == 200
+    assert client.post(f"{P0}/tier").json()["copied"]
+    assert client.post(f"{P0}/clean").status_code == 200
+    _produce(client, [("cold-0007", "new")])
+    assert client.post(f"{P0}/roll").status_code == 200
+    assert client.post(f"{P0}/tier").json()["copied"]
+    plan = client.post(f"{P0}/clean", params={"dry_run": "true"}).json()
+    assert "cost-gate" in plan["segments_skipped"].values(), plan["segments_skipped"]
+
+
 def test_dry_run_errors(client: TestClient) -> None:
     assert client.post("/v1/topics/nope/partitions/0/clean", params={"dry_run": "true"}).status_code == 404
     client.post("/v1/topics", json={"name": "d", "config": {"cleanup.policy": "delete"}})
