@@ -205,6 +205,14 @@ define("flush.ms", int, LONG_MAX, at_least(0),
        "fsync the partition when records appended this long ago are not on disk yet (Kafka's default: never).")
 
 
+#: Kafka topic configs refused on purpose, and why (the error says so instead of "unknown config key")
+KAFKA_UNSUPPORTED = {
+    "remote.log.copy.disable": "copying to the object store cannot be paused (KIP-950); a tiered topic stays tiered",
+    "remote.log.delete.on.disable": "remote.storage.enable cannot be turned off, so there is nothing to delete on it",
+    "message.format.version": "removed in Kafka 4.0; batches are always record batch v2 (magic 2)",
+}
+
+
 #: keys Kafka declares as INT (int32); every other int key is a LONG (int64). A value past
 #: its Kafka type is refused here, before it can reach a struct or an index size.
 INT32_KEYS = frozenset({"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes",
@@ -321,6 +329,9 @@ class LogConfig:
         for k, v in props.items():
             key = CONFIG_DEF.get(k)
             if key is None:
+                if k in KAFKA_UNSUPPORTED:
+                    raise InvalidConfigError(f"{k} is a Kafka topic config tiercompact does not support: "
+                                             f"{KAFKA_UNSUPPORTED[k]}")
                 raise InvalidConfigError(
                     f"unknown config key {k!r}; known keys: {', '.join(sorted(CONFIG_DEF))}"
                 )

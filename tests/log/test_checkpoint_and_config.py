@@ -54,6 +54,10 @@ def test_config_errors_name_key_value_and_range():
         LogConfig.from_dict({"min.cleanable.dirty.ratio": 1.5})
     with pytest.raises(InvalidConfigError, match="unknown config key"):
         LogConfig.from_dict({"segment.byte": 1})
+    # a Kafka config refused on purpose says why, not "unknown"
+    with pytest.raises(InvalidConfigError, match="remote.log.copy.disable is a Kafka topic config tiercompact does "
+                                                 "not support: copying to the object store cannot be paused"):
+        LogConfig.from_dict({"remote.log.copy.disable": "true"})
     with pytest.raises(InvalidConfigError, match="cleanup.policy"):
         LogConfig.from_dict({"cleanup.policy": "compact,compact"})
     with pytest.raises(InvalidConfigError, match="expected int"):
