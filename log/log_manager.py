@@ -25,6 +25,7 @@ import json
 import logging
 import shutil
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,7 @@ logger = logging.getLogger(__name__)
 TOPICS_FILE = "topics.json"
 TOPICS_BACKUP_FILE = "topics.json.bak"
 LOCK_FILE = ".lock"  # Kafka's log-dir lock: one process owns a data dir
+DIRECTORY_ID_FILE = "directory.id"  # the data dir's identity (Kafka's directory.id, KIP-858), made at first start
 MAX_PARTITIONS = 10_000
 
 
@@ -72,6 +74,21 @@ def _lock_data_dir(data_dir: Path) -> IO[bytes]:
     return f
 
 
+def _directory_id(data_dir: Path) -> str:
+    """The data dir's random identity, written at its first start (under the data dir lock): a process that holds
+    the lock and finds this id in a registration knows that registration's process is gone."""
+    path = data_dir / DIRECTORY_ID_FILE
+    try:
+        found = path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        found = ""
+    if len(found) == 32 and all(c in "0123456789abcdef" for c in found):
+        return found
+    made = uuid.uuid4().hex
+    atomic_write_text(path, made + "\n")
+    return made
+
+
 @dataclass(frozen=True)
 class Topic:
     name: str
@@ -90,6 +107,7 @@ class LogManager:
         self.page_cache_window = page_cache_window
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_file: IO[bytes] | None = _lock_data_dir(self.data_dir)
+        self.directory_id = _directory_id(self.data_dir)
         self.clock = clock
         self.scheduler = scheduler
         self._lock = ordered_rlock("log.registry", RANK_LOG_REGISTRY)

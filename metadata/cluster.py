@@ -20,7 +20,8 @@ class BrokerRegistration:
     broker_id: int
     host: str
     port: int
-    #: a random id per process start: a restart of the same broker id replaces its own entry
+    #: ``<data dir id>.<random id per process start>`` (:func:`new_incarnation`): a restart of the same broker id
+    #: replaces its own entry
     incarnation: str
     heartbeat_ms: int
     rack: str | None = None
@@ -29,8 +30,19 @@ class BrokerRegistration:
         return now_ms - self.heartbeat_ms <= session_timeout_ms
 
 
-def new_incarnation() -> str:
-    return uuid.uuid4().hex
+def new_incarnation(directory_id: str = "") -> str:
+    """A process start's incarnation: the data dir's id (log.log_manager's directory.id), a dot, a random id (96
+    bits: the column holds 64 characters)."""
+    return f"{directory_id}.{uuid.uuid4().hex[:24]}" if directory_id else uuid.uuid4().hex
+
+
+def same_directory(a: str, b: str) -> bool:
+    """Whether two incarnations are process starts over one data dir. A process holds its data dir's lock for
+    life, so a new start over the dir proves the old one gone, however fresh its heartbeat (a restart right after
+    a kill -9 need not wait for the session timeout)."""
+    da, _, _ = a.rpartition(".")
+    db, _, _ = b.rpartition(".")
+    return bool(da) and da == db
 
 
 class ClusterRegistry(Protocol):
@@ -41,8 +53,8 @@ class ClusterRegistry(Protocol):
         """Add or replace this broker's entry.
 
         Raises:
-            DuplicateBrokerError: another incarnation holds the broker id and its heartbeat is
-                younger than ``session_timeout_ms``.
+            DuplicateBrokerError: another incarnation, not of this data dir (:func:`same_directory`), holds the
+                broker id and its heartbeat is younger than ``session_timeout_ms``.
         """
 
     def heartbeat(self, broker_id: int, incarnation: str, now_ms: int) -> bool:

@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
 
-from metadata.cluster import BrokerRegistration, DuplicateBrokerError
+from metadata.cluster import BrokerRegistration, DuplicateBrokerError, same_directory
 from metadata.sql.engine import SqlStore
 from metadata.sql.schema import brokers, topic_ids
 
@@ -32,7 +32,8 @@ class SqlClusterRegistry(SqlStore):
                                                f"same moment; give each node its own --broker-id")
                 return
             prev = _row(old)
-            if prev.incarnation != reg.incarnation and prev.alive(reg.heartbeat_ms, session_timeout_ms):
+            if prev.incarnation != reg.incarnation and prev.alive(reg.heartbeat_ms, session_timeout_ms) and \
+                    not same_directory(prev.incarnation, reg.incarnation):
                 raise DuplicateBrokerError(
                     f"broker id {reg.broker_id} is registered by a live node at {prev.host}:{prev.port} (heartbeat "
                     f"{reg.heartbeat_ms - prev.heartbeat_ms} ms ago); give each node sharing the metadata store "

@@ -8,7 +8,7 @@ import time
 import uuid
 
 from log.clock import SYSTEM_CLOCK, Clock
-from metadata.cluster import BrokerRegistration, ClusterRegistry, new_incarnation
+from metadata.cluster import BrokerRegistration, ClusterRegistry, DuplicateBrokerError, new_incarnation
 from service.kafka.registry import BrokerInfo
 from service.threads import PeriodicTask
 
@@ -22,13 +22,13 @@ class ClusterMembership:
     """
 
     def __init__(self, registry: ClusterRegistry, me: BrokerInfo, *, heartbeat_ms: int = 2_000,
-                 session_timeout_ms: int = 9_000, clock: Clock = SYSTEM_CLOCK) -> None:
+                 session_timeout_ms: int = 9_000, clock: Clock = SYSTEM_CLOCK, directory_id: str = "") -> None:
         self.registry = registry
         self.me = me
         self.heartbeat_ms = heartbeat_ms
         self.session_timeout_ms = session_timeout_ms
         self.clock = clock
-        self.incarnation = new_incarnation()
+        self.incarnation = new_incarnation(directory_id)
         self._thread: PeriodicTask | None = None
         self._lock = threading.Lock()
         self._cache: tuple[float, list[BrokerRegistration]] | None = None
@@ -38,10 +38,25 @@ class ClusterMembership:
         self.cache_s = min(heartbeat_ms, 1_000) / 1000
 
     def start(self) -> ClusterMembership:
-        self.registry.register(self._registration(), session_timeout_ms=self.session_timeout_ms)
+        self._register_at_start()
         self._thread = PeriodicTask("tiercompact-kafka-heartbeat", self._beat, self.heartbeat_ms)
         self._thread.start()
         return self
+
+    def _register_at_start(self) -> None:
+        """Register, waiting out a live-looking entry of another data dir as a Kafka broker waits for its old
+        session to expire (a node of another data dir that crashed is gone after session_timeout_ms): only one
+        still renewed past that is another live node with this broker id, a configuration error."""
+        deadline = time.monotonic() + (self.session_timeout_ms + self.heartbeat_ms) / 1000
+        while True:
+            try:
+                self.registry.register(self._registration(), session_timeout_ms=self.session_timeout_ms)
+                return
+            except DuplicateBrokerError as e:
+                if time.monotonic() >= deadline:
+                    raise
+                logger.warning("%s; retrying until its session expires", e)
+                time.sleep(min(self.heartbeat_ms, 1_000) / 1000)
 
     def _registration(self) -> BrokerRegistration:
         return BrokerRegistration(self.me.broker_id, self.me.host, self.me.port, self.incarnation,

@@ -79,7 +79,8 @@ class KafkaService:
             self.membership = ClusterMembership(
                 self.node.metadata, BrokerInfo(cluster.broker_id, cluster.host, cluster.port),
                 heartbeat_ms=self.config.broker_heartbeat_interval_ms,
-                session_timeout_ms=self.config.broker_session_timeout_ms, clock=self.node.clock).start()
+                session_timeout_ms=self.config.broker_session_timeout_ms, clock=self.node.clock,
+                directory_id=self.node.log_manager.directory_id).start()
             cluster.membership = self.membership
             self.node.topic_deleted_listeners.append(self.membership.drop_cached_topic_id)
             from service.kafka.coordinators import Coordinators

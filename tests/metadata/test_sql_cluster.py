@@ -36,6 +36,25 @@ def test_brokers_register_beat_and_expire(shared_store_url: str) -> None:
         b.close()
 
 
+def test_a_restart_over_the_same_data_dir_takes_its_entry_over_at_once(shared_store_url: str) -> None:
+    """An incarnation names its data dir: a new process over the same dir (which holds the dir's lock, so the old
+    one is gone) replaces a live-looking entry at once, as after a kill -9; another dir's must wait for expiry."""
+    from metadata.cluster import new_incarnation, same_directory
+
+    first, again, other = new_incarnation("d" * 32), new_incarnation("d" * 32), new_incarnation("e" * 32)
+    assert same_directory(first, again) and not same_directory(first, other)
+    assert not same_directory(new_incarnation(), new_incarnation())  # no data dir named: never the same
+    reg = SqlClusterRegistry(shared_store_url)
+    try:
+        reg.register(_reg(3, first, 1_000), session_timeout_ms=9_000)
+        reg.register(_reg(3, again, 1_100), session_timeout_ms=9_000)  # 100 ms later: still "alive", same dir
+        assert {r.broker_id: r.incarnation for r in reg.brokers()}[3] == again
+        with pytest.raises(DuplicateBrokerError, match="broker id 3 is registered by a live node"):
+            reg.register(_reg(3, other, 1_200), session_timeout_ms=9_000)
+    finally:
+        reg.close()
+
+
 def test_topic_ids_are_stable_and_shared(shared_store_url: str) -> None:
     url = shared_store_url
     a, b = SqlClusterRegistry(url), SqlClusterRegistry(url)
