@@ -389,6 +389,15 @@ class LogConfig:
         return int(self.get("segment.ms"))
 
     @cached_property
+    def roll_jitter_bound_ms(self) -> int:
+        """The most a segment rolls before segment.ms: segment.jitter.ms, at most segment.ms (Kafka's bound)."""
+        return min(int(self.get("segment.jitter.ms")), int(self.get("segment.ms")))
+
+    @cached_property
+    def min_insync_replicas(self) -> int:
+        return int(self.get("min.insync.replicas"))
+
+    @cached_property
     def timestamp_bounds(self) -> tuple[int, int]:
         """How far (ms) a CreateTime may lie before and after the broker clock: message.timestamp.before.max.ms and
         .after.max.ms where set, else message.timestamp.difference.max.ms (Kafka's LogConfig since KIP-937)."""

@@ -497,7 +497,7 @@ class LocalLog:
         """How much sooner than segment.ms this segment rolls by time: up to segment.jitter.ms, Kafka's per-segment
         rollJitterMs. Kafka draws it at random per segment; here it is a hash of the partition and the segment's
         base offset: partitions created together still roll apart, and a restart keeps each segment's."""
-        jitter = min(int(self.config.get("segment.jitter.ms")), int(self.config.get("segment.ms")))
+        jitter = self.config.roll_jitter_bound_ms
         if jitter <= 0:
             return 0
         return zlib.crc32(f"{self.topic_partition.dir_name}@{seg.base_offset}".encode()) % jitter

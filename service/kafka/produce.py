@@ -155,7 +155,7 @@ def _append_one(node: Any, cluster: Any, topic: str, index: int, records: bytes 
             out.error = code
             out.message = f"broker {cluster.broker_id} does not lead {log.topic_partition}: refresh the metadata"
             return
-        min_isr = int(log.config.get("min.insync.replicas"))
+        min_isr = log.config.min_insync_replicas
         if acks == -1 and min_isr > 1:  # Kafka's Partition.appendRecordsToLeader: the ISR is the leader alone
             out.error = kerr.NotEnoughReplicasError.errno
             out.message = (f"The size of the current ISR [{cluster.broker_id}] is insufficient to satisfy the min.isr "
