@@ -46,6 +46,23 @@ def _state(node: Node) -> tuple[dict[str, str], dict[str, list[tuple[Any, ...]]]
     return _files(node.data_dir), _rows(node), dict(node.cleaner.manager.all_cleaner_checkpoints())
 
 
+def _roll_and_tier(client: TestClient) -> None:
+    assert client.post(f"{P0}/roll").status_code == 200
+    assert client.post(f"{P0}/tier").json()["copied"]
+
+
+def _tiered_cold_keys(client: TestClient, **config: Any) -> None:
+    """Topic "t", tiered: 300 cold keys in remote segments of about 30 records, cleaned once (``config`` added)."""
+    r = client.post("/v1/topics", json={"name": "t", "config": {
+        "cleanup.policy": "compact,delete", "retention.ms": -1, "remote.storage.enable": True,
+        "segment.bytes": 2048, "local.retention.ms": 0, "min.cleanable.dirty.ratio": 0.01, **config}})
+    assert r.status_code == 201, r.text
+    for i in range(0, 300, 30):
+        _produce(client, [(f"cold-{j:04d}", "x" * 20) for j in range(i, i + 30)])
+    _roll_and_tier(client)
+    assert client.post(f"{P0}/clean").status_code == 200
+
+
 def test_local_dry_run_plans_the_round_and_changes_nothing(client: TestClient, node: Node) -> None:
     r = client.post("/v1/topics", json={"name": "t", "config": {"cleanup.policy": "compact", "segment.bytes": 1024,
                                                                 "delete.retention.ms": 0}})
@@ -80,18 +97,9 @@ def test_local_dry_run_plans_the_round_and_changes_nothing(client: TestClient, n
 
 
 def test_tiered_dry_run_downloads_only_what_the_skip_tests_allow(client: TestClient, node: Node) -> None:
-    r = client.post("/v1/topics", json={"name": "t", "config": {
-        "cleanup.policy": "compact,delete", "retention.ms": -1, "remote.storage.enable": True,
-        "segment.bytes": 2048, "local.retention.ms": 0, "min.cleanable.dirty.ratio": 0.01}})
-    assert r.status_code == 201, r.text
-    for i in range(0, 300, 30):
-        _produce(client, [(f"cold-{j:04d}", "x" * 20) for j in range(i, i + 30)])
-    assert client.post(f"{P0}/roll").status_code == 200
-    assert client.post(f"{P0}/tier").json()["copied"]
-    assert client.post(f"{P0}/clean").status_code == 200
+    _tiered_cold_keys(client)
     _produce(client, [("hot-1", "a"), ("hot-2", "b"), ("hot-1", "c"), ("cold-0007", "new")])
-    assert client.post(f"{P0}/roll").status_code == 200
-    assert client.post(f"{P0}/tier").json()["copied"]
+    _roll_and_tier(client)
     before = _state(node)
     down_before = node.object_store.bytes_downloaded
     up_before = node.object_store.bytes_uploaded
@@ -125,19 +133,9 @@ def test_tiered_dry_run_downloads_only_what_the_skip_tests_allow(client: TestCli
 
 def test_segments_the_key_index_rules_out_are_skipped_without_a_download(client: TestClient, node: Node) -> None:
     """With a bloom filter that matches half of all keys, the exact key index decides."""
-    r = client.post("/v1/topics", json={"name": "t", "config": {
-        "cleanup.policy": "compact,delete", "retention.ms": -1, "remote.storage.enable": True,
-        "segment.bytes": 2048, "local.retention.ms": 0, "min.cleanable.dirty.ratio": 0.01,
-        "remote.compaction.bloom.fpp": 0.5}})
-    assert r.status_code == 201, r.text
-    for i in range(0, 300, 30):
-        _produce(client, [(f"cold-{j:04d}", "x" * 20) for j in range(i, i + 30)])
-    assert client.post(f"{P0}/roll").status_code == 200
-    assert client.post(f"{P0}/tier").json()["copied"]
-    assert client.post(f"{P0}/clean").status_code == 200
+    _tiered_cold_keys(client, **{"remote.compaction.bloom.fpp": 0.5})
     _produce(client, [(f"hot-{i}", "a") for i in range(8)] + [("hot-1", "b")])
-    assert client.post(f"{P0}/roll").status_code == 200
-    assert client.post(f"{P0}/tier").json()["copied"]
+    _roll_and_tier(client)
     before = _state(node)
     plan = client.post(f"{P0}/clean", params={"dry_run": "true"}).json()
     assert _state(node) == before
@@ -160,8 +158,7 @@ def test_a_clean_partitions_segments_are_not_dirty_not_cost_gated(client: TestCl
         "cleanup.policy": "compact", "remote.storage.enable": True, "local.retention.ms": 0}})
     assert r.status_code == 201, r.text
     _produce(client, [("a", "1"), ("b", "2")])
-    assert client.post(f"{P0}/roll").status_code == 200
-    assert client.post(f"{P0}/tier").json()["copied"]
+    _roll_and_tier(client)
     assert client.post(f"{P0}/clean").status_code == 200
     plan = client.post(f"{P0}/clean", params={"dry_run": "true"}).json()
     assert plan["first_dirty_offset"] == plan["end_offset"] and plan["segments_skipped"]
@@ -171,19 +168,9 @@ def test_a_clean_partitions_segments_are_not_dirty_not_cost_gated(client: TestCl
 def test_a_segment_the_cost_gate_carries_forward_is_skipped_by_cost_gate(client: TestClient, node: Node) -> None:
     """With remote.compaction.min.reclaimable.ratio on, a remote segment of which only one record in thirty is
     superseded is carried forward: the dry run names the cost gate."""
-    r = client.post("/v1/topics", json={"name": "t", "config": {
-        "cleanup.policy": "compact,delete", "retention.ms": -1, "remote.storage.enable": True,
-        "segment.bytes": 2048, "local.retention.ms": 0, "min.cleanable.dirty.ratio": 0.01,
-        "remote.compaction.min.reclaimable.ratio": 0.5}})
-    assert r.status_code == 201, r.text
-    for i in range(0, 300, 30):
-        _produce(client, [(f"cold-{j:04d}", "x" * 20) for j in range(i, i + 30)])
-    assert client.post(f"{P0}/roll").status_code == 200
-    assert client.post(f"{P0}/tier").json()["copied"]
-    assert client.post(f"{P0}/clean").status_code == 200
+    _tiered_cold_keys(client, **{"remote.compaction.min.reclaimable.ratio": 0.5})
     _produce(client, [("cold-0007", "new")])
-    assert client.post(f"{P0}/roll").status_code == 200
-    assert client.post(f"{P0}/tier").json()["copied"]
+    _roll_and_tier(client)
     plan = client.post(f"{P0}/clean", params={"dry_run": "true"}).json()
     assert "cost-gate" in plan["segments_skipped"].values(), plan["segments_skipped"]
 
