@@ -177,8 +177,9 @@ define("min.insync.replicas", int, 1, at_least(1),
        "acks=all produce needs this many in-sync replicas, else NOT_ENOUGH_REPLICAS, as Kafka: a partition has one "
        "copy here, so above 1 every acks=all produce is refused (acks 0 and 1 are not affected).")
 define("segment.jitter.ms", int, 0, at_least(0),
-       "Roll by time up to this much (a random amount per segment) before segment.ms, so that partitions created "
-       "together do not all roll at once.")
+       "Roll by time up to this much before segment.ms (an amount of each segment's own, a hash of its partition "
+       "and base offset where Kafka draws it at random), so that partitions created together do not all roll at "
+       "once.")
 define("compression.gzip.level", int, -1, _gzip_level,
        "The gzip level of batches the log compresses (compression.type=gzip; -1: zlib's default).")
 define("compression.lz4.level", int, 9, between(1, 17),
