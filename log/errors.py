@@ -128,6 +128,9 @@ class TopicCollisionError(TiercompactError):
     """The name differs from an existing topic's only by '.' against '_' (Kafka's InvalidTopicException: their
     metric names would be the same)."""
 
+    def __init__(self, name: str, existing: str) -> None:
+        super().__init__(f"Topic '{name}' collides with existing topic: {existing}")
+
 
 class DataDirInUseError(TiercompactError):
     """Another process holds the data dir's lock file."""

@@ -68,15 +68,20 @@ def sync_at_start(log_manager: LogManager, topics: SharedTopics) -> dict[str, li
     return out
 
 
+def check_no_collision(log_manager: LogManager, name: str) -> None:
+    """TopicCollisionError if ``name`` collides with a topic this node has ('.' against '_', as Kafka)."""
+    for other in log_manager.topics():
+        if topic_names_collide(other.name, name):
+            raise TopicCollisionError(name, other.name)
+
+
 def create_topic(log_manager: LogManager, topics: TopicConfigStore, name: str, partitions: int,
                  config: Mapping[str, Any] | None, *, join: bool = True) -> Topic:
     """Create locally, then store (atomically across nodes: TopicCollisionError for a name that differs from an
     existing topic's only by '.' against '_', as Kafka). A topic another node already stored is joined (``join``,
     the HTTP API's create on each node) only with the same partition count and config (its data is shared);
     otherwise, or without ``join`` (Kafka's CreateTopics: a topic is the cluster's), it already exists."""
-    for other in log_manager.topics():
-        if topic_names_collide(other.name, name):
-            raise TopicCollisionError(f"Topic '{name}' collides with existing topic: {other.name}")
+    check_no_collision(log_manager, name)
     if not join and topics.get_topic_config(name) is not None:
         raise TopicExistsError(f"Topic '{name}' already exists.")
     topic = log_manager.create_topic(name, partitions, config)

@@ -46,7 +46,7 @@ class SqlTopicConfigStore(SqlStore):
                 return StoredTopic.from_row(row.topic, row.partitions, row.config, row.updated_ms)
             for (other,) in conn.execute(select(topic_configs.c.topic)):
                 if topic_names_collide(other, topic.name):
-                    raise TopicCollisionError(f"Topic '{topic.name}' collides with existing topic: {other}")
+                    raise TopicCollisionError(topic.name, other)
             conn.execute(insert(topic_configs).values(topic=topic.name, **values))
             conn.execute(delete(deleted_topics).where(deleted_topics.c.topic == topic.name))
             return None

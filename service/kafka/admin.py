@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -32,11 +33,10 @@ from log.config import LogConfig
 from log.errors import (
     InvalidConfigError,
     InvalidRequestError,
-    TopicCollisionError,
     TopicExistsError,
 )
 from log.log_manager import MAX_PARTITIONS
-from log.types import topic_names_collide, validate_topic_name
+from log.types import validate_topic_name
 from service import topic_sync
 from service.kafka.admin_configs import topic_config_entries
 from service.kafka.errors import (
@@ -106,32 +106,35 @@ def _create_one(ctx: RequestContext, t: Any, validate_only: bool) -> Any:
         cfg = LogConfig.from_dict(configs)  # raises InvalidConfigError
         if any(x.name == name for x in node.topics()) or node.metadata.get_topic_config(name) is not None:
             raise TopicExistsError(f"Topic '{name}' already exists.")
-        for other in node.topics():
-            if topic_names_collide(other.name, name):
-                raise TopicCollisionError(f"Topic '{name}' collides with existing topic: {other.name}")
+        topic_sync.check_no_collision(node.log_manager, name)
         return name, partitions, cfg
     # a topic is the cluster's: one another node stored already exists (the HTTP API's create joins it instead)
     topic = node.create_topic(name, partitions, configs, join=False)
     return name, topic.partitions, topic.config
 
 
-def _duplicates(names: list[Any]) -> set[Any]:
-    """The names a request lists more than once: Kafka's controller answers each once, with INVALID_REQUEST, and
-    acts on none of them."""
-    return {n for n, count in Counter(names).items() if count > 1}
+def _each_once(items: Iterable[Any], key: Callable[[Any], Any]) -> Iterator[tuple[Any, bool]]:
+    """A request's entries, each ``key`` once, with whether the request lists that key more than once: Kafka's
+    controller answers such a key once, with INVALID_REQUEST, and acts on none of its entries. A None key names
+    nothing and is never a duplicate."""
+    items = list(items)
+    counts = Counter(key(i) for i in items)
+    seen: set[Any] = set()
+    for item in items:
+        k = key(item)
+        if k is not None and k in seen:
+            continue
+        seen.add(k)
+        yield item, k is not None and counts[k] > 1
 
 
 def _create(ctx: RequestContext, request: Any) -> Any:
     out = []
-    duplicates = _duplicates([t.name for t in request.topics or ()])
-    answered: set[str] = set()
-    for t in request.topics or ():
-        if t.name in duplicates:
-            if t.name not in answered:
-                answered.add(t.name)
-                out.append(_CResult(name=t.name, topic_id=_NO_ID, error_code=INVALID_REQUEST,
-                                    error_message=_DUPLICATE_NAME, topic_config_error_code=NONE, num_partitions=-1,
-                                    replication_factor=-1, configs=None))
+    for t, duplicate in _each_once(request.topics or (), lambda t: t.name):
+        if duplicate:
+            out.append(_CResult(name=t.name, topic_id=_NO_ID, error_code=INVALID_REQUEST,
+                                error_message=_DUPLICATE_NAME, topic_config_error_code=NONE, num_partitions=-1,
+                                replication_factor=-1, configs=None))
             continue
         try:
             name, partitions, cfg = _create_one(ctx, t, bool(request.validate_only))
@@ -159,16 +162,11 @@ def _delete(ctx: RequestContext, request: Any) -> Any:
         [(n, None) for n in request.topic_names or ()]
     ids = None
     out = []
-    duplicate_names = _duplicates([n for n, _ in names if n])
-    duplicate_ids = _duplicates([i for n, i in names if not n and i is not None and i != _NO_ID])
-    answered: set[Any] = set()
-    for name, topic_id in names:
-        duplicate = name in duplicate_names if name else topic_id in duplicate_ids
+    # an entry is named by its name, else by its topic id (v6+)
+    for (name, topic_id), duplicate in _each_once(names, lambda e: e[0] or (None if e[1] in (None, _NO_ID) else e[1])):
         if duplicate:
-            if (name or topic_id) not in answered:
-                answered.add(name or topic_id)
-                out.append(_DResult(name=name, topic_id=topic_id or _NO_ID, error_code=INVALID_REQUEST,
-                                    error_message=_DUPLICATE_NAME if name else "Duplicate topic id."))
+            out.append(_DResult(name=name, topic_id=topic_id or _NO_ID, error_code=INVALID_REQUEST,
+                                error_message=_DUPLICATE_NAME if name else "Duplicate topic id."))
             continue
         try:
             if not name and topic_id is not None and topic_id != _NO_ID:
@@ -211,13 +209,9 @@ def _grow(ctx: RequestContext, t: Any, validate_only: bool) -> None:
 
 def _create_partitions(ctx: RequestContext, request: Any) -> Any:
     out = []
-    duplicates = _duplicates([t.name for t in request.topics or ()])
-    answered: set[str] = set()
-    for t in request.topics or ():
-        if t.name in duplicates:
-            if t.name not in answered:
-                answered.add(t.name)
-                out.append(_PResult(name=t.name, error_code=INVALID_REQUEST, error_message=_DUPLICATE_NAME))
+    for t, duplicate in _each_once(request.topics or (), lambda t: t.name):
+        if duplicate:
+            out.append(_PResult(name=t.name, error_code=INVALID_REQUEST, error_message=_DUPLICATE_NAME))
             continue
         try:
             _grow(ctx, t, bool(request.validate_only))
