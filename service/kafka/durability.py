@@ -23,8 +23,11 @@ already covered (another connection's sync ran while it waited) does none. Each 
 the node's FlushTracker (flush.messages / flush.ms).
 
 The sync runs on the request worker that appended (Kafka's own flushes run on its request
-handler threads too): a connection's next job waits behind it and grows by the requests that
-came meanwhile, which is the batching the group commit wants.
+handler threads too). Before it, the job takes in the connection's requests that arrived while
+its appends ran (service/kafka/lane.py's late join): librdkafka sends one Produce per partition,
+back to back, and at 8 partitions and half load this took the p99 of a request's round trip from
+6-9 ms to about 5 (a burst's later requests had waited for the first one's sync, then synced again). What arrives during the sync makes the
+connection's next job, which is the batching the group commit wants.
 """
 
 from __future__ import annotations

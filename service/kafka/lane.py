@@ -6,7 +6,10 @@ future) and returns, so the listener reads and decodes the client's next pipelin
 while the appends run; whatever queued meanwhile runs next as one job on one worker thread, in
 the order the requests came. An item may name a ``finish`` step, run once per job on the worker
 after every item, with the results of the items that named it: the acks=-1 sync of the
-partitions the job appended to (service/kafka/durability.py). The job's outcomes then go back to
+partitions the job appended to (service/kafka/durability.py). Requests queued while the job's
+items ran join it before its finish step (:data:`LATE_JOIN_ROUNDS` times at most), so a client's
+burst of requests, one per partition as librdkafka sends them, shares one sync instead of waiting
+for the sync of the job ahead and then a second one of its own. The job's outcomes then go back to
 the event loop in one hand-off, and each request's future is settled from it.
 Any request that is not pipelined waits until the lane has drained (:meth:`Lane.idle`) before
 its handler runs, so an EndTxn or a Fetch never overtakes a Produce sent before it on the same
@@ -27,6 +30,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from log.locks import RANK_LEAF, ordered_lock
 from service.request_threads import RequestThreads, settle
 
 #: run once per job on the worker, after its items, with the results of the items that named it (the sync)
@@ -35,20 +39,39 @@ Finish = Callable[[list[Any]], None]
 _Item = tuple[Callable[..., Any], tuple[Any, ...], "Finish | None", asyncio.Future[Any], int]
 
 
-def _run_all(work: list[tuple[Callable[..., Any], tuple[Any, ...], Finish | None]]) -> list[tuple[bool, Any]]:
+#: how many times a job with a finish step takes in the requests queued while its items ran, before it finishes
+LATE_JOIN_ROUNDS = 3
+
+_Work = list[tuple[Callable[..., Any], tuple[Any, ...], "Finish | None"]]
+
+
+def _run_all(work: _Work, more: Callable[[], _Work] | None = None) -> list[tuple[bool, Any]]:
     """Run the job's work in order (on a worker thread), then each distinct ``finish`` once with the results of
-    the items that named it; returns every item's outcome, ``(True, result)`` or ``(False, exception)``."""
+    the items that named it; returns every item's outcome, ``(True, result)`` or ``(False, exception)``.
+
+    When an item named a finish step, ``more()`` is asked (up to :data:`LATE_JOIN_ROUNDS` times) for the work
+    queued meanwhile, which runs next, in order, and shares the finish step: a late request rides on this job's
+    sync instead of waiting for it and then syncing again."""
     outcomes: list[tuple[bool, Any]] = []
     finishing: dict[Finish, list[Any]] = {}
-    for fn, args, finish in work:
-        try:
-            value = fn(*args)
-        except Exception as e:  # noqa: BLE001 - the failure belongs to that request's answer
-            outcomes.append((False, e))
-        else:
-            outcomes.append((True, value))
-            if finish is not None:
-                finishing.setdefault(finish, []).append(value)
+    todo, work = work, list(work)
+    for round_ in range(LATE_JOIN_ROUNDS + 1):
+        if round_:
+            if not finishing or more is None:
+                break
+            todo = more()
+            if not todo:
+                break
+            work.extend(todo)
+        for fn, args, finish in todo:
+            try:
+                value = fn(*args)
+            except Exception as e:  # noqa: BLE001 - the failure belongs to that request's answer
+                outcomes.append((False, e))
+            else:
+                outcomes.append((True, value))
+                if finish is not None:
+                    finishing.setdefault(finish, []).append(value)
     for finish, values in finishing.items():
         try:
             finish(values)
@@ -60,11 +83,13 @@ def _run_all(work: list[tuple[Callable[..., Any], tuple[Any, ...], Finish | None
 
 
 class Lane:
-    """One connection's queue of blocking work (used from the listener's event loop only)."""
+    """One connection's queue of blocking work (used from the listener's event loop, except that a running job's
+    worker takes the late requests out of ``_queued``, under ``_guard``)."""
 
     def __init__(self, workers: RequestThreads, max_bytes: int) -> None:
         self._workers = workers
         self.max_bytes = max_bytes
+        self._guard = ordered_lock("service.kafka.lane", RANK_LEAF)
         self._queued: list[_Item] = []
         self._bytes = 0
         self._running = False
@@ -83,7 +108,8 @@ class Lane:
         the job it runs in is done, after ``finish`` (see :func:`_run_all`) had that result."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self._queued.append((fn, args, finish, fut, size))
+        with self._guard:
+            self._queued.append((fn, args, finish, fut, size))
         self._bytes += size
         if not self._running:
             self._start(loop)
@@ -91,14 +117,21 @@ class Lane:
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Hand everything queued to a worker as one job."""
-        batch, self._queued = self._queued, []
+        with self._guard:
+            batch, self._queued = self._queued, []
         self._running = True
+
+        def more() -> _Work:  # on the worker thread, before the job's finish step: the requests queued meanwhile
+            with self._guard:
+                late, self._queued = self._queued, []
+            batch.extend(late)  # read by _job_done only after the worker handed the job back
+            return [(fn, args, finish) for fn, args, finish, _f, _s in late]
 
         def job_done(ok: bool, value: Any) -> None:  # on the worker thread: one hand-back per job
             with contextlib.suppress(RuntimeError):  # the loop closed while stopping
                 loop.call_soon_threadsafe(self._job_done, loop, batch, ok, value)
 
-        self._workers.submit(_run_all, ([(fn, args, finish) for fn, args, finish, _f, _s in batch],), job_done)
+        self._workers.submit(_run_all, ([(fn, args, finish) for fn, args, finish, _f, _s in batch], more), job_done)
 
     def _job_done(self, loop: asyncio.AbstractEventLoop, batch: list[_Item], ok: bool, value: Any) -> None:
         if ok:
@@ -110,7 +143,9 @@ class Lane:
                 self._settle(item, False, err)
         self.jobs += 1
         self.items += len(batch)
-        if self._queued:
+        with self._guard:
+            queued = bool(self._queued)
+        if queued:
             self._start(loop)
         else:
             self._running = False

@@ -143,6 +143,55 @@ def test_a_job_cut_short_fails_its_requests_and_the_lane_goes_on() -> None:
     _run(main, workers, gate)
 
 
+def test_requests_queued_while_a_jobs_items_run_join_it_and_share_its_finish_step() -> None:
+    """A client's burst (librdkafka sends one Produce per partition, back to back): the requests that arrive while
+    the first one's append runs ride on its sync, one finish step for all, instead of waiting for that sync and then
+    syncing again in a job of their own. A request that arrives once the finish step started waits for the next."""
+    appending, in_finish, finish_gate = threading.Event(), threading.Event(), threading.Event()
+    workers = RequestThreads(1, "test-lane")
+    finished: list[list[str]] = []
+
+    def finish(values: list[str]) -> None:
+        finished.append(list(values))
+        in_finish.set()
+        assert finish_gate.wait(10)
+
+    async def main() -> None:
+        lane = Lane(workers, max_bytes=1 << 20)
+        first = lane.submit(lambda: appending.wait(10) and "a", finish=finish)
+        late = [lane.submit(lambda: "b", finish=finish), lane.submit(lambda: "plain"),
+                lane.submit(lambda: "c", finish=finish)]
+        appending.set()
+        assert await asyncio.to_thread(in_finish.wait, 10)
+        after = lane.submit(lambda: "d", finish=finish)  # the finish step runs: this one waits for the next job
+        finish_gate.set()
+        assert [await asyncio.wait_for(f, 5) for f in (first, *late, after)] == ["a", "b", "plain", "c", "d"]
+        await lane.idle()
+        assert finished == [["a", "b", "c"], ["d"]]
+        assert lane.jobs == 2 and lane.items == 5
+
+    _run(main, workers, appending, finish_gate)
+
+
+def test_a_job_takes_late_work_a_bounded_number_of_times_then_finishes() -> None:
+    """A client that never stops sending cannot hold a job's sync back: after LATE_JOIN_ROUNDS takes the job
+    finishes, and a job without a finish step takes none (nothing of it waits for a sync to share)."""
+    from service.kafka.lane import LATE_JOIN_ROUNDS, _run_all
+
+    taken: list[int] = []
+    finished: list[list[int]] = []
+
+    def more() -> list:
+        taken.append(len(taken))
+        return [(int, (len(taken),), finished.append)]
+
+    outcomes = _run_all([(lambda: 0, (), finished.append)], more)
+    assert len(taken) == LATE_JOIN_ROUNDS and finished == [list(range(LATE_JOIN_ROUNDS + 1))]
+    assert outcomes == [(True, n) for n in range(LATE_JOIN_ROUNDS + 1)]
+    taken.clear()
+    assert _run_all([(lambda: 0, (), None)], more) == [(True, 0)] and taken == []
+
+
 @pytest.mark.parametrize("flexible", [False, True])
 def test_the_request_header_parse_matches_the_protocol_librarys(flexible: bool) -> None:
     import io
