@@ -696,7 +696,7 @@ class LocalLog:
         seg.change_suffix(DELETED_SUFFIX)
         delay = int(self.config.get("file.delete.delay.ms"))
         if self.scheduler is not None:
-            self.scheduler.schedule(delay, seg.delete_files)
+            self.scheduler.remove_later(delay, seg.close, seg.files)
         else:
             seg.delete_files()
 

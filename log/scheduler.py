@@ -1,6 +1,9 @@
 """A tiny delayed-task scheduler (Kafka's KafkaScheduler, for asynchronous file deletion).
 
-One daemon thread runs tasks whose delay has passed. ``shutdown()`` drops pending tasks:
+One daemon thread runs tasks whose delay has passed. A segment's files, once its delete delay is
+over, go to the scheduler's :class:`~log.file_remover.FileRemover` thread, which removes them paced
+(:meth:`Scheduler.remove_later`), so a burst of deletions neither stalls the disk's syncs nor holds
+up the tasks behind it here (a roll's sync). ``shutdown()`` drops pending tasks and removals:
 anything they would have done (deleting ``.deleted`` files) is redone by recovery.
 """
 
@@ -11,8 +14,10 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from log.clock import SYSTEM_CLOCK, Clock
+from log.file_remover import TRUNCATE_MIN_DELAY_MS, FileRemover
 from log.locks import RANK_SCHEDULER, ordered_condition
 
 logger = logging.getLogger(__name__)
@@ -25,8 +30,19 @@ class Scheduler:
         self._seq = itertools.count()
         self._cv = ordered_condition("log.scheduler", RANK_SCHEDULER)
         self._stopped = False
+        self.remover = FileRemover(f"{name}-remover")
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+
+    def remove_later(self, delay_ms: float, close: Callable[[], None], files: Callable[[], list[Path]]) -> None:
+        """After ``delay_ms``, call ``close`` and hand the paths ``files()`` names then to the remover thread
+        (a segment's ``close`` and ``files``: its files are named at removal time, as it was renamed meanwhile)."""
+        truncate = delay_ms >= TRUNCATE_MIN_DELAY_MS
+
+        def hand_over() -> None:
+            close()
+            self.remover.remove(files(), truncate)
+        self.schedule(delay_ms, hand_over)
 
     def schedule(self, delay_ms: float, task: Callable[[], None]) -> None:
         with self._cv:
@@ -36,13 +52,16 @@ class Scheduler:
             self._cv.notify()
 
     def run_due(self) -> int:
-        """Run every task that is due now in the caller's thread (tests with a mock clock)."""
+        """Run every task that is due now in the caller's thread, and the removals they queued (tests with a mock
+        clock)."""
         ran = 0
         while True:
             with self._cv:
-                if not self._heap or self._heap[0][0] > self._clock.monotonic_ms():
-                    return ran
-                _, _, task = heapq.heappop(self._heap)
+                task = heapq.heappop(self._heap)[2] if self._heap and self._heap[0][0] <= self._clock.monotonic_ms() \
+                    else None
+            if task is None:
+                self.remover.drain()
+                return ran
             self._safe(task)
             ran += 1
 
@@ -74,3 +93,4 @@ class Scheduler:
             self._heap.clear()
             self._cv.notify_all()
         self._thread.join(timeout=timeout)
+        self.remover.shutdown(timeout=timeout)
