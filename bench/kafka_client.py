@@ -5,8 +5,9 @@ JSON spec (argv[1]) and answering one JSON line on stdout.
 records of ``value_bytes`` (16-byte keys, spread round-robin over the partitions; each value distinct text,
 :func:`_values`) for ``seconds``, as fast as the producer's queue lets it (``rate`` 0) or paced at ``rate``
 records/s, with lz4, ``acks`` (default all) and linger.ms=5; it answers the records and bytes acknowledged, the
-elapsed time and the produce latencies' percentiles (librdkafka's own per-message latency: from ``produce()`` to the
-acknowledgement), and that latency's two parts as librdkafka's statistics split them (:class:`_Split`).
+elapsed time and the produce latencies' percentiles (librdkafka's own per-message latency, ``Message.latency()``:
+from ``produce()`` to the moment the delivery callback reads it, so the acknowledgement plus the wait for this
+process's next ``poll()``), and that latency's two parts as librdkafka's statistics split them (:class:`_Split`).
 
 ``{"action": "consume", "bootstrap", "topic", "partitions", "records"}`` reads every partition from offset 0
 until ``records`` records arrived and answers the bytes, records and elapsed time.
