@@ -140,7 +140,9 @@ define("retention.ms", int, 7 * 24 * 3600 * 1000, at_least(-1),
 define("retention.bytes", int, -1, at_least(-1),
        "For cleanup.policy containing 'delete': drop the oldest segments while the log exceeds this (-1 = no limit).")
 define("file.delete.delay.ms", int, 60000, at_least(0),
-       "Delay before a replaced segment's '.deleted' files are removed.")
+       "Delay before a replaced segment's '.deleted' files are removed. After a delay of 1 s or more, files over "
+       "8 MiB are truncated 8 MiB at a time before the unlink, so their removal does not stall the syncs on the same "
+       "disk (docs/internals.md); after a shorter one they are unlinked whole.")
 define("producer.id.expiration.ms", int, 86400000, at_least(1),
        "Forget an idle producer (no open transaction) this long after its last batch's timestamp; the "
        "cleaner then no longer keeps its last batch. Kafka's broker-level setting, per topic here.")
