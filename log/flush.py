@@ -31,17 +31,26 @@ from collections.abc import Callable, Sequence
 
 from log.checkpoint import fsync_path
 from log.local_log import LocalLog
+from log.segment import LogSegment
 
 
 def sync_log(log: LocalLog) -> int:
     """fsync the log's appended bytes (what rolls left first); returns the log end offset they cover."""
     with log.lock:
         end = log.log_end_offset
-        path = log.active_segment.log_path
+        active = log.active_segment
+        path, size = active.log_path, active.size
     log.sync_rolled()  # after the end is read: every roll below it is synced, the active segment's name too
     # missing: rolled (and so synced by the roll's sync, which came first) and deleted by retention meanwhile
     fsync_path(path, missing_ok=True)
+    _synced_to(log, active, size)
     return end
+
+
+def _synced_to(log: LocalLog, segment: LogSegment, size: int) -> None:
+    """Tell ``segment`` its first ``size`` bytes are on disk (no write-back to start for them, LogSegment.note_synced)."""
+    with log.lock:
+        segment.note_synced(size)
 
 
 def _load_syncfs() -> Callable[[int], int] | None:
@@ -111,9 +120,12 @@ def sync_logs_on_fs(logs: Sequence[LocalLog], fd: int | None = None) -> dict[Loc
     if _SYNCFS is None:
         raise OSError(errno.ENOSYS, "syncfs(2) is not available on this platform")
     ends: dict[LocalLog, int] = {}
+    actives: list[tuple[LocalLog, LogSegment, int]] = []
     for log in logs:
         with log.lock:
             ends[log] = log.log_end_offset
+            active = log.active_segment
+            actives.append((log, active, active.size))
     own = fd is None
     if fd is None:
         fd = -1
@@ -132,6 +144,8 @@ def sync_logs_on_fs(logs: Sequence[LocalLog], fd: int | None = None) -> dict[Loc
     finally:
         if own:
             os.close(fd)
+    for log, active, size in actives:
+        _synced_to(log, active, size)
     return ends
 
 

@@ -160,11 +160,18 @@ class LogSegment:
             self._start_writeback(f)
 
     def _start_writeback(self, f) -> None:  # type: ignore[no-untyped-def]
-        """Start the write-back of what was appended since the last start, once that is WRITEBACK_BYTES or more, so
-        the fsync at this segment's roll (or a sync) finds little left to write (log/writeback.py)."""
+        """Start the write-back of what was appended since the last start or sync, once that is WRITEBACK_BYTES or
+        more, so the fsync at this segment's roll (or a sync) finds little left to write (log/writeback.py)."""
         if self.size - self._writeback_from >= WRITEBACK_BYTES:
             start_writeback(f.fileno(), self._writeback_from, self.size - self._writeback_from)
             self._writeback_from = self.size
+
+    def note_synced(self, position: int) -> None:
+        """(Under the log's lock.) An fsync made bytes [0, ``position``) durable: their write-back is not started
+        again. A partition synced more often than every WRITEBACK_BYTES (acks=-1 produce, ``flush.messages``) then
+        never pays for a ``sync_file_range`` on its append path: measured at half load on the Kafka bench, that
+        call took 0.6 ms once every 4 MiB appended, for pages the next fsync writes anyway."""
+        self._writeback_from = max(self._writeback_from, min(position, self.size))
 
     def drop_cache(self, start: int, end: int) -> None:
         """Ask the kernel to drop this segment's cached pages of bytes [``start``, ``end``) (log/page_cache.py);
