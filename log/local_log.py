@@ -454,7 +454,10 @@ class LocalLog:
         keep = []
         for seg, floor in zip(segs, behind_window([s.size for s in segs], window), strict=True):
             if floor > seg.cache_dropped_to:
-                seg.drop_cache(seg.cache_dropped_to, floor)
+                if self.scheduler is not None:  # the node's: its drop-behind thread makes the call
+                    self.scheduler.dropper.drop(seg.log_path, seg.cache_dropped_to, floor)
+                else:
+                    seg.drop_cache(seg.cache_dropped_to, floor)
                 seg.cache_dropped_to = floor
             if seg is not active and floor < seg.size:
                 keep.append(seg)

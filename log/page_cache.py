@@ -13,7 +13,9 @@ kernel (``posix_fadvise(POSIX_FADV_DONTNEED)``) to drop the rest:
 
 * behind the writer: each time the active segment has grown by :data:`DROP_STEP` past the window, what lies behind
   the window is dropped, and so are the segments rolled since (log/local_log.py). By then the write-back started
-  every 4 MiB (log/writeback.py) has written those pages; a page still dirty or under write-back is left cached;
+  every 4 MiB (log/writeback.py) or a sync has written those pages; a page still dirty or under write-back is left
+  cached. The call runs on the node's :class:`CacheDropper` thread, not on the appending one: measured at half
+  load on the Kafka bench, each one took about 0.5 ms, once every 4 MiB, inside a produce's append;
 * behind a reader: a Fetch reading bytes behind the window (a consumer catching up, a changelog restored from offset
   0) drops them once read (log/fetch_raw.py), so a catch-up read does not push the other partitions' newest bytes
   out.
@@ -27,7 +29,10 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
+import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
@@ -72,3 +77,66 @@ def behind_window(sizes: Sequence[int], window: int) -> list[int]:
         floors[i] = max(0, sizes[i] - left)
         left = max(0, left - sizes[i])
     return floors
+
+
+def drop_file_cached(path: Path, start: int, end: int) -> bool:
+    """:func:`drop_cached` of the file at ``path`` (through a descriptor of its own); a file gone meanwhile (deleted,
+    renamed by a swap) has nothing left to drop. Never raises."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        return drop_cached(fd, start, end)
+    finally:
+        os.close(fd)
+
+
+class CacheDropper:
+    """The node's drop-behind thread: runs the page-cache drops the logs queue (:meth:`drop`), in order, off their
+    append path (a daemon, started at construction). A drop is only advice to the kernel, so one queued at a
+    shutdown is simply not made."""
+
+    def __init__(self, name: str = "tiercompact-cache-dropper") -> None:
+        self._queue: queue.SimpleQueue[tuple[Path, int, int] | None] = queue.SimpleQueue()
+        self._stopped = threading.Event()
+        #: drops made (tests, metrics)
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def drop(self, path: Path, start: int, end: int) -> None:
+        """Queue the drop of bytes [``start``, ``end``) of the file at ``path`` from the page cache."""
+        if not self._stopped.is_set() and end > start:
+            self._queue.put((path, start, end))
+
+    def drain(self) -> int:
+        """Make every drop queued now in the caller's thread (tests); returns how many."""
+        n = 0
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return n
+            if item is None:
+                self._queue.put(None)  # leave the stop for the thread
+                return n
+            self._drop(item)
+            n += 1
+
+    def _drop(self, item: tuple[Path, int, int]) -> None:
+        drop_file_cached(*item)
+        self.dropped += 1
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None or self._stopped.is_set():
+                return
+            self._drop(item)
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Stop the thread; the drops still queued are not made."""
+        self._stopped.set()
+        self._queue.put(None)
+        self._thread.join(timeout=timeout)

@@ -3,7 +3,8 @@
 One daemon thread runs tasks whose delay has passed. A segment's files, once its delete delay is
 over, go to the scheduler's :class:`~log.file_remover.FileRemover` thread, which removes them paced
 (:meth:`Scheduler.remove_later`), so a burst of deletions neither stalls the disk's syncs nor holds
-up the tasks behind it here (a roll's sync). ``shutdown()`` drops pending tasks and removals:
+up the tasks behind it here (a roll's sync). The logs' drop-behind calls run on its
+:class:`~log.page_cache.CacheDropper` thread, off their append path. ``shutdown()`` drops pending tasks and removals:
 anything they would have done (deleting ``.deleted`` files) is redone by recovery.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from log.clock import SYSTEM_CLOCK, Clock
 from log.file_remover import TRUNCATE_MIN_DELAY_MS, FileRemover
 from log.locks import RANK_SCHEDULER, ordered_condition
+from log.page_cache import CacheDropper
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +33,8 @@ class Scheduler:
         self._cv = ordered_condition("log.scheduler", RANK_SCHEDULER)
         self._stopped = False
         self.remover = FileRemover(f"{name}-remover")
+        #: the drop-behind thread: the logs' page-cache drops run there, off their append path (log/page_cache.py)
+        self.dropper = CacheDropper(f"{name}-cache-dropper")
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -61,6 +65,7 @@ class Scheduler:
                     else None
             if task is None:
                 self.remover.drain()
+                self.dropper.drain()
                 return ran
             self._safe(task)
             ran += 1
@@ -94,3 +99,4 @@ class Scheduler:
             self._cv.notify_all()
         self._thread.join(timeout=timeout)
         self.remover.shutdown(timeout=timeout)
+        self.dropper.shutdown(timeout=timeout)
