@@ -15,7 +15,8 @@ records unsynced for that long) need.
 partition, about half the CPU and wall time of eight fsyncs on ext4 here. It also writes back
 whatever else is dirty on that file system, so it suits a data dir on its own volume (Kafka's
 advice for ``log.dirs``); the Kafka listener's group commit uses it when one job needs two or
-more partitions of a file system synced (service/kafka/durability.py).
+more partitions of a file system synced and little else is dirty (:func:`dirty_bytes`,
+service/kafka/durability.py).
 """
 
 from __future__ import annotations
@@ -147,6 +148,30 @@ def sync_logs_on_fs(logs: Sequence[LocalLog], fd: int | None = None) -> dict[Loc
     for log, active, size in actives:
         _synced_to(log, active, size)
     return ends
+
+
+MEMINFO = "/proc/meminfo"
+
+
+def dirty_bytes(meminfo: str = MEMINFO) -> int | None:
+    """The machine's page-cache bytes waiting to be written back or being written (Linux's ``/proc/meminfo`` Dirty +
+    Writeback): what a ``syncfs(2)`` of a file system may have to write besides its caller's own appends. None where
+    unknown (no such file, an unreadable line)."""
+    try:
+        with open(meminfo, "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    total = 0
+    found = 0
+    for line in text.splitlines():
+        if line.startswith((b"Dirty:", b"Writeback:")):
+            parts = line.split()
+            if len(parts) < 2 or not parts[1].isdigit():
+                return None
+            total += int(parts[1]) * (1024 if parts[2:3] == [b"kB"] else 1)
+            found += 1
+    return total if found == 2 else None
 
 
 #: upper bounds (milliseconds) of the sync-time histogram's buckets; one more counts the slower ones

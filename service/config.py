@@ -173,7 +173,9 @@ class ServiceConfig(BaseModel):
                                                        "appended to durable: 'syncfs', one syncfs(2) of their "
                                                        "file system for two or more (best with the data dir on a "
                                                        "volume of its own: it also writes back whatever else is "
-                                                       "dirty there), or 'fsync', one fsync per partition. "
+                                                       "dirty there, so while more than 8 MiB of the machine's "
+                                                       "page cache is dirty each partition is fsynced instead), "
+                                                       "or 'fsync', one fsync per partition. "
                                                        "Partitions on a file system other than ext4, xfs, btrfs, "
                                                        "f2fs and tmpfs, or without syncfs(2) (not Linux), are "
                                                        "always fsynced.")
