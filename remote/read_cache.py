@@ -53,6 +53,7 @@ from typing import Any
 
 from log.errors import InvalidRequestError
 from log.locks import RANK_READ_CACHE, RANK_READ_CACHE_LOAD, ordered_lock
+from log.writeback import start_writeback
 
 logger = logging.getLogger(__name__)
 
@@ -280,6 +281,11 @@ class RemoteReadCache:
                 f.write(header)
                 f.write(raw_key)
                 f.write(data)
+                f.flush()
+                # its write-back starts now rather than when the kernel's dirty expiry says: a remote consumer
+                # reading gigabytes through the cache would otherwise leave them all dirty, and the next syncfs of
+                # the data dir's file system (acks=-1, service/kafka/durability.py) would have to write them first
+                start_writeback(f.fileno(), 0, len(header) + len(raw_key) + len(data))
         except OSError:
             Path(tmp).unlink(missing_ok=True)
             return  # a full or broken cache disk degrades to uncached reads

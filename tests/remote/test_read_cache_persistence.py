@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from remote.read_cache import ENTRY_HEADER, RemoteReadCache, _entry_file_name
 
 
@@ -128,3 +130,19 @@ def test_entry_file_layout(tmp_path: Path) -> None:
     assert (magic, version, key_len, size) == (b"TCRC", 1, 1, 4)
     assert raw[ENTRY_HEADER.size:] == b"kdata"
     assert os.stat(d / _entry_file_name("k")).st_size == ENTRY_HEADER.size + 1 + 4
+
+
+def test_an_entry_written_starts_its_write_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A remote consumer reading gigabytes through the cache left them dirty in the page cache, and the next syncfs of
+    the data dir's file system (acks=-1) wrote them all first: 498 ms on the Kafka bench. Each entry's write-back now
+    starts as it is written (the old code left it to the kernel's dirty expiry)."""
+    import remote.read_cache as read_cache_module
+
+    calls: list[tuple[int, int]] = []
+    monkeypatch.setattr(read_cache_module, "start_writeback", lambda fd, offset, length: calls.append((offset, length)))
+    cache = RemoteReadCache(tmp_path / "c", 1 << 20)
+    cache.put("s1.keyindex", b"x" * 1000)
+    cache.get("s2.index", lambda: b"y" * 500)
+    sizes = sorted(p.stat().st_size for p in (tmp_path / "c").iterdir() if p.is_file())
+    assert sorted(length for _offset, length in calls) == sizes and {o for o, _l in calls} == {0}
+    cache.close()
