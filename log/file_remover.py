@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
-import threading
 from collections.abc import Sequence
 from pathlib import Path
+
+from log.queue_thread import QueueThread
 
 logger = logging.getLogger(__name__)
 
@@ -47,41 +47,33 @@ PAUSE_S = 0.005
 TRUNCATE_MIN_DELAY_MS = 1000
 
 
-class FileRemover:
+class FileRemover(QueueThread[tuple[Sequence[Path], bool]]):
     """The node's file-removal thread (started at construction, a daemon)."""
 
     def __init__(self, name: str = "tiercompact-file-remover", *, chunk_bytes: int = CHUNK_BYTES,
                  pause_s: float = PAUSE_S) -> None:
         self.chunk_bytes = chunk_bytes
         self.pause_s = pause_s
-        self._queue: queue.SimpleQueue[tuple[Sequence[Path], bool] | None] = queue.SimpleQueue()
-        self._stopped = threading.Event()
         #: files removed and truncation steps taken (metrics, tests)
         self.removed = 0
         self.steps = 0
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        super().__init__(name)
 
     def remove(self, paths: Sequence[Path], truncate: bool) -> None:
         """Queue ``paths`` for removal, in order; ``truncate``: a large file may be truncated in steps first."""
-        if not self._stopped.is_set():
-            self._queue.put((paths, truncate))
+        self._put((paths, truncate))
 
-    def drain(self) -> int:
-        """Remove everything queued now in the caller's thread, without pauses (tests with a mock clock);
-        returns the number of files removed."""
+    def _handle(self, item: tuple[Sequence[Path], bool], *, draining: bool) -> int:
+        """Remove an item's files in order: on the thread paced, and stopping at a shutdown; in drain() (tests with a
+        mock clock) without pauses."""
         n = 0
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                return n
-            if item is None:
-                self._queue.put(None)  # leave the stop for the thread
-                return n
-            for path in item[0]:
-                self.remove_now(path, item[1], pause_s=0.0)
-                n += 1
+        paths, truncate = item
+        for path in paths:
+            if not draining and self._stopped.is_set():
+                break
+            self.remove_now(path, truncate, pause_s=0.0 if draining else None)
+            n += 1
+        return n
 
     def remove_now(self, path: Path, truncate: bool, *, pause_s: float | None = None) -> None:
         """Remove one file (in the caller's thread): truncated in steps first when ``truncate`` and it has no
@@ -114,19 +106,7 @@ class FileRemover:
         finally:
             os.close(fd)
 
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None or self._stopped.is_set():
-                return
-            for path in item[0]:
-                if self._stopped.is_set():
-                    return
-                self.remove_now(path, item[1])
-
     def shutdown(self, timeout: float = 5.0) -> None:
         """Stop the thread (a truncation in progress stops at its next step and the file is unlinked); queued
         removals are dropped."""
-        self._stopped.set()
-        self._queue.put(None)
-        self._thread.join(timeout=timeout)
+        super().shutdown(timeout)

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
-import threading
 from collections.abc import Sequence
 from pathlib import Path
+
+from log.queue_thread import QueueThread
 
 logger = logging.getLogger(__name__)
 
@@ -92,51 +92,22 @@ def drop_file_cached(path: Path, start: int, end: int) -> bool:
         os.close(fd)
 
 
-class CacheDropper:
+class CacheDropper(QueueThread[tuple[Path, int, int]]):
     """The node's drop-behind thread: runs the page-cache drops the logs queue (:meth:`drop`), in order, off their
     append path (a daemon, started at construction). A drop is only advice to the kernel, so one queued at a
     shutdown is simply not made."""
 
     def __init__(self, name: str = "tiercompact-cache-dropper") -> None:
-        self._queue: queue.SimpleQueue[tuple[Path, int, int] | None] = queue.SimpleQueue()
-        self._stopped = threading.Event()
         #: drops made (tests, metrics)
         self.dropped = 0
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        super().__init__(name)
 
     def drop(self, path: Path, start: int, end: int) -> None:
         """Queue the drop of bytes [``start``, ``end``) of the file at ``path`` from the page cache."""
-        if not self._stopped.is_set() and end > start:
-            self._queue.put((path, start, end))
+        if end > start:
+            self._put((path, start, end))
 
-    def drain(self) -> int:
-        """Make every drop queued now in the caller's thread (tests); returns how many."""
-        n = 0
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                return n
-            if item is None:
-                self._queue.put(None)  # leave the stop for the thread
-                return n
-            self._drop(item)
-            n += 1
-
-    def _drop(self, item: tuple[Path, int, int]) -> None:
+    def _handle(self, item: tuple[Path, int, int], *, draining: bool) -> int:
         drop_file_cached(*item)
         self.dropped += 1
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None or self._stopped.is_set():
-                return
-            self._drop(item)
-
-    def shutdown(self, timeout: float = 5.0) -> None:
-        """Stop the thread; the drops still queued are not made."""
-        self._stopped.set()
-        self._queue.put(None)
-        self._thread.join(timeout=timeout)
+        return 1
