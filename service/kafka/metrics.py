@@ -27,6 +27,9 @@ BYTES_OUT_TOTAL = "kafka_server_brokertopicmetrics_bytesout_total"
 MESSAGES_IN_TOTAL = "kafka_server_brokertopicmetrics_messagesin_total"
 CONNECTION_COUNT = "kafka_server_socketservermetrics_connection_count"
 REFUSED_TOTAL = "kafka_server_socketservermetrics_refused_total"
+#: tiercompact's own: acks=-1 jobs whose partitions were fsynced one by one because too much of the page cache was dirty
+#: for one syncfs (service/kafka/durability.py)
+SYNCFS_DIRTY_FALLBACKS_TOTAL = "tiercompact_kafka_syncfs_dirty_fallbacks_total"
 
 #: histogram bucket bounds, milliseconds
 BUCKETS_MS = (0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
@@ -120,6 +123,8 @@ class KafkaMetrics:
         self.messages_in: dict[str, int] = defaultdict(int)
         self.refused: dict[str, int] = defaultdict(int)
         self.connections_fn: Any = None
+        #: the node's GroupSync.dirty_fallbacks (set by the Kafka service)
+        self.syncfs_fallbacks_fn: Any = None
 
     def count(self, what: str) -> None:
         with self._lock:
@@ -207,6 +212,11 @@ class KafkaMetrics:
         g = GaugeMetricFamily(CONNECTION_COUNT, "Open Kafka connections (connection-count).")
         g.add_metric([], float(self.connections_fn() if self.connections_fn is not None else 0))
         yield g
+        c = CounterMetricFamily(SYNCFS_DIRTY_FALLBACKS_TOTAL, "acks=-1 syncs that fsynced each partition instead of one "
+                                                              "syncfs(2) of their file system, because more than 8 "
+                                                              "MiB of the page cache was dirty.")
+        c.add_metric([], float(self.syncfs_fallbacks_fn() if self.syncfs_fallbacks_fn is not None else 0))
+        yield c
         c = CounterMetricFamily(REFUSED_TOTAL, "Kafka connections refused or closed by the listener, by reason "
                                                "(max.connections, connections.max.idle.ms, bad frames, unauthenticated "
                                                "requests, SASL failures).", labels=["reason"])

@@ -8,6 +8,7 @@ import socket
 import ssl
 from typing import TYPE_CHECKING, Any
 
+from service.kafka.durability import group_sync_for
 from service.kafka.listener import KafkaListener, KafkaListenerConfig
 from service.kafka.registry import BrokerInfo
 
@@ -67,6 +68,7 @@ class KafkaService:
         self.metrics = metrics
         self.listener = KafkaListener(node, self.listener_config, metrics=metrics)
         metrics.connections_fn = lambda: self.listener.connections
+        metrics.syncfs_fallbacks_fn = lambda: group_sync_for(node).dirty_fallbacks
         self.membership: Any = None
 
     def start(self) -> KafkaService:

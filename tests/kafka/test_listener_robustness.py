@@ -192,6 +192,7 @@ def test_kafka_metrics_in_prometheus_form(kafka_server: KafkaServe, topic_name: 
     assert f'kafka_server_brokertopicmetrics_messagesin_total{{topic="{topic_name}"}} 3.0' in text
     assert f'kafka_server_brokertopicmetrics_bytesout_total{{topic="{topic_name}"}}' in text
     assert "kafka_server_socketservermetrics_connection_count" in text
+    assert "tiercompact_kafka_syncfs_dirty_fallbacks_total " in text
     # serve froze start-up's objects out of the garbage collector's full collections (service/heap.py)
     frozen = [ln for ln in text.splitlines() if ln.startswith("tiercompact_gc_frozen_objects ")]
     assert frozen and float(frozen[0].split()[-1]) > 10_000
