@@ -18,7 +18,7 @@ kernel (``posix_fadvise(POSIX_FADV_DONTNEED)``) to drop the rest:
   load on the Kafka bench, each one took about 0.5 ms, once every 4 MiB, inside a produce's append;
 * behind a reader: a Fetch reading bytes behind the window (a consumer catching up, a changelog restored from offset
   0) drops them once read (log/fetch_raw.py), so a catch-up read does not push the other partitions' newest bytes
-  out.
+  out. That call runs on the :class:`CacheDropper` thread too.
 
 Consumers within the window read from memory, as in Kafka; one reading further back reads from disk. Nothing about
 what is stored or answered changes: only what the kernel keeps cached. ``-1`` turns it off (Kafka's way). Where

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import log.fetch_raw as fetch_raw_module
 import log.local_log as local_log_module
 import log.page_cache as page_cache_module
 import log.segment as segment_module
@@ -219,3 +220,36 @@ def test_the_dropper_skips_a_file_gone_and_stops_at_shutdown(tmp_path: Path) -> 
         dropper.shutdown()
     dropper.drop(tmp_path / "late.log", 0, MIB)  # after shutdown: not made
     assert dropper.drain() == 0
+
+
+def test_a_node_logs_fetch_behind_the_window_drops_on_the_dropper_thread(tmp_path: Path, drops_honoured: None,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A catch-up fetch of a log with the node's scheduler hands its drops to the CacheDropper, as the appends do:
+    the reading thread makes no fadvise call (the old code made one per page read behind the window)."""
+    inline: list[str] = []
+    real = fetch_raw_module.drop_cached
+
+    def recording(fd: int, start: int, end: int) -> bool:
+        inline.append(threading.current_thread().name)
+        return real(fd, start, end)
+
+    monkeypatch.setattr(fetch_raw_module, "drop_cached", recording)
+    scheduler = Scheduler(name="t-sched")
+    log = LocalLog(tmp_path / "t-0", _config(), scheduler=scheduler)
+    try:
+        for _ in range(64):  # 8 MiB, all cached (no window while written)
+            _append(log, 128 * 1024)
+        log.page_cache_window = 2 * MIB
+        offset, end = 0, log.log_end_offset
+        while offset < end:
+            offset = read_raw(log, offset, MIB).next_offset
+        assert inline == []
+        deadline = time.monotonic() + 10
+        while _cached_bytes(log)[0] > PAGE * len(log.all_segments()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        behind, within = _cached_bytes(log)
+        assert behind <= PAGE * len(log.all_segments()) and within >= 2 * MIB - PAGE  # as when the reader dropped
+        assert scheduler.dropper.dropped > 0
+    finally:
+        log.close()
+        scheduler.shutdown()
