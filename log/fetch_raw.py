@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from log.errors import OffsetOutOfRangeError
-from log.page_cache import CacheDropper, behind_window, drop_cached
+from log.page_cache import behind_window
 from log.record import LOG_OVERHEAD
 
 if TYPE_CHECKING:
@@ -91,13 +91,12 @@ def walk_batches(buf: bytes | memoryview, offset: int, budget: int, *, min_one: 
     return (pos if start < 0 else start), pos, nxt, False, _HEADER
 
 
-def _read_segment(seg: LogSegment, size: int, offset: int, budget: int, min_one: bool,
-                  max_offset: int | None, parts: list[bytes | memoryview], floor: int = 0,
-                  dropper: CacheDropper | None = None) -> tuple[int, int, bool]:
+def _read_segment(log: LocalLog, seg: LogSegment, size: int, offset: int, budget: int, min_one: bool,
+                  max_offset: int | None, parts: list[bytes | memoryview], floor: int = 0) -> tuple[int, int, bool]:
     """Append whole batches of one segment, from the one holding ``offset``, to ``parts``:
     ``(bytes added, next offset or -1, page done)``. What is read below ``floor`` (behind the log's page-cache
-    window) is dropped from the page cache once read (log/page_cache.py): by ``dropper``, the node's drop-behind
-    thread, when there is one (the call is off the fetch's path), else here."""
+    window) is dropped from the page cache once read (``log``'s :meth:`LocalLog.drop_from_cache`: on the node's
+    drop-behind thread, off the fetch's path)."""
     pos = seg.offset_index.lookup(offset)[1] if offset > seg.base_offset else 0
     if not 0 <= pos < size:
         pos = 0
@@ -110,10 +109,7 @@ def _read_segment(seg: LogSegment, size: int, offset: int, budget: int, min_one:
             want = min(size - pos, max(budget - taken + _SLACK, need))
             buf = os.pread(fd, want, pos)
             if pos < floor:
-                if dropper is not None:
-                    dropper.drop(seg.log_path, pos, min(pos + len(buf), floor))
-                else:
-                    drop_cached(fd, pos, min(pos + len(buf), floor))
+                log.drop_from_cache(seg, pos, min(pos + len(buf), floor))
             if len(buf) < min(want, _HEADER):
                 break  # the file is shorter than the size captured (truncated under us)
             start, stop, n, done, need = walk_batches(buf, offset, budget - taken,
@@ -167,15 +163,13 @@ def readable_segments(log: LocalLog, offset: int) -> tuple[list[LogSegment], lis
 def _read_raw(log: LocalLog, offset: int, max_bytes: int, min_one: bool, max_offset: int | None) -> RawBatches:
     segs, sizes = readable_segments(log, offset)
     floors = behind_window(sizes, log.page_cache_window)
-    dropper = log.scheduler.dropper if log.scheduler is not None else None
     parts: list[bytes | memoryview] = []
     total = 0
     nxt = offset
     for seg, size, floor in zip(segs, sizes, floors, strict=True):
         if max_offset is not None and nxt >= max_offset:
             break
-        n, seg_next, done = _read_segment(seg, size, nxt, max_bytes - total, min_one, max_offset, parts, floor,
-                                          dropper)
+        n, seg_next, done = _read_segment(log, seg, size, nxt, max_bytes - total, min_one, max_offset, parts, floor)
         total += n
         if seg_next >= 0:
             nxt = seg_next

@@ -41,7 +41,7 @@ from log.index.txn_index import AbortedTxn
 from log.leader_epochs import LeaderEpochCache
 from log.locks import RANK_LOCAL_LOG, RANK_LOG_ROLL_SYNC, ordered_lock, ordered_rlock
 from log.log_loader import CLEAN_SHUTDOWN_FILE, LogLoader
-from log.page_cache import DROP_STEP, behind_window
+from log.page_cache import DROP_STEP, behind_window, drop_file_cached
 from log.producer_snapshot import list_snapshots, snapshot_path, write_snapshot
 from log.producer_state import ProducerStateEntry, ProducerStateManager
 from log.record import (
@@ -442,6 +442,14 @@ class LocalLog:
                 self._drop_behind()
             return AppendResult(first, last)
 
+    def drop_from_cache(self, seg: LogSegment, start: int, end: int) -> None:
+        """Drop bytes [``start``, ``end``) of ``seg`` from the page cache (log/page_cache.py): on the node's
+        drop-behind thread when this log has the node's scheduler (off the appending or fetching thread), else now."""
+        if self.scheduler is not None:
+            self.scheduler.dropper.drop(seg.log_path, start, end)
+        else:
+            drop_file_cached(seg.log_path, start, end)
+
     def _drop_behind(self) -> None:
         """(Under the lock, once per DROP_STEP appended.) Drop from the page cache what lies behind the newest
         ``page_cache_window`` bytes, in the active segment and in those rolled since (log/page_cache.py)."""
@@ -454,10 +462,7 @@ class LocalLog:
         keep = []
         for seg, floor in zip(segs, behind_window([s.size for s in segs], window), strict=True):
             if floor > seg.cache_dropped_to:
-                if self.scheduler is not None:  # the node's: its drop-behind thread makes the call
-                    self.scheduler.dropper.drop(seg.log_path, seg.cache_dropped_to, floor)
-                else:
-                    seg.drop_cache(seg.cache_dropped_to, floor)
+                self.drop_from_cache(seg, seg.cache_dropped_to, floor)
                 seg.cache_dropped_to = floor
             if seg is not active and floor < seg.size:
                 keep.append(seg)

@@ -20,7 +20,6 @@ from log.errors import CorruptRecordError, LogSegmentOffsetOverflowError
 from log.index.offset_index import INT32_MAX, OffsetIndex
 from log.index.time_index import TimeIndex
 from log.index.txn_index import AbortedTxn, TransactionIndex
-from log.page_cache import drop_cached
 from log.record import RecordBatch, iter_file_batches
 from log.record.records import DEFAULT_BUFFER_SIZE
 from log.writeback import start_writeback
@@ -172,21 +171,6 @@ class LogSegment:
         never pays for a ``sync_file_range`` on its append path: measured at half load on the Kafka bench, that
         call took 0.6 ms once every 4 MiB appended, for pages the next fsync writes anyway."""
         self._writeback_from = max(self._writeback_from, min(position, self.size))
-
-    def drop_cache(self, start: int, end: int) -> None:
-        """Ask the kernel to drop this segment's cached pages of bytes [``start``, ``end``) (log/page_cache.py);
-        never raises (a segment deleted meanwhile has nothing left to drop)."""
-        if self._writer is not None:
-            drop_cached(self._writer.fileno(), start, end)  # type: ignore[attr-defined]
-            return
-        try:
-            fd = os.open(self.log_path, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            drop_cached(fd, start, end)
-        finally:
-            os.close(fd)
 
     def _shrunk_to(self, size: int) -> None:
         """The file was truncated to ``size``: what is appended again is written back and dropped from there."""

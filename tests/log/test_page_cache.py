@@ -14,10 +14,8 @@ from pathlib import Path
 
 import pytest
 
-import log.fetch_raw as fetch_raw_module
 import log.local_log as local_log_module
 import log.page_cache as page_cache_module
-import log.segment as segment_module
 from log.config import LogConfig
 from log.fetch_raw import read_raw
 from log.flush import sync_log
@@ -177,29 +175,24 @@ def test_a_node_log_drops_on_the_dropper_thread_not_while_appending(tmp_path: Pa
     """A log with the node's scheduler hands its drops to the scheduler's CacheDropper: a produce's append no longer
     makes the fadvise call (about 0.5 ms once every 4 MiB at half load on the Kafka bench). The old code made it on
     the appending thread."""
-    inline: list[str] = []
-    queued: list[str] = []
+    calls: list[str] = []
     real = page_cache_module.drop_cached
 
-    def recording(into: list[str]):  # type: ignore[no-untyped-def]
-        def call(fd: int, start: int, end: int) -> bool:
-            into.append(threading.current_thread().name)
-            return real(fd, start, end)
-        return call
+    def recording(fd: int, start: int, end: int) -> bool:
+        calls.append(threading.current_thread().name)
+        return real(fd, start, end)
 
-    monkeypatch.setattr(segment_module, "drop_cached", recording(inline))  # LogSegment.drop_cache: the inline call
-    monkeypatch.setattr(page_cache_module, "drop_cached", recording(queued))  # drop_file_cached: the dropper's
+    monkeypatch.setattr(page_cache_module, "drop_cached", recording)  # every drop, inline or the dropper's
     monkeypatch.setattr(local_log_module, "DROP_STEP", 256 * 1024)
     scheduler = Scheduler(name="t-sched")
     log = LocalLog(tmp_path / "t-0", _config(), scheduler=scheduler, page_cache_window=MIB)
     try:
         for _ in range(40):  # 5 MiB over two segments
             _append(log, 128 * 1024)
-        assert inline == []
         deadline = time.monotonic() + 10
         while _cached_bytes(log)[0] >= 256 * 1024 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert queued and set(queued) == {"t-sched-cache-dropper"}
+        assert calls and set(calls) == {"t-sched-cache-dropper"}  # none on the appending thread
         behind, within = _cached_bytes(log)
         assert behind < 256 * 1024 and within == MIB  # the same residency as when the appender dropped
     finally:
@@ -226,14 +219,14 @@ def test_a_node_logs_fetch_behind_the_window_drops_on_the_dropper_thread(tmp_pat
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """A catch-up fetch of a log with the node's scheduler hands its drops to the CacheDropper, as the appends do:
     the reading thread makes no fadvise call (the old code made one per page read behind the window)."""
-    inline: list[str] = []
-    real = fetch_raw_module.drop_cached
+    calls: list[str] = []
+    real = page_cache_module.drop_cached
 
     def recording(fd: int, start: int, end: int) -> bool:
-        inline.append(threading.current_thread().name)
+        calls.append(threading.current_thread().name)
         return real(fd, start, end)
 
-    monkeypatch.setattr(fetch_raw_module, "drop_cached", recording)
+    monkeypatch.setattr(page_cache_module, "drop_cached", recording)  # every drop, inline or the dropper's
     scheduler = Scheduler(name="t-sched")
     log = LocalLog(tmp_path / "t-0", _config(), scheduler=scheduler)
     try:
@@ -243,10 +236,10 @@ def test_a_node_logs_fetch_behind_the_window_drops_on_the_dropper_thread(tmp_pat
         offset, end = 0, log.log_end_offset
         while offset < end:
             offset = read_raw(log, offset, MIB).next_offset
-        assert inline == []
         deadline = time.monotonic() + 10
         while _cached_bytes(log)[0] > PAGE * len(log.all_segments()) and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert calls and set(calls) == {"t-sched-cache-dropper"}  # none on the reading thread
         behind, within = _cached_bytes(log)
         assert behind <= PAGE * len(log.all_segments()) and within >= 2 * MIB - PAGE  # as when the reader dropped
         assert scheduler.dropper.dropped > 0
