@@ -170,11 +170,10 @@ def test_a_truncated_segment_drops_again_from_its_new_end(tmp_path: Path) -> Non
     seg.close()
 
 
-def test_a_node_log_drops_on_the_dropper_thread_not_while_appending(tmp_path: Path, drops_honoured: None,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """A log with the node's scheduler hands its drops to the scheduler's CacheDropper: a produce's append no longer
-    makes the fadvise call (about 0.5 ms once every 4 MiB at half load on the Kafka bench). The old code made it on
-    the appending thread."""
+@pytest.fixture
+def drop_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of the thread that made each page-cache drop, inline or the dropper's (every drop goes through
+    page_cache.drop_cached)."""
     calls: list[str] = []
     real = page_cache_module.drop_cached
 
@@ -182,7 +181,16 @@ def test_a_node_log_drops_on_the_dropper_thread_not_while_appending(tmp_path: Pa
         calls.append(threading.current_thread().name)
         return real(fd, start, end)
 
-    monkeypatch.setattr(page_cache_module, "drop_cached", recording)  # every drop, inline or the dropper's
+    monkeypatch.setattr(page_cache_module, "drop_cached", recording)
+    return calls
+
+
+def test_a_node_log_drops_on_the_dropper_thread_not_while_appending(tmp_path: Path, drops_honoured: None,
+                                                                    drop_threads: list[str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log with the node's scheduler hands its drops to the scheduler's CacheDropper: a produce's append no longer
+    makes the fadvise call (about 0.5 ms once every 4 MiB at half load on the Kafka bench). The old code made it on
+    the appending thread."""
     monkeypatch.setattr(local_log_module, "DROP_STEP", 256 * 1024)
     scheduler = Scheduler(name="t-sched")
     log = LocalLog(tmp_path / "t-0", _config(), scheduler=scheduler, page_cache_window=MIB)
@@ -192,7 +200,7 @@ def test_a_node_log_drops_on_the_dropper_thread_not_while_appending(tmp_path: Pa
         deadline = time.monotonic() + 10
         while _cached_bytes(log)[0] >= 256 * 1024 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert calls and set(calls) == {"t-sched-cache-dropper"}  # none on the appending thread
+        assert drop_threads and set(drop_threads) == {"t-sched-cache-dropper"}  # none on the appending thread
         behind, within = _cached_bytes(log)
         assert behind < 256 * 1024 and within == MIB  # the same residency as when the appender dropped
     finally:
@@ -216,17 +224,9 @@ def test_the_dropper_skips_a_file_gone_and_stops_at_shutdown(tmp_path: Path) -> 
 
 
 def test_a_node_logs_fetch_behind_the_window_drops_on_the_dropper_thread(tmp_path: Path, drops_honoured: None,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                         drop_threads: list[str]) -> None:
     """A catch-up fetch of a log with the node's scheduler hands its drops to the CacheDropper, as the appends do:
     the reading thread makes no fadvise call (the old code made one per page read behind the window)."""
-    calls: list[str] = []
-    real = page_cache_module.drop_cached
-
-    def recording(fd: int, start: int, end: int) -> bool:
-        calls.append(threading.current_thread().name)
-        return real(fd, start, end)
-
-    monkeypatch.setattr(page_cache_module, "drop_cached", recording)  # every drop, inline or the dropper's
     scheduler = Scheduler(name="t-sched")
     log = LocalLog(tmp_path / "t-0", _config(), scheduler=scheduler)
     try:
@@ -239,7 +239,7 @@ def test_a_node_logs_fetch_behind_the_window_drops_on_the_dropper_thread(tmp_pat
         deadline = time.monotonic() + 10
         while _cached_bytes(log)[0] > PAGE * len(log.all_segments()) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert calls and set(calls) == {"t-sched-cache-dropper"}  # none on the reading thread
+        assert drop_threads and set(drop_threads) == {"t-sched-cache-dropper"}  # none on the reading thread
         behind, within = _cached_bytes(log)
         assert behind <= PAGE * len(log.all_segments()) and within >= 2 * MIB - PAGE  # as when the reader dropped
         assert scheduler.dropper.dropped > 0
