@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from fastapi.testclient import TestClient
 
+from log.checkpoint import RECOVERY_POINT_CHECKPOINT, RecoveryPointCheckpointFile
 from log.clock import MockClock
 from service.app import create_app
 from service.config import load_config
@@ -198,10 +200,19 @@ def test_real_serve_after_kill_9_starts_with_one_bad_partition_offline(tmp_path:
             for i in range(20):
                 assert call(f"{url}/v1/topics/t/partitions/{p}/records", "POST",
                             {"records": [{"key": f"k{i}", "value": "v"}]})[0] == 200
+        # Rolls are synced in the background. The segment damaged below must be one the node had synced (below
+        # the stored recovery point): an unsynced one is recovered as a crash may have left it, and an emptied
+        # unsynced segment is taken for one whose data never reached the disk, as Kafka's recovery does.
+        part = data / "t-0"
+        bases = sorted(part.glob("*.log"))
+        recovery = RecoveryPointCheckpointFile(part / RECOVERY_POINT_CHECKPOINT)
+        deadline = time.monotonic() + 30
+        while (recovery.read_offset() or 0) < int(bases[2].stem) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (recovery.read_offset() or 0) >= int(bases[2].stem)
     finally:
         served.kill()
-    part = data / "t-0"
-    sorted(part.glob("*.log"))[1].write_bytes(b"")
+    bases[1].write_bytes(b"")
     leftovers = [part / "00000000000000000005.snapshot.tmp", data / "remote" / ".tiercompact-tmp" / ".tmp-999999999-x"]
     for f in leftovers:
         f.parent.mkdir(parents=True, exist_ok=True)
