@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from log.errors import InvalidConfigError
+from log.log_manager import MAX_PARTITIONS
 from log.page_cache import DEFAULT_WINDOW_BYTES
 
 ENV_PREFIX = "TIERCOMPACT_"
@@ -157,6 +158,16 @@ class ServiceConfig(BaseModel):
     kafka_host: str | None = Field(None, description="Address the Kafka listener binds (default: host).")
     advertised_listener: str | None = Field(None, description="HOST:PORT Kafka clients are told to connect to "
                                                               "(advertised.listeners; default: the bound address).")
+    auto_create_topics_enable: bool = Field(True, description="A Kafka Metadata request that names a topic the "
+                                                              "cluster does not have creates it, as Kafka's broker "
+                                                              "does, when the client allows it "
+                                                              "(auto.create.topics.enable), with num_partitions "
+                                                              "partitions and the default topic configs "
+                                                              "(cleanup.policy compact: keyless records need a "
+                                                              "topic created with cleanup.policy delete).")
+    num_partitions: int = Field(1, ge=1, le=MAX_PARTITIONS,
+                                description="Partitions of a topic created without a count: auto-created, or by "
+                                            "CreateTopics with num_partitions -1 (num.partitions).")
     socket_request_max_bytes: int = Field(104857600, ge=1024, le=2**31 - 1,
                                           description="Largest Kafka request (socket.request.max.bytes); a larger "
                                                       "size closes the connection before its body is read.")

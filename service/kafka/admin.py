@@ -53,7 +53,6 @@ from service.kafka.registry import RequestContext, kafka_api
 
 INVALID_REPLICA_ASSIGNMENT = 39
 _DUPLICATE_NAME = "Duplicate topic name."
-DEFAULT_PARTITIONS = 1
 _NO_ID = uuid.UUID(int=0)
 
 _CResult = CreateTopicsResponse.CreatableTopicResult
@@ -89,7 +88,7 @@ def _create_one(ctx: RequestContext, t: Any, validate_only: bool) -> Any:
     node = ctx.node
     name = t.name
     _check_name(name)
-    partitions = DEFAULT_PARTITIONS if t.num_partitions in (None, -1) else t.num_partitions
+    partitions = node.config.num_partitions if t.num_partitions in (None, -1) else t.num_partitions
     if not 1 <= partitions <= MAX_PARTITIONS:
         raise _Refused(INVALID_PARTITIONS, f"Number of partitions must be 1..{MAX_PARTITIONS}, got {partitions}.")
     if t.replication_factor not in (None, -1, 1):

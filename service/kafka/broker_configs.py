@@ -3,8 +3,9 @@
 Kafka answers a broker's describe with every broker config. Here that is:
 
 * the node's own settings under the broker names Kafka gives them (``broker.id``, ``advertised.listeners``,
-  ``num.io.threads``, ``socket.request.max.bytes``, ``max.connections``, ``connections.max.idle.ms``), and what one
-  copy of the data fixes (``default.replication.factor`` and ``min.insync.replicas`` 1, no auto-created topics);
+  ``auto.create.topics.enable``, ``num.partitions``, ``num.io.threads``, ``socket.request.max.bytes``,
+  ``max.connections``, ``connections.max.idle.ms``), and what one copy of the data fixes
+  (``default.replication.factor`` and ``min.insync.replicas`` 1);
 * the default of every topic config under its broker synonym (Kafka's ``LogConfig`` synonyms:
   ``segment.bytes`` is ``log.segment.bytes``, ``max.message.bytes`` is ``message.max.bytes``, ...).
 
@@ -63,6 +64,8 @@ BROKER_SYNONYMS = {
 
 #: (broker config, the ServiceConfig field that holds it, its config type)
 _NODE = (
+    ("auto.create.topics.enable", "auto_create_topics_enable", _BOOLEAN),
+    ("num.partitions", "num_partitions", _INT),
     ("num.io.threads", "num_io_threads", _INT),
     ("socket.request.max.bytes", "socket_request_max_bytes", _INT),
     ("max.connections", "max_connections", _INT),
@@ -98,14 +101,13 @@ def broker_config_entries(node: Any, cluster: Any, listener_config: Any, resourc
         ("node.id", str(cluster.broker_id), STATIC_BROKER_CONFIG, _INT),
         ("advertised.listeners", f"{_protocol(listener_config)}://{cluster.host}:{cluster.port}",
          STATIC_BROKER_CONFIG, _LIST),
-        ("auto.create.topics.enable", "false", DEFAULT_CONFIG, _BOOLEAN),
         ("default.replication.factor", "1", DEFAULT_CONFIG, _INT),
         ("min.insync.replicas", "1", DEFAULT_CONFIG, _INT),
     ]
     for name, field, type_ in _NODE:
         value = getattr(settings, field, defaults[field].default)
         source = DEFAULT_CONFIG if value == defaults[field].default else STATIC_BROKER_CONFIG
-        out.append((name, str(value), source, type_))
+        out.append((name, str(value).lower() if type_ == _BOOLEAN else str(value), source, type_))
     out += [(BROKER_SYNONYMS[key], value, DEFAULT_CONFIG, type_) for key, value, type_ in topic_defaults
             if key in BROKER_SYNONYMS]
     return sorted(out)

@@ -13,9 +13,11 @@ DIFFERENCES: dict[str, str] = {
                "(no KIP-890 verification)",
     "Fetch": "sessionless answers (session id 0); stored bytes from local or remote segments; no follower fetching",
     "ListOffsets": "earliest, latest, max timestamp and by timestamp over both tiers; read_committed gives the LSO",
-    "Metadata": "every topic of the shared metadata store; replicas = ISR = the leader; topics are never "
-                "auto-created; a dead leader shows LEADER_NOT_AVAILABLE (no election); every topic and cluster "
-                "operation authorized when asked (no authorizer)",
+    "Metadata": "every topic of the shared metadata store; replicas = ISR = the leader; an unknown topic is "
+                "auto-created as Kafka's broker does (auto_create_topics_enable, num_partitions), and answered "
+                "with its partitions at once (Kafka's controller answers LEADER_NOT_AVAILABLE first); a dead "
+                "leader shows LEADER_NOT_AVAILABLE (no election); every topic and cluster operation authorized "
+                "when asked (no authorizer)",
     "SaslHandshake": "SCRAM-SHA-256, SCRAM-SHA-512; PLAIN only over TLS",
     "ApiVersions": "lists exactly the APIs of this table; an unknown version gets KIP-511's v0 answer",
     "CreateTopics": "replication factor 1 (or -1); replica assignments refused; a topic created without "

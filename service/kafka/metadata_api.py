@@ -4,12 +4,18 @@ Any node answers for every topic of the shared metadata store. A partition's lea
 leadership record (``POST .../leadership``, or the first node that acted as its leader); a
 partition nobody registered yet is led by the node answering (whose produce path accepts it). A
 registered leader whose heartbeat expired shows LEADER_NOT_AVAILABLE with leader -1 (no election
-here). Replicas and ISR are the leader alone: there is one copy of local data. Topics are never
-auto-created (``allow_auto_topic_creation`` is ignored: UNKNOWN_TOPIC_OR_PARTITION).
+here). Replicas and ISR are the leader alone: there is one copy of local data.
+
+A topic a Metadata request names and the cluster does not have is created, as Kafka's broker creates it, when the
+node's ``auto_create_topics_enable`` (auto.create.topics.enable) and the request allow it (the request's
+``allow_auto_topic_creation`` from v4, always before): ``num_partitions`` partitions, the default topic configs.
+Unlike Kafka, whose controller creates it after the answer (LEADER_NOT_AVAILABLE until then), the topic exists when
+the answer is written, so the answer gives its partitions at once. Otherwise it is UNKNOWN_TOPIC_OR_PARTITION.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -25,10 +31,13 @@ from kafka.errors import (
 from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from log.errors import TiercompactError
+from log.errors import TiercompactError, TopicExistsError
 from log.types import TopicPartition, validate_topic_name
 from service.kafka.acls import CLUSTER_OPERATION_CODES, TOPIC_OPERATION_CODES, authorized_operations
+from service.kafka.errors import error_code
 from service.kafka.registry import ClusterView, RequestContext, kafka_api
+
+logger = logging.getLogger(__name__)
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -94,6 +103,26 @@ def _partitions(node: Any, cluster: ClusterView, name: str, count: int, live: se
             for f in partition_fields(node, cluster, name, range(count), live)]
 
 
+def _auto_create(node: Any, request: Any, version: int, name: str, stored: dict[str, int]) -> int:
+    """Create the unknown topic ``name`` if the node and the request allow it (adding it to ``stored``); returns the
+    error code its Metadata entry gets: 0 once it exists (created here, or by another request or node meanwhile),
+    UNKNOWN_TOPIC_OR_PARTITION when creation is not allowed, else the creation's error."""
+    allowed = request.allow_auto_topic_creation if version >= 4 else True
+    if not (allowed and node.config.auto_create_topics_enable):
+        return UnknownTopicOrPartitionError.errno
+    try:
+        topic = node.create_topic(name, node.config.num_partitions, {}, join=True)
+    except TopicExistsError:  # created meanwhile (by a client's admin request, or another node): answer it as it is
+        stored.update(stored_topics(node))
+        return 0 if name in stored else UnknownTopicOrPartitionError.errno
+    except TiercompactError as e:
+        logger.warning("auto-creating topic %r failed: %s", name, e)
+        return error_code(e)
+    logger.info("auto-created topic %r with %d partition(s) for a Metadata request", name, topic.partitions)
+    stored[name] = topic.partitions
+    return 0
+
+
 def _metadata(node: Any, cluster: ClusterView, request: Any, version: int) -> Any:
     brokers = cluster.brokers()
     live = {b.broker_id for b in brokers}
@@ -128,9 +157,11 @@ def _metadata(node: Any, cluster: ClusterView, request: Any, version: int) -> An
                                     is_internal=False, partitions=[]))
             continue
         if name not in stored:
-            topics.append(topic_cls(error_code=UnknownTopicOrPartitionError.errno, name=name, topic_id=ZERO_UUID,
-                                    is_internal=False, partitions=[]))
-            continue
+            code = _auto_create(node, request, version, name, stored)
+            if code:
+                topics.append(topic_cls(error_code=code, name=name, topic_id=ZERO_UUID, is_internal=False,
+                                        partitions=[]))
+                continue
         topics.append(topic_cls(error_code=0, name=name, topic_id=cluster.topic_id(name), is_internal=False,
                                 partitions=_partitions(node, cluster, name, stored[name], live), **topic_ops))
     return MetadataResponse(
