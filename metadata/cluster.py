@@ -1,7 +1,9 @@
-"""The cluster registry contract: nodes sharing a metadata store register (broker id, listener, heartbeat) and topic ids."""
+"""The cluster registry contract: nodes sharing a metadata store register (broker id, listener, heartbeat); the
+cluster's id and its topic ids."""
 
 from __future__ import annotations
 
+import base64
 import uuid
 from dataclasses import dataclass
 from typing import Protocol
@@ -36,6 +38,12 @@ def new_incarnation(directory_id: str = "") -> str:
     return f"{directory_id}.{uuid.uuid4().hex[:24]}" if directory_id else uuid.uuid4().hex
 
 
+def new_cluster_id() -> str:
+    """A new cluster id as Kafka makes one (``Uuid.randomUuid().toString()``: 16 random bytes, base64url, no
+    padding)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
 def same_directory(a: str, b: str) -> bool:
     """Whether two incarnations are process starts over one data dir. A process holds its data dir's lock for
     life, so a new start over the dir proves the old one gone, however fresh its heartbeat (a restart right after
@@ -65,6 +73,10 @@ class ClusterRegistry(Protocol):
 
     def brokers(self) -> list[BrokerRegistration]:
         """Every registered broker, live or not, by id."""
+
+    def cluster_id(self) -> str:
+        """The cluster's id (Kafka's cluster.id: a random UUID, base64url without padding, 22 characters), created by
+        the first node that asks and the same on every node sharing the store."""
 
     def topic_id(self, topic: str) -> uuid.UUID:
         """The topic's stable id (Kafka's topic UUID), created on first use and the same on every node."""

@@ -1,5 +1,5 @@
-"""The SQL :class:`~metadata.cluster.ClusterRegistry`: one row per registered broker (``kafka_brokers``)
-and one per topic id (``kafka_topic_ids``)."""
+"""The SQL :class:`~metadata.cluster.ClusterRegistry`: one row per registered broker (``kafka_brokers``), the
+cluster id (``kafka_cluster``) and one row per topic id (``kafka_topic_ids``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
 
-from metadata.cluster import BrokerRegistration, DuplicateBrokerError, same_directory
+from metadata.cluster import BrokerRegistration, DuplicateBrokerError, new_cluster_id, same_directory
 from metadata.sql.engine import SqlStore
-from metadata.sql.schema import brokers, topic_ids
+from metadata.sql.schema import brokers, cluster, topic_ids
 
 
 def _row(r: Any) -> BrokerRegistration:
@@ -54,6 +54,19 @@ class SqlClusterRegistry(SqlStore):
     def brokers(self) -> list[BrokerRegistration]:
         rows = self._read("brokers", lambda c: c.execute(select(brokers).order_by(brokers.c.broker_id)).all())
         return [_row(r) for r in rows]
+
+    def cluster_id(self) -> str:
+        stmt = select(cluster.c.cluster_id).where(cluster.c.id == 1)
+        found = self._read("cluster_id", lambda c: c.execute(stmt).scalar_one_or_none())
+        if found is not None:
+            return str(found)
+
+        def fn(conn: Connection) -> str:
+            # another node may create it first: then its id is the one both return
+            self._insert_or_ignore(conn, cluster, {"id": 1, "cluster_id": new_cluster_id()}, ["id"])
+            return str(conn.execute(stmt).scalar_one())
+
+        return self._write_global("create_cluster_id", fn)
 
     def topic_id(self, topic: str) -> uuid.UUID:
         stmt = select(topic_ids.c.topic_id).where(topic_ids.c.topic == topic)

@@ -38,7 +38,7 @@ from sqlalchemy import exc as sa_exc
 from log.errors import InvalidConfigError
 from log.types import TopicPartition
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 _meta = MetaData()
 leaders = Table(
@@ -183,6 +183,12 @@ topic_ids = Table(
     Column("topic", String(249), primary_key=True),
     Column("topic_id", String(36), nullable=False),
 )
+#: Kafka's cluster id (schema version 10): one row, written by the first node that asks
+cluster = Table(
+    "kafka_cluster", _meta,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("cluster_id", String(22), nullable=False),
+)
 #: the producer id counter (schema version 6): one row, the first id of the next block
 producer_id_blocks = Table(
     "kafka_producer_id_blocks", _meta,
@@ -212,7 +218,7 @@ scram_credentials = Table(
 #: tables each schema version added (a store opened at an older version gets them)
 _TABLES_SINCE = {2: (rounds, round_segments), 4: (erasures, erasure_partitions, topic_configs),
                  5: (erasure_confirmations,), 6: (brokers, topic_ids, producer_id_blocks), 7: (deleted_topics,),
-                 9: (scram_credentials,)}
+                 9: (scram_credentials,), 10: (cluster,)}
 #: columns each schema version added to an existing table (ALTER TABLE ... ADD COLUMN, nullable)
 _COLUMNS_SINCE: dict[int, tuple[tuple[Table, str], ...]] = {3: ((segments, "key_index_bytes"),),
                                                              8: ((leaders, "log_start_offset"),)}

@@ -203,7 +203,8 @@ class KafkaListenerConfig:
     ssl_context: ssl.SSLContext | None = None
     #: when set, every API but the before_auth ones needs a SASL-authenticated connection
     authenticator: Any = None
-    cluster_id: str = "tiercompact"
+    #: None: the cluster id the node's metadata store holds (created by the first node)
+    cluster_id: str | None = None
 
 
 class AppendNotifier:
@@ -294,9 +295,11 @@ class KafkaListener:
         #: per open connection, when the request it is reading began (0: between requests); _watchdog reads it
         self._reading: dict[asyncio.StreamReader, list[float]] = {}
         self.connections = 0
+        store = getattr(node, "metadata", None)  # None: a bare node of a unit test, with no metadata store
         self.cluster = ClusterView(broker_id=node.broker_id, host=self.config.advertised_host or "127.0.0.1",
                                    port=self.config.advertised_port or self.config.port,
-                                   cluster_id=self.config.cluster_id)
+                                   cluster_id=self.config.cluster_id or (store.cluster_id() if store is not None
+                                                                         else ClusterView.cluster_id))
         #: the group and transaction coordinators (service.kafka.coordinators), set by KafkaService while it runs
         self.coordinators: Any = None
 

@@ -7,6 +7,7 @@ once B stops, its partition shows LEADER_NOT_AVAILABLE."""
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import struct
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -56,6 +58,27 @@ def _produce_raw(port: int, topic: str, partition: int) -> int:
         body = s.recv(struct.unpack(">i", head)[0], socket.MSG_WAITALL)
     resp = ProduceResponse.decode(body[4:], version=7)
     return int(resp.responses[0].partition_responses[0].error_code)
+
+
+def _cluster_id(port: int) -> str:
+    """DescribeCluster v0 at ``port``: the cluster id the node answers."""
+    req = DescribeClusterRequest(include_cluster_authorized_operations=False)
+    req.with_header(correlation_id=1, client_id="two-nodes")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(bytes(req.encode(version=0, header=True, framed=True)))
+        size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+        body = s.recv(size, socket.MSG_WAITALL)
+    return str(DescribeClusterResponse.decode(body, version=0, header=True).cluster_id)
+
+
+def test_nodes_sharing_a_store_answer_one_kafka_shaped_cluster_id(two_nodes: tuple[KafkaServe, KafkaServe],
+                                                                  kafka_server: KafkaServe) -> None:
+    """Kafka's cluster.id (a random UUID, base64url, 22 characters), one per metadata store: the two nodes answer
+    the same, another cluster another (it was the constant "tiercompact" for every cluster)."""
+    a, b = two_nodes
+    cid = _cluster_id(a.kafka_port)
+    assert len(cid) == 22 and len(base64.urlsafe_b64decode(cid + "==")) == 16
+    assert _cluster_id(b.kafka_port) == cid != _cluster_id(kafka_server.kafka_port)
 
 
 def test_a_client_bootstrapped_at_a_reaches_the_partition_b_leads(two_nodes: tuple[KafkaServe, KafkaServe]) -> None:

@@ -70,6 +70,48 @@ def test_topic_ids_are_stable_and_shared(shared_store_url: str) -> None:
         b.close()
 
 
+def test_the_cluster_id_is_kafka_shaped_shared_and_kept(shared_store_url: str, tmp_path: Path) -> None:
+    """Kafka's cluster.id: a random UUID in base64url (22 characters), one per cluster: every node of the store
+    reads the one the first node created, and another store has another."""
+    import base64
+    from concurrent.futures import ThreadPoolExecutor
+
+    nodes = [SqlClusterRegistry(shared_store_url) for _ in range(4)]
+    other = SqlClusterRegistry(f"sqlite:///{tmp_path / 'other.db'}")
+    try:
+        with ThreadPoolExecutor(4) as pool:  # nodes starting at once agree on one id
+            ids = set(pool.map(lambda r: r.cluster_id(), nodes))
+        (cid,) = ids
+        assert len(cid) == 22 and len(base64.urlsafe_b64decode(cid + "==")) == 16
+        assert nodes[0].cluster_id() == cid and other.cluster_id() != cid
+    finally:
+        for r in (*nodes, other):
+            r.close()
+
+
+def test_a_version_9_store_gets_the_cluster_id_table(tmp_path: Path) -> None:
+    from sqlalchemy import create_engine, delete, insert, inspect
+
+    from metadata.sql.schema import SCHEMA_VERSION, cluster, schema_version
+
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    SqlClusterRegistry(url).close()
+    engine = create_engine(url)
+    cluster.drop(engine)
+    with engine.begin() as conn:
+        conn.execute(delete(schema_version))
+        conn.execute(insert(schema_version).values(version=9))
+    assert not inspect(engine).has_table("kafka_cluster")
+    reg = SqlClusterRegistry(url)
+    try:
+        assert len(reg.cluster_id()) == 22
+    finally:
+        reg.close()
+    with engine.connect() as conn:
+        assert conn.execute(schema_version.select()).scalars().all() == [SCHEMA_VERSION] == [10]
+    engine.dispose()
+
+
 def test_a_version_4_store_gets_the_cluster_and_producer_id_tables(tmp_path: Path) -> None:
     from sqlalchemy import create_engine, delete, insert, inspect
 
