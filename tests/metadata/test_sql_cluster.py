@@ -8,6 +8,7 @@ import pytest
 
 from metadata.cluster import BrokerRegistration, DuplicateBrokerError
 from metadata.sql.cluster import SqlClusterRegistry
+from tests.support.old_store import store_at_version
 
 
 def _reg(broker: int, incarnation: str, now: int, port: int = 9092) -> BrokerRegistration:
@@ -90,49 +91,24 @@ def test_the_cluster_id_is_kafka_shaped_shared_and_kept(shared_store_url: str, t
 
 
 def test_a_version_9_store_gets_the_cluster_id_table(tmp_path: Path) -> None:
-    from sqlalchemy import create_engine, delete, insert, inspect
+    from metadata.sql.schema import cluster
 
-    from metadata.sql.schema import SCHEMA_VERSION, cluster, schema_version
-
-    url = f"sqlite:///{tmp_path / 'm.db'}"
-    SqlClusterRegistry(url).close()
-    engine = create_engine(url)
-    cluster.drop(engine)
-    with engine.begin() as conn:
-        conn.execute(delete(schema_version))
-        conn.execute(insert(schema_version).values(version=9))
-    assert not inspect(engine).has_table("kafka_cluster")
-    reg = SqlClusterRegistry(url)
-    try:
-        assert len(reg.cluster_id()) == 22
-    finally:
-        reg.close()
-    with engine.connect() as conn:
-        assert conn.execute(schema_version.select()).scalars().all() == [SCHEMA_VERSION] == [10]
-    engine.dispose()
+    with store_at_version(tmp_path, 9, cluster) as url:
+        reg = SqlClusterRegistry(url)
+        try:
+            assert len(reg.cluster_id()) == 22
+        finally:
+            reg.close()
 
 
 def test_a_version_4_store_gets_the_cluster_and_producer_id_tables(tmp_path: Path) -> None:
-    from sqlalchemy import create_engine, delete, insert, inspect
-
     from metadata.producer_ids import ProducerIdAllocator
     from metadata.sql import SqlRemoteLogMetadataManager
-    from metadata.sql.schema import SCHEMA_VERSION, brokers, producer_id_blocks, schema_version, topic_ids
+    from metadata.sql.schema import brokers, producer_id_blocks, topic_ids
 
-    url = f"sqlite:///{tmp_path / 'm.db'}"
-    SqlRemoteLogMetadataManager(url).close()
-    engine = create_engine(url)
-    for table in (brokers, topic_ids, producer_id_blocks):
-        table.drop(engine)
-    with engine.begin() as conn:
-        conn.execute(delete(schema_version))
-        conn.execute(insert(schema_version).values(version=4))
-    assert not inspect(engine).has_table("kafka_brokers")
-    with SqlRemoteLogMetadataManager(url) as m:  # one store, one engine: every protocol on it
-        m.register(_reg(1, "a1", 1_000), session_timeout_ms=500)
-        assert [r.broker_id for r in m.brokers()] == [1]
-        assert m.topic_id("orders") == m.topic_ids()["orders"]
-        assert ProducerIdAllocator(m, broker_id=1, block_size=5).next_id() == 0
-    with engine.connect() as conn:
-        assert conn.execute(schema_version.select()).scalars().all() == [SCHEMA_VERSION]
-    engine.dispose()
+    with store_at_version(tmp_path, 4, brokers, topic_ids, producer_id_blocks) as url:
+        with SqlRemoteLogMetadataManager(url) as m:  # one store, one engine: every protocol on it
+            m.register(_reg(1, "a1", 1_000), session_timeout_ms=500)
+            assert [r.broker_id for r in m.brokers()] == [1]
+            assert m.topic_id("orders") == m.topic_ids()["orders"]
+            assert ProducerIdAllocator(m, broker_id=1, block_size=5).next_id() == 0

@@ -9,6 +9,7 @@ import pytest
 
 from metadata.scram_credentials import ScramCredential, ScramCredentialNotFoundError
 from metadata.sql import SqlRemoteLogMetadataManager
+from tests.support.old_store import store_at_version
 
 
 def _cred(user: str, mechanism: str = "SCRAM-SHA-256", iterations: int = 4096, tag: bytes = b"1") -> ScramCredential:
@@ -35,21 +36,9 @@ def test_credentials_are_shared_and_altered_per_user_atomically(shared_store_url
 
 
 def test_a_version_8_store_gets_the_scram_credentials_table(tmp_path: Path) -> None:
-    from sqlalchemy import create_engine, delete, insert, inspect
+    from metadata.sql.schema import scram_credentials
 
-    from metadata.sql.schema import SCHEMA_VERSION, schema_version, scram_credentials
-
-    url = f"sqlite:///{tmp_path / 'm.db'}"
-    SqlRemoteLogMetadataManager(url).close()
-    engine = create_engine(url)
-    scram_credentials.drop(engine)
-    with engine.begin() as conn:
-        conn.execute(delete(schema_version))
-        conn.execute(insert(schema_version).values(version=8))
-    assert not inspect(engine).has_table("kafka_scram_credentials")
-    with SqlRemoteLogMetadataManager(url) as m:
-        m.alter_scram_credentials("ann", [_cred("ann")], [])
-        assert m.scram_credentials() == [_cred("ann")]
-    with engine.connect() as conn:
-        assert conn.execute(schema_version.select()).scalars().all() == [SCHEMA_VERSION]
-    engine.dispose()
+    with store_at_version(tmp_path, 8, scram_credentials) as url:
+        with SqlRemoteLogMetadataManager(url) as m:
+            m.alter_scram_credentials("ann", [_cred("ann")], [])
+            assert m.scram_credentials() == [_cred("ann")]
