@@ -32,9 +32,7 @@ handler threads too). Before it, the job takes in the connection's requests that
 its appends ran (service/kafka/lane.py's late join): librdkafka sends one Produce per partition,
 back to back, and at 8 partitions and half load this took the p99 of a request's round trip from
 6-9 ms to about 5 (a burst's later requests had waited for the first one's sync, then synced again). What arrives during the sync makes the
-connection's next job, which is the batching the group commit wants; that job appends it while the sync runs (on
-another worker) and syncs the moment the sync ahead ends (the lane's two-deep pipeline), so its requests wait for
-neither the append nor the hand-back of the job ahead.
+connection's next job, which is the batching the group commit wants.
 """
 
 from __future__ import annotations

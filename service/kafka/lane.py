@@ -11,14 +11,6 @@ items ran join it before its finish step (:data:`LATE_JOIN_ROUNDS` times at most
 burst of requests, one per partition as librdkafka sends them, shares one sync instead of waiting
 for the sync of the job ahead and then a second one of its own. The job's outcomes then go back to
 the event loop in one hand-off, and each request's future is settled from it.
-
-Jobs are pipelined two deep: once a job's items ran and its finish step (the sync) starts, the
-next job may run its items (the appends of the requests that came meanwhile) on another worker,
-then waits for the job ahead to be done before its own finish step, taking in once more the
-requests that queued while it waited. So a sync never waits for the appends behind it, the
-appends behind it never wait for it, and the next sync starts the moment this one ends, covering
-everything that arrived during it: a group commit. Appends still run one job at a time, in
-request order; finish steps and hand-offs run in job order.
 Any request that is not pipelined waits until the lane has drained (:meth:`Lane.idle`) before
 its handler runs, so an EndTxn or a Fetch never overtakes a Produce sent before it on the same
 connection.
@@ -35,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -54,22 +45,24 @@ LATE_JOIN_ROUNDS = 3
 _Work = list[tuple[Callable[..., Any], tuple[Any, ...], "Finish | None"]]
 
 
-def _run_all(work: _Work, more: Callable[[], _Work] | None = None,
-             ahead_done: Callable[[], object] | None = None, appended: Callable[[], None] | None = None,
-             ) -> list[tuple[bool, Any]]:
+def _run_all(work: _Work, more: Callable[[], _Work] | None = None) -> list[tuple[bool, Any]]:
     """Run the job's work in order (on a worker thread), then each distinct ``finish`` once with the results of
     the items that named it; returns every item's outcome, ``(True, result)`` or ``(False, exception)``.
 
     When an item named a finish step, ``more()`` is asked (up to :data:`LATE_JOIN_ROUNDS` times) for the work
     queued meanwhile, which runs next, in order, and shares the finish step: a late request rides on this job's
-    sync instead of waiting for it and then syncing again. Then ``ahead_done()`` waits until the job ahead is done
-    (its finish step ran), ``more()`` is asked once more for what queued during that wait, and ``appended()`` says
-    the job takes no more work, before the finish steps run."""
+    sync instead of waiting for it and then syncing again."""
     outcomes: list[tuple[bool, Any]] = []
     finishing: dict[Finish, list[Any]] = {}
-    work = list(work)
-
-    def run(todo: _Work) -> None:
+    todo, work = work, list(work)
+    for round_ in range(LATE_JOIN_ROUNDS + 1):
+        if round_:
+            if not finishing or more is None:
+                break
+            todo = more()
+            if not todo:
+                break
+            work.extend(todo)
         for fn, args, finish in todo:
             try:
                 value = fn(*args)
@@ -79,22 +72,6 @@ def _run_all(work: _Work, more: Callable[[], _Work] | None = None,
                 outcomes.append((True, value))
                 if finish is not None:
                     finishing.setdefault(finish, []).append(value)
-
-    def take_late() -> bool:
-        todo = more() if finishing and more is not None else []
-        work.extend(todo)
-        run(todo)
-        return bool(todo)
-
-    run(work)
-    for _ in range(LATE_JOIN_ROUNDS):
-        if not take_late():
-            break
-    if ahead_done is not None:
-        ahead_done()
-        take_late()
-    if appended is not None:
-        appended()
     for finish, values in finishing.items():
         try:
             finish(values)
@@ -115,12 +92,7 @@ class Lane:
         self._guard = ordered_lock("service.kafka.lane", RANK_LEAF)
         self._queued: list[_Item] = []
         self._bytes = 0
-        #: jobs handed to a worker and not yet handed back (at most 2: one finishing, the next running its items)
-        self._in_flight = 0
-        #: a job is running its items and may still take queued work: no other job may start
-        self._appending = False
-        #: set once the newest job started is done (its finish step ran): the next job's finish waits for it
-        self._newest_done: threading.Event | None = None
+        self._running = False
         self._changed = asyncio.Event()
         #: worker jobs run and the work items they ran (metrics, tests)
         self.jobs = 0
@@ -128,7 +100,7 @@ class Lane:
 
     @property
     def busy(self) -> bool:
-        return self._in_flight > 0
+        return self._running
 
     def submit(self, fn: Callable[..., Any], *args: Any, size: int = 0,
                finish: Finish | None = None) -> asyncio.Future[Any]:
@@ -139,21 +111,15 @@ class Lane:
         with self._guard:
             self._queued.append((fn, args, finish, fut, size))
         self._bytes += size
-        self._maybe_start(loop)
+        if not self._running:
+            self._start(loop)
         return fut
 
-    def _maybe_start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start a job with what is queued, unless a job is running its items (it takes them) or two are in flight."""
-        if self._appending or self._in_flight >= 2:
-            return
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand everything queued to a worker as one job."""
         with self._guard:
             batch, self._queued = self._queued, []
-        if not batch:
-            return
-        self._appending = True
-        self._in_flight += 1
-        ahead, done = self._newest_done, threading.Event()
-        self._newest_done = done
+        self._running = True
 
         def more() -> _Work:  # on the worker thread, before the job's finish step: the requests queued meanwhile
             with self._guard:
@@ -161,30 +127,11 @@ class Lane:
             batch.extend(late)  # read by _job_done only after the worker handed the job back
             return [(fn, args, finish) for fn, args, finish, _f, _s in late]
 
-        signalled = [False]
-
-        def appended() -> None:  # on the worker thread: this job takes no more work, the next one may start
-            signalled[0] = True
-            with contextlib.suppress(RuntimeError):  # the loop closed while stopping
-                loop.call_soon_threadsafe(self._appended, loop)
-
-        def job(work: _Work) -> list[tuple[bool, Any]]:
-            try:
-                return _run_all(work, more, ahead.wait if ahead is not None else None, appended)
-            finally:
-                if not signalled[0]:  # cut short before its finish step: the lane must go on
-                    appended()
-                done.set()
-
         def job_done(ok: bool, value: Any) -> None:  # on the worker thread: one hand-back per job
             with contextlib.suppress(RuntimeError):  # the loop closed while stopping
                 loop.call_soon_threadsafe(self._job_done, loop, batch, ok, value)
 
-        self._workers.submit(job, ([(fn, args, finish) for fn, args, finish, _f, _s in batch],), job_done)
-
-    def _appended(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._appending = False
-        self._maybe_start(loop)
+        self._workers.submit(_run_all, ([(fn, args, finish) for fn, args, finish, _f, _s in batch], more), job_done)
 
     def _job_done(self, loop: asyncio.AbstractEventLoop, batch: list[_Item], ok: bool, value: Any) -> None:
         if ok:
@@ -196,8 +143,12 @@ class Lane:
                 self._settle(item, False, err)
         self.jobs += 1
         self.items += len(batch)
-        self._in_flight -= 1
-        self._maybe_start(loop)
+        with self._guard:
+            queued = bool(self._queued)
+        if queued:
+            self._start(loop)
+        else:
+            self._running = False
         self._changed.set()
 
     def _settle(self, item: _Item, ok: bool, value: Any) -> None:
@@ -206,16 +157,16 @@ class Lane:
 
     async def idle(self) -> None:
         """Wait until everything queued so far has run."""
-        while self._in_flight:
+        while self._running:
             self._changed.clear()
             await self._changed.wait()
 
     def full(self) -> bool:
         """Whether :meth:`room` would wait."""
-        return self._bytes > self.max_bytes and self._in_flight > 0
+        return self._bytes > self.max_bytes and self._running
 
     async def room(self) -> None:
         """Wait while more than ``max_bytes`` of queued work waits to run."""
-        while self._bytes > self.max_bytes and self._in_flight:
+        while self._bytes > self.max_bytes and self._running:
             self._changed.clear()
             await self._changed.wait()

@@ -173,42 +173,6 @@ def test_requests_queued_while_a_jobs_items_run_join_it_and_share_its_finish_ste
     _run(main, workers, appending, finish_gate)
 
 
-def test_the_next_jobs_appends_run_during_the_sync_ahead_and_its_sync_covers_what_came_meanwhile() -> None:
-    """Group commit, pipelined: while a job's finish step (the sync) runs, the next request's append runs on another
-    worker instead of waiting for it; its own finish step waits until the one ahead is done, and a request that
-    queued during that wait joins it, so one sync covers everything that arrived during the sync ahead."""
-    in_finish, finish_gate, b_ran = threading.Event(), threading.Event(), threading.Event()
-    workers = RequestThreads(2, "test-lane")
-    finished: list[list[str]] = []
-
-    def finish(values: list[str]) -> None:
-        finished.append(list(values))
-        if values == ["a"]:
-            in_finish.set()
-            assert finish_gate.wait(10)
-
-    def b() -> str:
-        b_ran.set()
-        return "b"
-
-    async def main() -> None:
-        lane = Lane(workers, max_bytes=1 << 20)
-        first = lane.submit(lambda: "a", finish=finish)
-        assert await asyncio.to_thread(in_finish.wait, 10)
-        second = lane.submit(b, finish=finish)
-        assert await asyncio.to_thread(b_ran.wait, 10)  # appended while the sync ahead still runs
-        third = lane.submit(lambda: "c", finish=finish)
-        await asyncio.sleep(0.05)
-        assert finished == [["a"]] and not first.done() and not second.done()  # b's sync waits for a's
-        finish_gate.set()
-        assert [await asyncio.wait_for(f, 5) for f in (first, second, third)] == ["a", "b", "c"]
-        await lane.idle()
-        assert finished == [["a"], ["b", "c"]]
-        assert lane.jobs == 2 and lane.items == 3
-
-    _run(main, workers, in_finish, finish_gate)
-
-
 def test_a_job_takes_late_work_a_bounded_number_of_times_then_finishes() -> None:
     """A client that never stops sending cannot hold a job's sync back: after LATE_JOIN_ROUNDS takes the job
     finishes, and a job without a finish step takes none (nothing of it waits for a sync to share)."""
