@@ -166,8 +166,9 @@ class ServiceConfig(BaseModel):
                                                               "(cleanup.policy compact: keyless records need a "
                                                               "topic created with cleanup.policy delete).")
     num_partitions: int = Field(1, ge=1, le=MAX_PARTITIONS,
-                                description="Partitions of a topic created without a count: auto-created, or by "
-                                            "CreateTopics with num_partitions -1 (num.partitions).")
+                                description="Partitions of a topic created without a count: auto-created, by "
+                                            "CreateTopics with num_partitions -1, or by POST /v1/topics without "
+                                            "partitions (num.partitions).")
     socket_request_max_bytes: int = Field(104857600, ge=1024, le=2**31 - 1,
                                           description="Largest Kafka request (socket.request.max.bytes); a larger "
                                                       "size closes the connection before its body is read.")

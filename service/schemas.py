@@ -82,7 +82,8 @@ class _Request(BaseModel):
 
 class TopicCreate(_Request):
     name: str = Field(description="Topic name: 1-249 characters from [a-zA-Z0-9._-], not '.' or '..'.")
-    partitions: PartitionCount = 1
+    partitions: PartitionCount | None = Field(None, description="Number of partitions (default: the node's "
+                                                                "num_partitions option, 1 unless set).")
     config: dict[str, Any] = Field(default_factory=dict, description="Topic config overrides (Kafka names).")
 
 

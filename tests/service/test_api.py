@@ -8,6 +8,8 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
+from service.app import create_app
+
 P0 = "/v1/topics/t/partitions/0"
 
 
@@ -40,6 +42,21 @@ def test_topic_lifecycle(client: TestClient, tmp_path: Path) -> None:
     assert client.delete("/v1/topics/t").status_code == 204
     assert client.get("/v1/topics").json() == []
     assert not (tmp_path / "data" / "t-1").exists()
+
+
+def test_a_topic_created_without_a_count_gets_num_partitions(tmp_path: Path) -> None:
+    """The node's num_partitions (Kafka's num.partitions) is the count of a topic created without one, over HTTP as
+    over the Kafka listener; an explicit count wins."""
+    from tests.service.conftest import make_node
+
+    node = make_node(tmp_path, num_partitions=3)
+    try:
+        with TestClient(create_app(node)) as c:
+            assert c.post("/v1/topics", json={"name": "dflt"}).json()["partitions"] == 3
+            assert c.post("/v1/topics", json={"name": "two", "partitions": 2}).json()["partitions"] == 2
+            assert c.post("/v1/topics", json={"name": "bad", "partitions": 0}).status_code == 400
+    finally:
+        node.shutdown()
 
 
 def test_produce_and_read_back_with_headers_tombstones_and_base64(client: TestClient) -> None:
