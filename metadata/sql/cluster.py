@@ -56,30 +56,25 @@ class SqlClusterRegistry(SqlStore):
         return [_row(r) for r in rows]
 
     def cluster_id(self) -> str:
-        stmt = select(cluster.c.cluster_id).where(cluster.c.id == 1)
-        found = self._read("cluster_id", lambda c: c.execute(stmt).scalar_one_or_none())
+        return self._read_or_create("cluster_id", select(cluster.c.cluster_id).where(cluster.c.id == 1), cluster,
+                                    {"id": 1, "cluster_id": new_cluster_id()}, ["id"])
+
+    def topic_id(self, topic: str) -> uuid.UUID:
+        return uuid.UUID(self._read_or_create("topic_id", select(topic_ids.c.topic_id).where(topic_ids.c.topic == topic),
+                                              topic_ids, {"topic": topic, "topic_id": str(uuid.uuid4())}, ["topic"]))
+
+    def _read_or_create(self, what: str, stmt: Any, table: Any, row: dict[str, Any], keys: list[str]) -> str:
+        """The one value ``stmt`` selects; if there is none yet, ``row`` is inserted first. Another node may insert
+        its own row at the same moment: then the value both return is the one stored first."""
+        found = self._read(what, lambda c: c.execute(stmt).scalar_one_or_none())
         if found is not None:
             return str(found)
 
         def fn(conn: Connection) -> str:
-            # another node may create it first: then its id is the one both return
-            self._insert_or_ignore(conn, cluster, {"id": 1, "cluster_id": new_cluster_id()}, ["id"])
+            self._insert_or_ignore(conn, table, row, keys)
             return str(conn.execute(stmt).scalar_one())
 
-        return self._write_global("create_cluster_id", fn)
-
-    def topic_id(self, topic: str) -> uuid.UUID:
-        stmt = select(topic_ids.c.topic_id).where(topic_ids.c.topic == topic)
-        found = self._read("topic_id", lambda c: c.execute(stmt).scalar_one_or_none())
-        if found is not None:
-            return uuid.UUID(found)
-
-        def fn(conn: Connection) -> str:
-            # another node may name it first: then its id is the one both return
-            self._insert_or_ignore(conn, topic_ids, {"topic": topic, "topic_id": str(uuid.uuid4())}, ["topic"])
-            return str(conn.execute(stmt).scalar_one())
-
-        return uuid.UUID(self._write_global("create_topic_id", fn))
+        return str(self._write_global(f"create_{what}", fn))
 
     def topic_ids(self) -> dict[str, uuid.UUID]:
         rows = self._read("topic_ids", lambda c: c.execute(select(topic_ids.c.topic, topic_ids.c.topic_id)).all())
