@@ -10,7 +10,9 @@ A topic a Metadata request names and the cluster does not have is created, as Ka
 node's ``auto_create_topics_enable`` (auto.create.topics.enable) and the request allow it (the request's
 ``allow_auto_topic_creation`` from v4, always before): ``num_partitions`` partitions, the default topic configs.
 Unlike Kafka, whose controller creates it after the answer (LEADER_NOT_AVAILABLE until then), the topic exists when
-the answer is written, so the answer gives its partitions at once. Otherwise it is UNKNOWN_TOPIC_OR_PARTITION.
+the answer is written, so the answer gives its partitions at once; past :data:`AUTO_CREATE_PER_REQUEST` creations in
+one request, the rest answer LEADER_NOT_AVAILABLE, as Kafka's, and the client's next request creates them.
+Otherwise it is UNKNOWN_TOPIC_OR_PARTITION.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ from service.kafka.registry import ClusterView, RequestContext, kafka_api
 logger = logging.getLogger(__name__)
 
 ZERO_UUID = uuid.UUID(int=0)
+#: topics one Metadata request may create (a few ms each): a request naming more gets LEADER_NOT_AVAILABLE for the
+#: rest, which the client's next Metadata request creates, so every answer comes within a bound
+AUTO_CREATE_PER_REQUEST = 50
 
 
 @dataclass(frozen=True)
@@ -103,13 +108,17 @@ def _partitions(node: Any, cluster: ClusterView, name: str, count: int, live: se
             for f in partition_fields(node, cluster, name, range(count), live)]
 
 
-def _auto_create(node: Any, request: Any, version: int, name: str, stored: dict[str, int]) -> int:
+def _auto_create(node: Any, request: Any, version: int, name: str, stored: dict[str, int], budget: list[int]) -> int:
     """Create the unknown topic ``name`` if the node and the request allow it (adding it to ``stored``); returns the
     error code its Metadata entry gets: 0 once it exists (created here, or by another request or node meanwhile),
-    UNKNOWN_TOPIC_OR_PARTITION when creation is not allowed, else the creation's error."""
+    UNKNOWN_TOPIC_OR_PARTITION when creation is not allowed, LEADER_NOT_AVAILABLE (retriable: the client's next
+    Metadata request creates it) once the request's ``budget`` of creations is spent, else the creation's error."""
     allowed = request.allow_auto_topic_creation if version >= 4 else True
     if not (allowed and node.config.auto_create_topics_enable):
         return UnknownTopicOrPartitionError.errno
+    if budget[0] <= 0:
+        return LeaderNotAvailableError.errno
+    budget[0] -= 1
     try:
         topic = node.create_topic(name, node.config.num_partitions, {}, join=True)
     except TopicExistsError:  # created meanwhile (by a client's admin request, or another node): answer it as it is
@@ -141,6 +150,7 @@ def _metadata(node: Any, cluster: ClusterView, request: Any, version: int) -> An
         TOPIC_OPERATION_CODES, request.include_topic_authorized_operations)} if version >= 8 else {}
     cluster_ops = {"authorized_operations": authorized_operations(
         CLUSTER_OPERATION_CODES, request.include_cluster_authorized_operations)} if 8 <= version <= 10 else {}
+    budget = [AUTO_CREATE_PER_REQUEST]
     for name, tid in wanted:
         if name is None:  # v10+: by topic id
             if by_id is None:
@@ -157,7 +167,7 @@ def _metadata(node: Any, cluster: ClusterView, request: Any, version: int) -> An
                                     is_internal=False, partitions=[]))
             continue
         if name not in stored:
-            code = _auto_create(node, request, version, name, stored)
+            code = _auto_create(node, request, version, name, stored, budget)
             if code:
                 topics.append(topic_cls(error_code=code, name=name, topic_id=ZERO_UUID, is_internal=False,
                                         partitions=[]))

@@ -19,7 +19,7 @@ from service.node import Node
 from tests.kafka.conftest import CLIENTS, KafkaServe, run_clients
 from tests.kafka.test_read_admin_wire import Wire
 
-UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION = 3, 17
+UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, INVALID_TOPIC_EXCEPTION = 3, 5, 17
 T = MetadataRequest.MetadataRequestTopic
 
 
@@ -81,6 +81,26 @@ def test_a_bad_or_colliding_name_is_refused_and_nothing_is_created(three: tuple[
     node.create_topic("orders.v1")
     assert _metadata(wire, "orders_v1").error_code == INVALID_TOPIC_EXCEPTION  # '.' and '_' collide, as in Kafka
     assert sorted(t.name for t in node.topics()) == ["orders.v1"]
+
+
+def test_one_request_creates_a_bounded_number_of_topics_and_the_next_creates_the_rest(
+        three: tuple[Node, Wire], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Metadata request naming many new topics creates AUTO_CREATE_PER_REQUEST of them and answers the rest
+    LEADER_NOT_AVAILABLE (retriable, as Kafka answers a topic being created), so its answer comes within a bound;
+    the client's next request creates those."""
+    import service.kafka.metadata_api as metadata_api
+
+    node, wire = three
+    monkeypatch.setattr(metadata_api, "AUTO_CREATE_PER_REQUEST", 3)
+    names = [f"many-{i}" for i in range(5)]
+    req = MetadataRequest(topics=[T(topic_id=None, name=n) for n in names], allow_auto_topic_creation=True,
+                          include_topic_authorized_operations=False)
+    first = wire.call(req, 12).topics
+    assert [(t.name, t.error_code) for t in first] == [(n, 0) for n in names[:3]] + [(n, LEADER_NOT_AVAILABLE)
+                                                                                      for n in names[3:]]
+    assert sorted(t.name for t in node.topics()) == names[:3]
+    again = wire.call(req, 12).topics
+    assert [t.error_code for t in again] == [0] * 5 and sorted(t.name for t in node.topics()) == names
 
 
 def test_concurrent_requests_for_one_new_topic_create_it_once(three: tuple[Node, Wire]) -> None:
