@@ -288,11 +288,13 @@ class Node:
         return rolled
 
     # ---- topics ----------------------------------------------------------------------
-    def create_topic(self, name: str, partitions: int = 1, config: dict[str, Any] | None = None, *,
+    def create_topic(self, name: str, partitions: int | None = None, config: dict[str, Any] | None = None, *,
                      join: bool = True) -> Topic:
-        """Create a topic (service.topic_sync.create_topic: ``join`` takes a topic another node stored with the same
+        """Create a topic of ``partitions`` partitions, by default the node's ``num_partitions`` (Kafka's
+        num.partitions) (service.topic_sync.create_topic: ``join`` takes a topic another node stored with the same
         partitions and config as created; without it that topic already exists, as Kafka's CreateTopics)."""
-        return topic_sync.create_topic(self.log_manager, self.metadata, name, partitions, config, join=join)
+        count = self.config.num_partitions if partitions is None else partitions
+        return topic_sync.create_topic(self.log_manager, self.metadata, name, count, config, join=join)
 
     def topics(self) -> list[Topic]:
         return self.log_manager.topics()

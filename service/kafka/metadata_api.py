@@ -120,7 +120,7 @@ def _auto_create(node: Any, request: Any, version: int, name: str, stored: dict[
         return LeaderNotAvailableError.errno
     budget[0] -= 1
     try:
-        topic = node.create_topic(name, node.config.num_partitions, {}, join=True)
+        topic = node.create_topic(name, join=True)
     except TopicExistsError:  # created meanwhile (by a client's admin request, or another node): answer it as it is
         stored.update(stored_topics(node))
         return 0 if name in stored else UnknownTopicOrPartitionError.errno

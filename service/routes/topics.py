@@ -17,8 +17,7 @@ router = APIRouter(prefix="/v1/topics", tags=["topics"],
 
 @router.post("", status_code=201, response_model=Topic, dependencies=WRITE)
 def create_topic(body: TopicCreate, node: NodeDep) -> dict:
-    partitions = node.config.num_partitions if body.partitions is None else body.partitions
-    return node.create_topic(body.name, partitions, body.config).as_dict()
+    return node.create_topic(body.name, body.partitions, body.config).as_dict()
 
 
 @router.get("", response_model=list[Topic], dependencies=READ)
