@@ -81,6 +81,7 @@ class _Outbox:
         self.transport.set_write_buffer_limits(high=MAX_UNSENT_BYTES)
         self.slots: collections.deque[_Slot] = collections.deque()
         self.closed = False
+        self.abandoned = False  # abandon_polls was called
         self._changed = asyncio.Event()
         self._writing = False  # a _write_ready is scheduled
 
@@ -126,6 +127,9 @@ class _Outbox:
             if slot.future is not None:
                 if not slot.future.done():
                     break
+                if slot.future.cancelled() and self.abandoned:  # a long poll dropped by abandon_polls: no answer
+                    self.slots.popleft()
+                    continue
                 try:
                     answer = slot.future.result()
                     if slot.encode is not None:
@@ -151,6 +155,17 @@ class _Outbox:
             self.transport.writelines(answer)
         else:
             self.transport.write(answer)
+
+    def abandon_polls(self) -> None:
+        """The connection is closing (the client went away, or sent what closes it): cancel the answers still being
+        worked out on the loop, Fetch long polls, which would otherwise wait out their max_wait_ms (up to the 5 s
+        the close waits for owed answers) for a client that will never read them; they did nothing an answer must
+        report. Lane work (produce appends) is not touched: its answers are still written if the transport takes
+        them."""
+        self.abandoned = True
+        for slot in self.slots:
+            if isinstance(slot.future, asyncio.Task) and not slot.future.done():
+                slot.future.cancel()
 
     def close_now(self) -> None:
         """Drop what waits and abort the connection (a failed handler, a listener stopping). An answer still being
@@ -408,7 +423,7 @@ class KafkaListener:
         try:
             await self._read_requests(reader, answers, conn, reading)
         except (_Closed, ConnectionError, asyncio.IncompleteReadError, TimeoutError, ssl.SSLError):
-            pass
+            answers.abandon_polls()
         except asyncio.CancelledError:
             answers.close_now()  # the listener is stopping
         except Exception:  # noqa: BLE001 - one connection's bug never takes the listener down

@@ -737,6 +737,48 @@ def test_a_broker_describes_its_settings_and_topic_defaults_read_only_under_kafk
     assert other.error_code == 42 and "Unexpected broker id" in other.error_message  # INVALID_REQUEST
 
 
+def _long_poll_fetch(topic: str, correlation_id: int, max_wait_ms: int = 30_000) -> bytes:
+    P = FetchRequest.FetchTopic.FetchPartition
+    req = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                       session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+                           P(partition=0, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
+                             partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id="")
+    req.with_header(correlation_id=correlation_id, client_id="k3-test")
+    return req.encode(version=12, header=True, framed=True)
+
+
+def test_a_fetch_long_polling_for_a_client_that_went_away_is_dropped_at_once(
+        node: Node, caplog: pytest.LogCaptureFixture) -> None:
+    """Regression: a client that closed its connection while its Fetch waited for data left the long poll running
+    until max_wait_ms, and the connection counted open for up to the 5 s the close gives owed answers; now the poll
+    is cancelled when the read side ends, its waiter is gone and nothing is logged as a failure."""
+    listener = KafkaListener(node, KafkaListenerConfig(host="127.0.0.1", port=0)).start()
+    try:
+        w = Wire(listener.port)
+        assert _create(w, "gone-poll", {}).error_code == 0
+        w.sock.sendall(_long_poll_fetch("gone-poll", 1))  # nothing to read: it would wait 30 s
+        deadline = time.monotonic() + 10
+        while not listener.notifier._waiters and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert listener.notifier._waiters  # the poll waits for an append
+        with caplog.at_level("ERROR"):
+            w.sock.close()
+            closed_at = time.monotonic()
+            while (listener.connections or listener.notifier._waiters) and time.monotonic() < closed_at + 10:
+                time.sleep(0.01)
+            assert listener.connections == 0 and not listener.notifier._waiters
+            assert time.monotonic() - closed_at < 2.5  # not the 5 s wait for an answer nobody reads
+        assert not [r for r in caplog.records if r.levelname == "ERROR"]
+        # the listener goes on serving: a new connection's long poll is answered when its max_wait_ms runs out
+        w2 = Wire(listener.port)
+        w2.sock.sendall(_long_poll_fetch("gone-poll", 7, max_wait_ms=50))
+        size = struct.unpack(">i", w2._read(4))[0]
+        assert struct.unpack_from(">i", w2._read(size), 0)[0] == 7
+        w2.sock.close()
+    finally:
+        listener.stop()
+
+
 def test_a_fetch_long_polling_when_the_listener_stops_is_cancelled_not_left_pending(
         node: Node, caplog: pytest.LogCaptureFixture) -> None:
     """Regression: stopping the listener aborted a connection whose Fetch was waiting for data, but left the fetch's
@@ -748,13 +790,7 @@ def test_a_fetch_long_polling_when_the_listener_stops_is_cancelled_not_left_pend
     w = Wire(listener.port)
     try:
         assert _create(w, "long-poll", {}).error_code == 0
-        P = FetchRequest.FetchTopic.FetchPartition
-        req = FetchRequest(replica_id=-1, max_wait_ms=30_000, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
-                           session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic="long-poll", partitions=[
-                               P(partition=0, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
-                                 partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id="")
-        req.with_header(correlation_id=1, client_id="k3-test")
-        w.sock.sendall(req.encode(version=12, header=True, framed=True))  # nothing to read: it waits up to 30 s
+        w.sock.sendall(_long_poll_fetch("long-poll", 1))  # nothing to read: it waits up to 30 s
         time.sleep(0.3)
         loop = listener._loop
         assert loop is not None
