@@ -5,6 +5,7 @@ from service.kafka import (
     admin,  # noqa: F401
     admin_configs,  # noqa: F401
     api_versions,  # noqa: F401
+    config_resources,  # noqa: F401
     delete_records,  # noqa: F401
     elections,  # noqa: F401
     fetch,  # noqa: F401

@@ -25,6 +25,9 @@ DIFFERENCES: dict[str, str] = {
                     "so keyless records need cleanup.policy=delete; v0-v1 through kio",
     "DeleteRecords": "one copy: answered once the new log start offset is on disk (and, tiered, in the metadata "
                      "store); segments below it go with the next retention pass, remote ones too",
+    "ListConfigResources": "topics and brokers (by id) of the cluster; no group and no client-metrics resources "
+                           "exist (no group configs, no KIP-714 subscriptions); BROKER_LOGGER unsupported "
+                           "(UNSUPPORTED_VERSION, as Kafka for a type it does not list)",
     "DeleteTopics": "fenced like DELETE /v1/topics (the node must lead every tiered partition); v0 through kio",
     "InitProducerId": "ids unique across the nodes of a metadata store; with a transactional.id the epoch is "
                       "bumped and the old epoch's open transaction aborted (KIP-360 retries); no 2PC (v5+)",
@@ -97,7 +100,7 @@ AREA_OF: dict[str, str] = {
     **dict.fromkeys(("Produce", "Fetch", "ListOffsets", "OffsetForLeaderEpoch", "InitProducerId", "DeleteRecords"),
                     "produce and read"),
     **dict.fromkeys(("Metadata", "CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs",
-                     "IncrementalAlterConfigs", "DescribeCluster", "DescribeLogDirs", "ElectLeaders",
+                     "IncrementalAlterConfigs", "ListConfigResources", "DescribeCluster", "DescribeLogDirs", "ElectLeaders",
                      "DescribeTopicPartitions", "ListPartitionReassignments", "AlterPartitionReassignments"),
                     "topics and cluster"),
     **dict.fromkeys(("FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit",

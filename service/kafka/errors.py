@@ -43,6 +43,7 @@ FENCED_LEADER_EPOCH = ke.FencedLeaderEpochError.errno
 UNKNOWN_LEADER_EPOCH = ke.UnknownLeaderEpochError.errno
 INVALID_RECORD = ke.InvalidRecordError.errno
 POLICY_VIOLATION = ke.PolicyViolationError.errno
+UNSUPPORTED_VERSION = ke.UnsupportedVersionError.errno
 
 # most specific first: the first class ``exc`` is an instance of gives the code
 _CODES: list[tuple[type[BaseException], int]] = [

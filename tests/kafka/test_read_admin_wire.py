@@ -27,6 +27,7 @@ from kafka.protocol.admin import (
     DescribeProducersRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
+    ListConfigResourcesRequest,
     ListPartitionReassignmentsRequest,
 )
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest
@@ -735,6 +736,33 @@ def test_a_broker_describes_its_settings_and_topic_defaults_read_only_under_kafk
     assert describe("").error_code == 0 and describe("").configs == []  # the cluster-wide dynamic defaults: none
     other = describe(str(node.broker_id + 1))
     assert other.error_code == 42 and "Unexpected broker id" in other.error_message  # INVALID_REQUEST
+
+
+def test_list_config_resources_lists_topics_and_brokers_as_kip_1142(wire: Wire, node: Node) -> None:
+    _create(wire, "lcr-a", {})
+    _create(wire, "lcr-b", {})
+
+    def listed(types: list[int] | None, version: int = 1) -> Any:
+        return wire.call(ListConfigResourcesRequest(resource_types=types), version)
+
+    every = listed([])  # an empty list: every type listed here
+    assert every.error_code == 0
+    named = [(r.resource_type, r.resource_name) for r in every.config_resources]
+    assert (4, str(node.broker_id)) in named and {(2, "lcr-a"), (2, "lcr-b")} <= set(named)
+    assert {t for t, _ in named} == {2, 4}  # no group has configs, no client-metrics subscription exists
+    assert named.index((4, str(node.broker_id))) < named.index((2, "lcr-a"))  # Kafka's order: brokers, then topics
+    topics = listed([2])
+    assert {r.resource_type for r in topics.config_resources} == {2}
+    assert [r.resource_name for r in topics.config_resources] == sorted(r.resource_name
+                                                                        for r in topics.config_resources)
+    assert listed([16, 32]).error_code == 0 and listed([16, 32]).config_resources == []
+    # BROKER_LOGGER is not listed here, and an unknown type neither: UNSUPPORTED_VERSION, nothing listed
+    for bad in ([8], [2, 8], [64]):
+        refused = listed(bad)
+        assert (refused.error_code, refused.config_resources) == (35, [])
+    # v0 (KIP-714's ListClientMetricsResources) lists only client-metrics resources: none
+    v0 = listed(None, version=0)
+    assert (v0.error_code, v0.config_resources) == (0, [])
 
 
 def _long_poll_fetch(topic: str, correlation_id: int, max_wait_ms: int = 30_000) -> bytes:

@@ -254,7 +254,10 @@ def test_admin_clients_delete_records_and_describe_the_broker(kafka_server: Kafk
             {"op": "list_reassignments", "topic": plain},
             {"op": "alter_reassignments", "topic": plain, "replicas": {"0": [0]}},
             {"op": "alter_reassignments", "topic": plain, "replicas": {"0": [0, 7]}},
-            {"op": "alter_reassignments", "topic": plain, "replicas": {"0": None}}]},
+            {"op": "alter_reassignments", "topic": plain, "replicas": {"0": None}},
+            {"op": "list_config_resources", "topic": None},
+            {"op": "list_config_resources", "topic": None, "types": ["BROKER", "GROUP"]},
+            {"op": "list_config_resources", "topic": None, "types": ["BROKER_LOGGER"]}]},
         {"library": "aiokafka", "action": "admin", "bootstrap": kafka_server.bootstrap, "ops": [
             {"op": "delete_records", "topic": compacted, "offset": 1}]}]))
     assert confluent == [{"low_watermark": 4}, {"error": "POLICY_VIOLATION"}, {"error": "OFFSET_OUT_OF_RANGE"},
@@ -275,6 +278,10 @@ def test_admin_clients_delete_records_and_describe_the_broker(kafka_server: Kafk
     assert kp[6] == {f"{plain}-0": None}
     assert kp[7] == {f"{plain}-0": "InvalidReplicationAssignmentError"}
     assert kp[8] == {f"{plain}-0": "NoReassignmentInProgressError"}
+    # ListConfigResources (KIP-1142): every topic and the broker; no group has configs here, no logger is listed
+    assert set(kp[9]) == {"topic", "broker"} and {plain, tiered, compacted} <= set(kp[9]["topic"])
+    assert kp[9]["broker"] == ["0"] and kp[10] == {"broker": ["0"]}
+    assert kp[11]["error"] == "UnsupportedVersionError"
     assert aio[0]["errno"] == 44  # POLICY_VIOLATION
     # -1 is the high watermark; a lower offset moves nothing
     kp2, aio2 = (a["answers"] for a in _run_all([

@@ -235,6 +235,8 @@ def _kp_admin(spec: dict[str, Any]) -> dict[str, Any]:
                      "sizes": {f"{t['name']}-{p['partition_index']}": p["partition_size"]
                                for t in d["topics"] for p in t["partitions"]}} for d in b["log_dirs"]]}
                     for b in got])
+            elif kind == "list_config_resources":  # "types": resource type names (None: every type)
+                answers.append(admin.list_config_resources(op.get("types")))
             elif kind == "describe_topic_partitions":
                 got = admin.describe_topic_partitions([topic], response_partition_limit=op.get("limit", 2000))
                 answers.append({"next_cursor": got["next_cursor"], "topics": [
