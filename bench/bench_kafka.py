@@ -220,6 +220,12 @@ def run_partitions(srv: bench_service.ServeProcess, bootstrap: str, partitions: 
     half_acks1 = _phase(server, {**common, "action": "produce", "topic": big, "value_bytes": 1024 - 16,
                                  "seconds": seconds, "rate": max(1, peak["records_per_s"] // 2), "warmup": warm,
                                  "acks": "1"}, c)
+    # and at acks=0 (no answer awaited: librdkafka reports a record delivered once its request is written to the
+    # socket): the floor of the client alone (linger.ms, lz4, the delivery callbacks) on this machine, which no
+    # server can go below; acks=all's p99 less this floor is what the server and its sync add (not judged)
+    half_acks0 = _phase(server, {**common, "action": "produce", "topic": big, "value_bytes": 1024 - 16,
+                                 "seconds": seconds, "rate": max(1, peak["records_per_s"] // 2), "warmup": warm,
+                                 "acks": "0"}, c)
     small_r = _phase(server, {**common, "action": "produce", "topic": small, "value_bytes": 100 - 16,
                               "seconds": seconds, "rate": 0, "warmup": warm}, c)
     total = sum(c.get(f"/v1/topics/{big}/partitions/{p}").json()["log_end_offset"] for p in range(partitions))
@@ -229,6 +235,7 @@ def run_partitions(srv: bench_service.ServeProcess, bootstrap: str, partitions: 
     remote = _phase(server, {**common, "action": "consume", "topic": big, "records": total}, c)
     remote["segments_left_local"] = left
     return {"produce_1kib": peak, "produce_1kib_half_rate": half, "produce_1kib_half_rate_acks1": half_acks1,
+            "produce_1kib_half_rate_acks0": half_acks0,
             "produce_100b": small_r,
             "fetch_local": local, "fetch_remote": remote}
 
