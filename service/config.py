@@ -93,7 +93,9 @@ class ServiceConfig(BaseModel):
     metadata_statement_timeout_ms: int = Field(30_000, ge=1, le=2**31 - 1,
                                                description="Longest metadata statement or idle transaction on "
                                                            "PostgreSQL (statement_timeout, "
-                                                           "idle_in_transaction_session_timeout).")
+                                                           "idle_in_transaction_session_timeout); a round trip "
+                                                           "the server answers nothing to is given up client-side "
+                                                           "after as much again, at most 5 s more.")
     cleaner_threads: int = Field(1, ge=0, le=64, description="Background cleaner threads (0 = clean on request only).")
     tiered_cleaner_threads: int = Field(1, ge=0, le=64,
                                         description="Background threads cleaning tiered (remote.storage.enable) "

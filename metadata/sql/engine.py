@@ -5,7 +5,9 @@ Every transaction is bounded, so a stalled writer (an old leader frozen while it
 partition's fence row) cannot block the others indefinitely: on PostgreSQL each connection
 runs with ``lock_timeout``, ``statement_timeout`` and ``idle_in_transaction_session_timeout``
 (the last ends the stalled session itself and releases its row locks); on SQLite the busy
-timeout bounds the wait for the write lock. Hitting a bound raises the retriable
+timeout bounds the wait for the write lock. A PostgreSQL server that answers nothing at all (frozen, or cut off
+by the network) is bounded client-side, by a deadline on every round trip (:mod:`metadata.sql.postgres_bound`).
+Hitting a bound raises the retriable
 :class:`~metadata.errors.MetadataStoreTimeoutError` (HTTP 503 with Retry-After).
 
 :class:`SqlStore` is the base every store of :mod:`metadata.sql` extends, so one composed
@@ -85,6 +87,8 @@ class SqlStore:
                                          f"1..{2**31 - 1} (milliseconds)")
         self.lock_timeout_ms = lock_timeout_ms
         self.statement_timeout_ms = statement_timeout_ms
+        #: PostgreSQL: the client-side bound of one round trip (metadata.sql.postgres_bound); None: none
+        self.answer_timeout_s: float | None = None
         self._url = normalize_url(url)
         self._clock = clock
         try:
@@ -110,6 +114,12 @@ class SqlStore:
                     connect_args["connect_timeout"] = max(2, -(-statement_timeout_ms // 1000))
                 self._engine = create_engine(self._url, echo=echo, pool_pre_ping=True, connect_args=connect_args,
                                              pool_timeout=max(1.0, statement_timeout_ms / 1000))
+                from metadata.sql import postgres_bound
+
+                if postgres_bound.supported():  # every round trip bounded client-side too (a server that stalls)
+                    self.answer_timeout_s = postgres_bound.answer_timeout_s(statement_timeout_ms)
+                    event.listen(self._engine, "do_connect", functools.partial(
+                        _connect_bounded, cls=postgres_bound.bounded_connection_class(self.answer_timeout_s)))
                 event.listen(self._engine, "connect", functools.partial(
                     _postgres_on_connect, lock_timeout_ms=lock_timeout_ms,
                     statement_timeout_ms=statement_timeout_ms))
@@ -149,6 +159,9 @@ class SqlStore:
             orig = getattr(e, "orig", None)
             code = getattr(orig, "sqlstate", None) or getattr(getattr(orig, "diag", None), "sqlstate", None)
             timeout = self._timeout_message(what, code, str(orig or e))
+            if getattr(orig, "no_answer", False):  # postgres_bound.StoreNoAnswer: the client-side bound
+                timeout = (f"metadata store {what} timed out: {str(orig).strip()} (the client-side bound: "
+                           f"statement_timeout + grace). Retriable: retry in a second")
             if timeout is not None:
                 raise MetadataStoreTimeoutError(timeout) from None
             retriable = (isinstance(e, sa_exc.OperationalError | sa_exc.TimeoutError)
@@ -221,6 +234,11 @@ class SqlStore:
     def _forget_partition(self, conn: Connection, tp: TopicPartition) -> None:
         """Delete ``tp``'s rows of this store's tables (``delete_partition``, in its transaction).
         Every store with rows per partition extends it and calls ``super()``."""
+
+
+def _connect_bounded(_dialect: Any, _record: Any, cargs: Any, cparams: Any, *, cls: Any) -> Any:
+    # as the dialect's own connect (psycopg.connect), with the bounded connection class
+    return cls.connect(*cargs, **cparams)
 
 
 def _postgres_on_connect(dbapi_connection: Any, _record: Any, *, lock_timeout_ms: int,

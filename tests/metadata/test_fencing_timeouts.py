@@ -9,6 +9,7 @@ the API answers with 503 and a Retry-After header.
 from __future__ import annotations
 
 import sqlite3
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,3 +132,53 @@ def test_postgres_sessions_carry_the_configured_bounds(pg_schema_url: str) -> No
         m.close()
     assert got == {"lock_timeout": "1234ms", "statement_timeout": "5678ms",
                    "idle_in_transaction_session_timeout": "5678ms"}
+
+
+@pytest.mark.postgres
+def test_a_postgres_that_answers_nothing_is_bounded_client_side_and_the_store_recovers(pg_schema_url: str) -> None:
+    """Regression: a PostgreSQL that stopped answering (a server frozen by a hung disk or a paused VM, a network
+    dropping packets) hung every metadata call for as long as TCP kept the connection open, hours: the server's
+    statement_timeout cannot end a statement whose server answers nothing. Each round trip is now bounded
+    client-side (statement_timeout + grace); the stuck connection is closed, and the next call after the server
+    answers again works on a new one."""
+    import threading
+
+    from sqlalchemy.engine import make_url
+
+    from metadata.errors import MetadataStoreError
+    from metadata.sql.postgres_bound import supported
+    from tests.support.fault_proxy import FaultProxy
+
+    assert supported()  # the psycopg this project requires (3.3+) bounds its waits
+    u = make_url(pg_schema_url)
+    proxy = FaultProxy((u.host or "127.0.0.1", u.port or 5432)).start()
+    try:
+        url = u.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+        with SqlRemoteLogMetadataManager(url, lock_timeout_ms=200, statement_timeout_ms=1_000) as m:
+            m.become_leader(TP, 0, 0)
+            for call in (lambda: m.leader_state(TP), lambda: m.become_leader(TP, 1, 1, start_offset=5)):
+                proxy.set_stalled(True)
+                outcome: list[BaseException | object] = []
+
+                def run(call=call, outcome=outcome) -> None:  # type: ignore[no-untyped-def]
+                    try:
+                        outcome.append(call())
+                    except BaseException as e:  # noqa: BLE001 - handed to the test thread
+                        outcome.append(e)
+
+                t0 = time.monotonic()
+                worker = threading.Thread(target=run, daemon=True)
+                worker.start()
+                worker.join(20)  # the old code waits here for hours
+                took = time.monotonic() - t0
+                assert not worker.is_alive(), "a metadata call hung on a PostgreSQL that answers nothing"
+                (err,) = outcome
+                assert isinstance(err, MetadataStoreError) and err.retriable, err
+                assert took < 10, took  # the round trip's bound (2 s), and a reconnect's connect_timeout (2 s)
+                proxy.set_stalled(False)
+                # the server answers again: the next call works, on a connection that never stalled
+                assert m.leader_state(TP) is not None
+            assert m.become_leader(TP, 1, 1, start_offset=5).leader_epoch == 1
+            assert m.answer_timeout_s == 2.0  # statement_timeout + as much again (at most 5 s more)
+    finally:
+        proxy.stop()

@@ -25,7 +25,11 @@ Modes, decided per accepted connection (``p`` is the probability a connection is
   download) is flipped, as a broken NIC or middlebox would.
 
 Switching to any mode but ``pass`` resets the connections open at that moment, so a
-client's keep-alive pool cannot bypass the fault. Thread-safe; counters in :meth:`stats`.
+client's keep-alive pool cannot bypass the fault. Apart from the modes, :meth:`set_stalled`
+freezes every piped connection, open or new, without closing it: no byte moves either way (a
+server frozen by a hung disk or a paused VM, or a network dropping packets) until it is called
+with False. Thread-safe; counters in :meth:`stats`. The pipe modes work for any TCP protocol
+(PostgreSQL's too), the others speak HTTP.
 """
 
 from __future__ import annotations
@@ -93,6 +97,7 @@ class FaultProxy:
         self._listener = socket.create_server((host, port), reuse_port=False)
         self._listener.settimeout(0.2)
         self._stopped = threading.Event()
+        self._stalled = threading.Event()
         self._thread = threading.Thread(target=self._accept_loop, name="fault-proxy", daemon=True)
         self.connections = 0
         self.truncate_heads = True  # False: HEAD responses pass intact in truncate mode
@@ -125,6 +130,13 @@ class FaultProxy:
             doomed = list(self._conns) if mode != "pass" else []
         for s in doomed:  # keep-alive pools must not bypass the new mode
             _reset(s)
+
+    def set_stalled(self, stalled: bool) -> None:
+        """Freeze (True) or resume (False) every piped connection, leaving them open."""
+        if stalled:
+            self._stalled.set()
+        else:
+            self._stalled.clear()
 
     def stats(self) -> dict[str, object]:
         with self._lock:
@@ -211,10 +223,15 @@ class FaultProxy:
         peers = {a: b, b: a}
         new_request = True
         while not self._stopped.is_set():
+            if self._stalled.is_set():  # nothing moves, nothing closes
+                self._stopped.wait(0.05)
+                continue
             try:
                 ready, _, _ = select.select([a, b], [], [], 0.5)
             except (OSError, ValueError):
                 return
+            if self._stalled.is_set():  # stalled while it waited: what arrived stays unread
+                continue
             for s in ready:
                 try:
                     data = s.recv(65536)
