@@ -1,4 +1,9 @@
-"""This node's membership of the cluster registry: registration at start, a heartbeat thread, the live brokers, topic ids."""
+"""This node's membership of the cluster registry: registration at start, a heartbeat thread, the live brokers, topic ids.
+
+What it reads is cached for a moment; while the metadata store fails, the last values read answer (Kafka's brokers
+answer Metadata from their metadata cache when the controller is out of reach), so a store outage does not fail
+every Metadata request.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import time
 import uuid
 
 from log.clock import SYSTEM_CLOCK, Clock
+from log.errors import TiercompactError
 from metadata.cluster import BrokerRegistration, ClusterRegistry, DuplicateBrokerError, new_incarnation
 from service.kafka.registry import BrokerInfo
 from service.threads import PeriodicTask
@@ -81,12 +87,19 @@ class ClusterMembership:
             logger.warning("could not deregister broker %d: %s", self.me.broker_id, e)
 
     def registrations(self) -> list[BrokerRegistration]:
-        """Every registered broker (cached for a moment)."""
+        """Every registered broker (cached for a moment). While the store fails, the last ones read: their
+        heartbeats age, so the other brokers look dead once the session timeout passes, and this one stays."""
         now = time.monotonic()
         with self._lock:
             if self._cache is not None and now - self._cache[0] < self.cache_s:
                 return self._cache[1]
-        regs = self.registry.brokers()
+        try:
+            regs = self.registry.brokers()
+        except TiercompactError:
+            with self._lock:
+                if self._cache is None:
+                    raise
+                return self._cache[1]
         with self._lock:
             self._cache = (now, regs)
         return regs
@@ -106,13 +119,24 @@ class ClusterMembership:
             found = self._topic_ids.get(topic)
         if found is not None and now - found[0] < self.cache_s:
             return found[1]
-        tid = self.registry.topic_id(topic)
+        try:
+            tid = self.registry.topic_id(topic)
+        except TiercompactError:
+            if found is None:
+                raise
+            return found[1]  # the store fails: the id last read (ids change only when a topic is re-created)
         with self._lock:
             self._topic_ids[topic] = (now, tid)
         return tid
 
     def topic_ids(self) -> dict[str, uuid.UUID]:
-        ids = self.registry.topic_ids()
+        try:
+            ids = self.registry.topic_ids()
+        except TiercompactError:
+            with self._lock:
+                if not self._topic_ids:
+                    raise
+                return {k: v[1] for k, v in self._topic_ids.items()}  # the store fails: the ids last read
         now = time.monotonic()
         with self._lock:
             self._topic_ids.update((k, (now, v)) for k, v in ids.items())

@@ -23,7 +23,7 @@ from typing import Any
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
-from log.errors import InvalidRequestError, UnknownTopicOrPartitionError
+from log.errors import InvalidRequestError, TiercompactError, UnknownTopicOrPartitionError
 from log.record.varint import encode_uvarint
 from log.types import TopicPartition
 from remote.raw_read import RawTieredRead
@@ -85,12 +85,20 @@ def check_leader(ctx: RequestContext, tp: TopicPartition, current_leader_epoch: 
     """Raise NotLeaderError unless this node leads ``tp`` as Metadata tells clients (KIP-320: a
     client's ``current_leader_epoch`` below the leader's is FENCED_LEADER_EPOCH, above it
     UNKNOWN_LEADER_EPOCH). The leader is read from the metadata store at most once a
-    ``LEADER_TTL_S`` per partition (blocking: call from a worker thread)."""
+    ``LEADER_TTL_S`` per partition (blocking: call from a worker thread). While the store fails, the leader
+    read last is trusted for another ``LEADER_TTL_S`` at a time: reads of the data this node holds go on, as a
+    Kafka broker serves fetches from its metadata cache while the controller is out of reach (writes are fenced
+    by the store itself)."""
     cache = _LEADERS.setdefault(ctx.node, {})
     now = time.monotonic()
     hit = cache.get(tp)
     if hit is None or now - hit[0] > LEADER_TTL_S:
-        hit = cache[tp] = (now, partition_leader(ctx.node, ctx.cluster, tp))
+        try:
+            hit = cache[tp] = (now, partition_leader(ctx.node, ctx.cluster, tp))
+        except TiercompactError:
+            if hit is None:
+                raise
+            hit = cache[tp] = (now, hit[1])
     lead = hit[1]
     if lead.error_code:
         raise NotLeaderError(lead.error_code)

@@ -4,7 +4,10 @@ Any node answers for every topic of the shared metadata store. A partition's lea
 leadership record (``POST .../leadership``, or the first node that acted as its leader); a
 partition nobody registered yet is led by the node answering (whose produce path accepts it). A
 registered leader whose heartbeat expired shows LEADER_NOT_AVAILABLE with leader -1 (no election
-here). Replicas and ISR are the leader alone: there is one copy of local data.
+here). Replicas and ISR are the leader alone: there is one copy of local data. The leadership records of every
+partition a request answers are read in one query (:func:`leader_records`). While the metadata store fails, Metadata
+answers what it read last (topics, leaders, brokers, topic ids), as Kafka's brokers answer from their metadata cache
+while the controller is out of reach; a topic whose leaders it never read shows LEADER_NOT_AVAILABLE.
 
 A topic a Metadata request names and the cluster does not have is created, as Kafka's broker creates it, when the
 node's ``auto_create_topics_enable`` (auto.create.topics.enable) and the request allow it (the request's
@@ -18,8 +21,12 @@ Otherwise it is UNKNOWN_TOPIC_OR_PARTITION.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import uuid
-from dataclasses import dataclass
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from kafka.errors import (
@@ -60,14 +67,95 @@ class PartitionLeader:
 def partition_leader(node: Any, cluster: ClusterView, tp: TopicPartition, live: set[int] | None = None) -> PartitionLeader:
     """The leader of ``tp`` as every node sees it (blocking: reads the metadata store)."""
     state = node.metadata.leader_state(tp)
-    if state is None:
+    return _leader_of(node, cluster, tp, None if state is None else (state.leader_epoch, state.broker_id), live)
+
+
+def _leader_of(node: Any, cluster: ClusterView, tp: TopicPartition, record: tuple[int, int] | None,
+               live: set[int] | None) -> PartitionLeader:
+    """The leader of ``tp`` given its leadership ``record`` (epoch, broker id; None: nobody registered one, so the
+    node answering leads it, as its produce path accepts it)."""
+    if record is None:
         log = node.log_manager.all_logs().get(tp)
         return PartitionLeader(cluster.broker_id, max(log.leader_epoch, 0) if log is not None else 0)
+    epoch, broker = record
     if live is None:
         live = {b.broker_id for b in cluster.brokers()}
-    if state.broker_id not in live:
-        return PartitionLeader(-1, state.leader_epoch, LeaderNotAvailableError.errno, state.broker_id)
-    return PartitionLeader(state.broker_id, state.leader_epoch, 0, state.broker_id)
+    if broker not in live:
+        return PartitionLeader(-1, epoch, LeaderNotAvailableError.errno, broker)
+    return PartitionLeader(broker, epoch, 0, broker)
+
+
+@dataclass
+class _LastRead:
+    """What Metadata read from the metadata store last: what it answers while the store fails, as Kafka's brokers
+    answer from their metadata cache while the controller is out of reach."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: the shared store's topics (name -> partition count), None until read once
+    topics: dict[str, int] | None = None
+    #: the leadership records of the partitions of ``leader_topics``
+    leaders: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+    leader_topics: set[str] = field(default_factory=set)
+    #: when a failed read was last logged (one warning a minute, not one per request)
+    warned_at: float = 0.0
+
+    def warn(self, what: str, e: Exception) -> None:
+        now = time.monotonic()
+        if now - self.warned_at >= 60:
+            self.warned_at = now
+            logger.warning("Metadata answers the %s last read: the metadata store failed: %s", what, e)
+
+
+_LAST_READ: weakref.WeakKeyDictionary[Any, _LastRead] = weakref.WeakKeyDictionary()
+_LAST_READ_GUARD = threading.Lock()
+
+
+def _last_read(node: Any) -> _LastRead:
+    with _LAST_READ_GUARD:
+        last = _LAST_READ.get(node)
+        if last is None:
+            last = _LAST_READ[node] = _LastRead()
+        return last
+
+
+@dataclass(frozen=True)
+class LeaderRecords:
+    """The leadership records (epoch, broker id) of some topics' partitions, read in one query. ``known`` names the
+    topics whose records these are: a partition of one of them without a record has none (nobody registered one);
+    a partition of another topic is unknown (the store failed before its records were ever read)."""
+
+    records: dict[TopicPartition, tuple[int, int]]
+    known: frozenset[str]
+
+    def leader(self, node: Any, cluster: ClusterView, tp: TopicPartition, live: set[int]) -> PartitionLeader:
+        if tp.topic not in self.known:
+            return PartitionLeader(-1, -1, LeaderNotAvailableError.errno)
+        return _leader_of(node, cluster, tp, self.records.get(tp), live)
+
+
+def leader_records(node: Any, topics: Iterable[str]) -> LeaderRecords:
+    """The leadership records of ``topics``' partitions in one query of the metadata store (not one per partition);
+    while the store fails, the ones last read."""
+    names = sorted(set(topics))
+    last = _last_read(node)
+    if not names:
+        return LeaderRecords({}, frozenset())
+    try:
+        versions = node.metadata.partition_versions(names)
+    except TiercompactError as e:
+        last.warn("leaders", e)
+        wanted = set(names)
+        with last.lock:
+            return LeaderRecords({tp: r for tp, r in last.leaders.items() if tp.topic in wanted},
+                                 frozenset(wanted & last.leader_topics))
+    records = {tp: (v.leader_epoch, v.broker_id) for tp, v in versions.items() if v.leader_epoch >= 0}
+    with last.lock:
+        wanted = set(names)
+        for tp in [tp for tp in last.leaders if tp.topic in wanted]:
+            del last.leaders[tp]
+        last.leaders.update(records)
+        last.leader_topics |= wanted
+    return LeaderRecords(records, frozenset(names))
 
 
 def not_leader_error(node: Any, cluster: ClusterView, tp: TopicPartition) -> int:
@@ -79,22 +167,33 @@ def not_leader_error(node: Any, cluster: ClusterView, tp: TopicPartition) -> int
 
 
 def stored_topics(node: Any) -> dict[str, int]:
-    """Topic name -> partition count: the shared store's topics, and this node's own."""
+    """Topic name -> partition count: the shared store's topics, and this node's own. While the store fails, the
+    store's topics last read (or none, if it never answered), with this node's own."""
     out = {t.name: t.partitions for t in node.topics()}
+    last = _last_read(node)
     try:
-        for t in node.metadata.list_topic_configs():
-            out[t.name] = t.partitions
-    except TiercompactError:
-        pass  # the store is down: this node's topics still answer
+        shared = {t.name: t.partitions for t in node.metadata.list_topic_configs()}
+    except TiercompactError as e:
+        last.warn("topics", e)
+        with last.lock:
+            shared = dict(last.topics or {})
+    else:
+        with last.lock:
+            last.topics = dict(shared)
+    out.update(shared)
     return out
 
 
-def partition_fields(node: Any, cluster: ClusterView, name: str, indexes: range, live: set[int]) -> list[dict[str, Any]]:
+def partition_fields(node: Any, cluster: ClusterView, name: str, indexes: range, live: set[int],
+                     leaders: LeaderRecords | None = None) -> list[dict[str, Any]]:
     """Per partition of ``indexes``, the fields Metadata and DescribeTopicPartitions share: its leader (the
-    leadership record, or this node), the leader alone as replicas and ISR, and a dead leader as offline."""
+    leadership record, or this node), the leader alone as replicas and ISR, and a dead leader as offline.
+    ``leaders``: the records already read (else read here, in one query for the topic)."""
+    if leaders is None:
+        leaders = leader_records(node, [name])
     out = []
     for p in indexes:
-        lead = partition_leader(node, cluster, TopicPartition(name, p), live)
+        lead = leaders.leader(node, cluster, TopicPartition(name, p), live)
         replicas = [lead.leader_id] if lead.leader_id >= 0 else [lead.registered_id]
         out.append({"error_code": lead.error_code, "partition_index": p, "leader_id": lead.leader_id,
                     "leader_epoch": lead.leader_epoch, "replica_nodes": replicas,
@@ -103,9 +202,10 @@ def partition_fields(node: Any, cluster: ClusterView, name: str, indexes: range,
     return out
 
 
-def _partitions(node: Any, cluster: ClusterView, name: str, count: int, live: set[int]) -> list[Any]:
+def _partitions(node: Any, cluster: ClusterView, name: str, count: int, live: set[int],
+                leaders: LeaderRecords) -> list[Any]:
     return [MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(**f)
-            for f in partition_fields(node, cluster, name, range(count), live)]
+            for f in partition_fields(node, cluster, name, range(count), live, leaders)]
 
 
 def _auto_create(node: Any, request: Any, version: int, name: str, stored: dict[str, int], budget: list[int]) -> int:
@@ -151,6 +251,7 @@ def _metadata(node: Any, cluster: ClusterView, request: Any, version: int) -> An
     cluster_ops = {"authorized_operations": authorized_operations(
         CLUSTER_OPERATION_CODES, request.include_cluster_authorized_operations)} if 8 <= version <= 10 else {}
     budget = [AUTO_CREATE_PER_REQUEST]
+    answered: list[Any] = []  # the topics answered with their partitions (filled in once every name is resolved)
     for name, tid in wanted:
         if name is None:  # v10+: by topic id
             if by_id is None:
@@ -173,7 +274,11 @@ def _metadata(node: Any, cluster: ClusterView, request: Any, version: int) -> An
                                         partitions=[]))
                 continue
         topics.append(topic_cls(error_code=0, name=name, topic_id=cluster.topic_id(name), is_internal=False,
-                                partitions=_partitions(node, cluster, name, stored[name], live), **topic_ops))
+                                partitions=[], **topic_ops))
+        answered.append(topics[-1])
+    leaders = leader_records(node, (t.name for t in answered))  # one query for every partition answered
+    for t in answered:
+        t.partitions = _partitions(node, cluster, t.name, stored[t.name], live, leaders)
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[MetadataResponse.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
