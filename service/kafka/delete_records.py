@@ -23,7 +23,7 @@ _Partition = _Topic.DeleteRecordsPartitionResult
 
 def _delete_one(ctx: RequestContext, topic: str, p: Any) -> Any:
     log = partition_log(ctx.node, topic, p.partition_index)
-    check_leader(ctx, log.topic_partition)
+    check_leader(ctx, log.topic_partition, fresh=True)  # it writes: not on a leader read over a second ago
     start = ctx.node.delete_records(topic, p.partition_index, p.offset)
     return _Partition(partition_index=p.partition_index, low_watermark=start, error_code=NONE)
 

@@ -16,14 +16,13 @@ import asyncio
 import contextlib
 import os
 import struct
-import time
 import weakref
 from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
-from log.errors import InvalidRequestError, TiercompactError, UnknownTopicOrPartitionError
+from log.errors import InvalidRequestError, UnknownTopicOrPartitionError
 from log.record.varint import encode_uvarint
 from log.types import TopicPartition
 from remote.raw_read import RawTieredRead
@@ -34,7 +33,7 @@ from service.kafka.errors import (
     UNKNOWN_LEADER_EPOCH,
     error_code,
 )
-from service.kafka.metadata_api import partition_leader
+from service.kafka.leader_cache import leader_cache
 from service.kafka.registry import RequestContext, kafka_api
 
 _Partition = FetchResponse.FetchableTopicResponse.PartitionData
@@ -44,8 +43,6 @@ SPLICE_MIN_BYTES = 4096
 #: Kafka's broker config fetch.max.bytes: no response holds more, whatever the client asks (but a
 #: first batch larger than that, up to max.message.bytes, still goes whole)
 FETCH_MAX_BYTES = 55 * 1024 * 1024
-#: how long a partition's leader, read from the metadata store, is trusted before it is read again
-LEADER_TTL_S = 1.0
 _MARKER_BYTES = 16
 
 
@@ -78,28 +75,14 @@ class NotLeaderError(Exception):
         self.code = code
 
 
-_LEADERS: weakref.WeakKeyDictionary[Any, dict[TopicPartition, tuple[float, Any]]] = weakref.WeakKeyDictionary()
-
-
-def check_leader(ctx: RequestContext, tp: TopicPartition, current_leader_epoch: int = -1) -> None:
+def check_leader(ctx: RequestContext, tp: TopicPartition, current_leader_epoch: int = -1, *,
+                 fresh: bool = False) -> None:
     """Raise NotLeaderError unless this node leads ``tp`` as Metadata tells clients (KIP-320: a
     client's ``current_leader_epoch`` below the leader's is FENCED_LEADER_EPOCH, above it
-    UNKNOWN_LEADER_EPOCH). The leader is read from the metadata store at most once a
-    ``LEADER_TTL_S`` per partition (blocking: call from a worker thread). While the store fails, the leader
-    read last is trusted for another ``LEADER_TTL_S`` at a time: reads of the data this node holds go on, as a
-    Kafka broker serves fetches from its metadata cache while the controller is out of reach (writes are fenced
-    by the store itself)."""
-    cache = _LEADERS.setdefault(ctx.node, {})
-    now = time.monotonic()
-    hit = cache.get(tp)
-    if hit is None or now - hit[0] > LEADER_TTL_S:
-        try:
-            hit = cache[tp] = (now, partition_leader(ctx.node, ctx.cluster, tp))
-        except TiercompactError:
-            if hit is None:
-                raise
-            hit = cache[tp] = (now, hit[1])
-    lead = hit[1]
+    UNKNOWN_LEADER_EPOCH). The leader comes from the node's leader cache (service.kafka.leader_cache: read
+    in bulk, refreshed off the request path; ``fresh`` for a caller about to write); blocking: call from a
+    worker thread."""
+    lead = leader_cache(ctx.node, ctx.cluster).leader(tp, fresh=fresh)
     if lead.error_code:
         raise NotLeaderError(lead.error_code)
     if lead.leader_id != ctx.cluster.broker_id:
@@ -135,6 +118,7 @@ def _read(ctx: RequestContext, wants: list[_Want], max_bytes: int, committed: bo
     """Every partition's PartitionData, and the bytes read in all (blocking: a worker thread)."""
     node = ctx.node
     raw = raw_reader(node)
+    leader_cache(node, ctx.cluster).ensure(_topic_partitions(wants))  # the leaders not cached yet, in one query
     out = []
     budget = max_bytes
     first = True

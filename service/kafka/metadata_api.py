@@ -67,10 +67,10 @@ class PartitionLeader:
 def partition_leader(node: Any, cluster: ClusterView, tp: TopicPartition, live: set[int] | None = None) -> PartitionLeader:
     """The leader of ``tp`` as every node sees it (blocking: reads the metadata store)."""
     state = node.metadata.leader_state(tp)
-    return _leader_of(node, cluster, tp, None if state is None else (state.leader_epoch, state.broker_id), live)
+    return leader_of_record(node, cluster, tp, None if state is None else (state.leader_epoch, state.broker_id), live)
 
 
-def _leader_of(node: Any, cluster: ClusterView, tp: TopicPartition, record: tuple[int, int] | None,
+def leader_of_record(node: Any, cluster: ClusterView, tp: TopicPartition, record: tuple[int, int] | None,
                live: set[int] | None) -> PartitionLeader:
     """The leader of ``tp`` given its leadership ``record`` (epoch, broker id; None: nobody registered one, so the
     node answering leads it, as its produce path accepts it)."""
@@ -130,7 +130,17 @@ class LeaderRecords:
     def leader(self, node: Any, cluster: ClusterView, tp: TopicPartition, live: set[int]) -> PartitionLeader:
         if tp.topic not in self.known:
             return PartitionLeader(-1, -1, LeaderNotAvailableError.errno)
-        return _leader_of(node, cluster, tp, self.records.get(tp), live)
+        return leader_of_record(node, cluster, tp, self.records.get(tp), live)
+
+
+def read_leader_records(node: Any, topics: Iterable[str]) -> dict[TopicPartition, tuple[int, int]]:
+    """The leadership records (epoch, broker id) of ``topics``' partitions, in one query of the metadata store (a
+    partition nobody registered has none); raises the store's error."""
+    names = sorted(set(topics))
+    if not names:
+        return {}
+    versions = node.metadata.partition_versions(names)
+    return {tp: (v.leader_epoch, v.broker_id) for tp, v in versions.items() if v.leader_epoch >= 0}
 
 
 def leader_records(node: Any, topics: Iterable[str]) -> LeaderRecords:
@@ -141,14 +151,13 @@ def leader_records(node: Any, topics: Iterable[str]) -> LeaderRecords:
     if not names:
         return LeaderRecords({}, frozenset())
     try:
-        versions = node.metadata.partition_versions(names)
+        records = read_leader_records(node, names)
     except TiercompactError as e:
         last.warn("leaders", e)
         wanted = set(names)
         with last.lock:
             return LeaderRecords({tp: r for tp, r in last.leaders.items() if tp.topic in wanted},
                                  frozenset(wanted & last.leader_topics))
-    records = {tp: (v.leader_epoch, v.broker_id) for tp, v in versions.items() if v.leader_epoch >= 0}
     with last.lock:
         wanted = set(names)
         for tp in [tp for tp in last.leaders if tp.topic in wanted]:

@@ -400,12 +400,12 @@ def test_spliced_records_encode_as_the_library_does() -> None:
 
 
 def test_leadership_and_leader_epochs_as_kip_320(wire: Wire, node: Node) -> None:
-    from service.kafka import fetch
+    from service.kafka.leader_cache import leader_cache
 
     assert _create(wire, "moved", {"cleanup.policy": "compact", "remote.storage.enable": "true"}).error_code == 0
     _produce(node, "moved", 3)
     node.become_leader("moved", 0, 3, node.broker_id)
-    fetch._LEADERS.clear()  # the leader is cached for LEADER_TTL_S
+    leader_cache(node, None).forget()  # the leader is cached for LEADER_TTL_S
     assert _fetch(wire, "moved", 0, leader_epoch=3).error_code == 0
     assert _fetch(wire, "moved", 0, leader_epoch=2).error_code == 74  # FENCED_LEADER_EPOCH
     assert _fetch(wire, "moved", 0, leader_epoch=4).error_code == 75  # UNKNOWN_LEADER_EPOCH
@@ -421,7 +421,7 @@ def test_leadership_and_leader_epochs_as_kip_320(wire: Wire, node: Node) -> None
     assert epoch_end(3) == (0, 3, 5)
     assert epoch_end(2)[2] == 3  # an older epoch ends where epoch 3 starts
     node.become_leader("moved", 0, 4, node.broker_id + 7)  # another broker (not alive here) leads now
-    fetch._LEADERS.clear()
+    leader_cache(node, None).forget()
     assert _fetch(wire, "moved", 0).error_code == 5  # LEADER_NOT_AVAILABLE: its leader is not registered
     assert _list(wire, "moved", -1).error_code == 5
 
