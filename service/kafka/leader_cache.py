@@ -32,6 +32,7 @@ from typing import Any
 from log.errors import TiercompactError
 from log.types import TopicPartition
 from service.kafka.metadata_api import PartitionLeader, leader_of_record, read_leader_records
+from service.per_node import per_node
 
 logger = logging.getLogger(__name__)
 
@@ -135,14 +136,13 @@ class LeaderCache:
             self._entries.clear()
 
 
-_CACHES: weakref.WeakKeyDictionary[Any, LeaderCache] = weakref.WeakKeyDictionary()
-_CACHES_GUARD = threading.Lock()
+_cache_of = per_node(lambda node: LeaderCache(node, None))
 
 
 def leader_cache(node: Any, cluster: Any) -> LeaderCache:
-    """The node's cache (one per node, made on first use)."""
-    with _CACHES_GUARD:
-        cache = _CACHES.get(node)
-        if cache is None:
-            cache = _CACHES[node] = LeaderCache(node, cluster)
-        return cache
+    """The node's cache (one per node, made on first use), reading the cluster's live brokers through ``cluster``
+    (the node's Kafka listener's view; None keeps the one given before)."""
+    cache = _cache_of(node)
+    if cluster is not None:
+        cache.cluster = cluster
+    return cache

@@ -24,7 +24,6 @@ import logging
 import threading
 import time
 import uuid
-import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +44,7 @@ from log.types import TopicPartition, validate_topic_name
 from service.kafka.acls import CLUSTER_OPERATION_CODES, TOPIC_OPERATION_CODES, authorized_operations
 from service.kafka.errors import error_code
 from service.kafka.registry import ClusterView, RequestContext, kafka_api
+from service.per_node import per_node
 
 logger = logging.getLogger(__name__)
 
@@ -106,16 +106,7 @@ class _LastRead:
             logger.warning("Metadata answers the %s last read: the metadata store failed: %s", what, e)
 
 
-_LAST_READ: weakref.WeakKeyDictionary[Any, _LastRead] = weakref.WeakKeyDictionary()
-_LAST_READ_GUARD = threading.Lock()
-
-
-def _last_read(node: Any) -> _LastRead:
-    with _LAST_READ_GUARD:
-        last = _LAST_READ.get(node)
-        if last is None:
-            last = _LAST_READ[node] = _LastRead()
-        return last
+_last_read = per_node(lambda _node: _LastRead())
 
 
 @dataclass(frozen=True)

@@ -10,26 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka.protocol.consumer import FetchRequest
 
 from log.local_log import RecordSpec
 from log.types import TopicPartition
 from metadata.errors import MetadataStoreError
 from service.kafka.leader_cache import leader_cache
-from tests.kafka.wire import InProcessNode, Wire, wait_until
+from tests.kafka.wire import InProcessNode, Wire, fetch_from_start, record_bulk_leader_reads, wait_until
 
 TOPIC, PARTITIONS = "cached", 6
 
 
 def _fetch(w: Wire, partitions: range = range(PARTITIONS)) -> list[tuple[int, int]]:
-    """Per partition, its error code and the bytes of records a Fetch from offset 0 answers."""
-    P = FetchRequest.FetchTopic.FetchPartition
-    req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=8 << 20, isolation_level=0,
-                       session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic=TOPIC, partitions=[
-                           P(partition=p, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
-                             partition_max_bytes=1 << 20) for p in partitions])], forgotten_topics_data=[],
-                       rack_id="")
-    return [(p.error_code, len(p.records or b"")) for p in w.call(req, 12).responses[0].partitions]
+    return fetch_from_start(w, TOPIC, partitions)
 
 
 @pytest.fixture
@@ -49,14 +41,7 @@ def test_fetch_reads_its_partitions_leaders_in_one_query_and_refreshes_them_off_
     entry expired, one query per partition: a consumer of a thousand partitions cost the store a thousand queries
     a second, and each one waited on the request path."""
     store = node.node.metadata
-    bulk: list[Any] = []
-    real = store.partition_versions
-
-    def one_per_partition(tp: TopicPartition) -> Any:
-        raise AssertionError(f"{tp}'s leader was read on its own")
-
-    monkeypatch.setattr(store, "leader_state", one_per_partition)
-    monkeypatch.setattr(store, "partition_versions", lambda topics=None: bulk.append(topics) or real(topics))
+    bulk = record_bulk_leader_reads(store, monkeypatch)
     w = node.wire()
     try:
         first = _fetch(w)

@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import MetadataRequest
 
 from log.local_log import RecordSpec
 from log.types import TopicPartition
 from metadata.errors import MetadataStoreError
-from tests.kafka.wire import InProcessNode, Wire
+from tests.kafka.wire import InProcessNode, Wire, fetch_from_start, record_bulk_leader_reads
 
 
 def _answer(w: Wire, names: list[str] | None = None) -> dict[str, Any]:
@@ -26,17 +25,6 @@ def _answer(w: Wire, names: list[str] | None = None) -> dict[str, Any]:
             "topics": {t.name: (t.error_code, t.topic_id, sorted((p.partition_index, p.error_code, p.leader_id,
                                                                    p.leader_epoch) for p in t.partitions))
                        for t in meta.topics}}
-
-
-def _fetch(w: Wire, topic: str, partition: int) -> tuple[int, int]:
-    """The partition's error code and the bytes of records a Fetch from offset 0 answers."""
-    P = FetchRequest.FetchTopic.FetchPartition
-    req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
-                       session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
-                           P(partition=partition, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
-                             partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id="")
-    part = w.call(req, 12).responses[0].partitions[0]
-    return part.error_code, len(part.records or b"")
 
 
 @pytest.fixture
@@ -54,14 +42,7 @@ def test_metadata_reads_every_partitions_leader_in_one_query(node: InProcessNode
     for name, count in (("many-a", 6), ("many-b", 3)):
         node.node.create_topic(name, partitions=count)
     store.become_leader(TopicPartition("many-a", 4), 2, 5)
-    queries: list[Any] = []
-    real = store.partition_versions
-
-    def one_per_partition(tp: TopicPartition) -> Any:
-        raise AssertionError(f"Metadata read {tp}'s leader on its own")
-
-    monkeypatch.setattr(store, "leader_state", one_per_partition)
-    monkeypatch.setattr(store, "partition_versions", lambda topics=None: queries.append(topics) or real(topics))
+    queries = record_bulk_leader_reads(store, monkeypatch)
     w = node.wire()
     try:
         got = _answer(w)
@@ -87,7 +68,7 @@ def test_metadata_answers_what_it_read_last_while_the_store_fails(node: InProces
     try:
         before = _answer(w)
         assert before["topics"]["outage"][2] == [(0, 0, 5, 0), (1, 0, 5, 4), (2, 0, 5, 0)]
-        code, size = _fetch(w, "outage", 0)
+        ((code, size),) = fetch_from_start(w, "outage", [0])
         assert code == 0 and size > 0
 
         def down(*_args: Any, **_kwargs: Any) -> Any:
@@ -97,7 +78,7 @@ def test_metadata_answers_what_it_read_last_while_the_store_fails(node: InProces
             monkeypatch.setattr(store, name, down)
         time.sleep(1.1)  # past the registry's cache (1 s): the next reads go to the store, and fail
         assert _answer(w) == before  # the connection stays open, and answers what was read last
-        assert _fetch(w, "outage", 0) == (code, size)  # the local data is still served, by its last-read leader
+        assert fetch_from_start(w, "outage", [0]) == [(code, size)]  # the local data is still served, by its last-read leader
         assert _answer(w, ["outage"]) == {**before, "topics": {"outage": before["topics"]["outage"]}}
         monkeypatch.undo()
         node.node.create_topic("after", partitions=1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,19 @@ class Wire:
         self.sock.close()
 
 
+def fetch_from_start(w: Wire, topic: str, partitions: Iterable[int]) -> list[tuple[int, int]]:
+    """Per partition, its error code and the bytes of records a Fetch v12 from offset 0 answers."""
+    from kafka.protocol.consumer import FetchRequest
+
+    P = FetchRequest.FetchTopic.FetchPartition
+    req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=8 << 20, isolation_level=0,
+                       session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+                           P(partition=p, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
+                             partition_max_bytes=1 << 20) for p in partitions])], forgotten_topics_data=[],
+                       rack_id="")
+    return [(p.error_code, len(p.records or b"")) for p in w.call(req, 12).responses[0].partitions]
+
+
 class InProcessNode:
     """A Node with its Kafka front door on a free port, sharing ``metadata_url`` with other such nodes."""
 
@@ -85,6 +98,20 @@ class InProcessNode:
     def stop(self) -> None:
         self.service.stop()
         self.node.shutdown()
+
+
+def record_bulk_leader_reads(store: Any, monkeypatch: Any) -> list[Any]:
+    """Make ``store`` refuse to read one partition's leader at a time (``leader_state``), and record the topics of
+    each bulk read of leaders (``partition_versions``) in the list returned."""
+    reads: list[Any] = []
+    real = store.partition_versions
+
+    def one_partition(tp: Any) -> Any:
+        raise AssertionError(f"{tp}'s leader was read on its own")
+
+    monkeypatch.setattr(store, "leader_state", one_partition)
+    monkeypatch.setattr(store, "partition_versions", lambda topics=None: reads.append(topics) or real(topics))
+    return reads
 
 
 def wait_until(cond: Callable[[], Any], timeout_s: float = 10.0, what: str = "condition") -> Any:
