@@ -54,6 +54,9 @@ class LeaderCache:
         self._lock = threading.Lock()
         self._entries: dict[TopicPartition, tuple[float, PartitionLeader]] = {}
         self._refreshing = False
+        #: the last failed read of the store, and when: for ``ttl_s`` after it, a partition that needs a read now
+        #: gets that error at once, so a stalled store holds up one request per ``ttl_s``, not one per partition
+        self._failed: tuple[float, TiercompactError] | None = None
         self._warned_at = 0.0
         self.refreshes = 0  # background refreshes run (tests, diagnostics)
 
@@ -90,6 +93,9 @@ class LeaderCache:
             hit = self._entries.get(tp)
         age = now - hit[0] if hit is not None else 0.0
         if hit is None or age > self.stale_limit_s or (fresh and age > self.ttl_s):
+            failed = self._failed
+            if failed is not None and now - failed[0] < self.ttl_s:
+                raise failed[1]
             return self._fill({tp})[tp]  # read now: a store failure is the caller's
         if age > self.ttl_s:
             self._refresh_soon()
@@ -98,7 +104,12 @@ class LeaderCache:
     def _fill(self, tps: set[TopicPartition]) -> dict[TopicPartition, PartitionLeader]:
         """Read the leaders of ``tps`` (their topics' records in one query) and cache them."""
         now = time.monotonic()
-        records = read_leader_records(self.node, {tp.topic for tp in tps})
+        try:
+            records = read_leader_records(self.node, {tp.topic for tp in tps})
+        except TiercompactError as e:
+            self._failed = (time.monotonic(), e)
+            raise
+        self._failed = None
         live = {b.broker_id for b in self.cluster.brokers()}
         got = {tp: leader_of_record(self.node, self.cluster, tp, records.get(tp), live) for tp in tps}
         with self._lock:

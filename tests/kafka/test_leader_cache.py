@@ -92,7 +92,33 @@ def test_a_stalled_store_does_not_hold_up_fetches_and_a_failing_one_is_trusted_f
         time.sleep(max(0.0, read_at + 3.3 - time.monotonic()))
         assert all(code != 0 and size == 0 for code, size in _fetch(w, range(2)))  # past it: the store's error
         monkeypatch.undo()
+        time.sleep(cache.ttl_s + 0.1)  # a failed read is answered for ttl_s without asking the store again
         assert _fetch(w) == first  # the store answers again
     finally:
         released.set()
+        w.close()
+
+
+def test_partitions_not_cached_while_the_store_stalls_wait_for_it_once_per_request(
+        node: InProcessNode, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leaders a Fetch needs and the cache lacks are read in one query; when that read fails after a stall, the
+    request's other partitions answer its error at once instead of each waiting out the stall again."""
+    store = node.node.metadata
+    node.node.create_topic("uncached", partitions=4)
+    calls: list[float] = []
+
+    def slow_failure(*_args: Any, **_kwargs: Any) -> Any:
+        calls.append(time.monotonic())
+        time.sleep(1.0)
+        raise MetadataStoreError("injected: the metadata store stalled, then failed", retriable=True)
+
+    monkeypatch.setattr(store, "partition_versions", slow_failure)
+    monkeypatch.setattr(store, "leader_state", slow_failure)
+    w = node.wire()
+    try:
+        t0 = time.monotonic()
+        answers = fetch_from_start(w, "uncached", range(4))
+        assert time.monotonic() - t0 < 2.5  # one stalled read, not five
+        assert len(calls) == 1 and all(code != 0 for code, _ in answers)
+    finally:
         w.close()
