@@ -71,7 +71,7 @@ def partition_leader(node: Any, cluster: ClusterView, tp: TopicPartition, live: 
 
 
 def leader_of_record(node: Any, cluster: ClusterView, tp: TopicPartition, record: tuple[int, int] | None,
-               live: set[int] | None) -> PartitionLeader:
+                     live: set[int] | None) -> PartitionLeader:
     """The leader of ``tp`` given its leadership ``record`` (epoch, broker id; None: nobody registered one, so the
     node answering leads it, as its produce path accepts it)."""
     if record is None:
@@ -124,38 +124,42 @@ class LeaderRecords:
         return leader_of_record(node, cluster, tp, self.records.get(tp), live)
 
 
+#: above this many topics, the leaders of every partition are read (and the others' left out) rather than named in
+#: the query: SQLite caps a statement's parameters, and a long IN list costs more than the rows it saves
+READ_ALL_ABOVE_TOPICS = 1000
+
+
 def read_leader_records(node: Any, topics: Iterable[str]) -> dict[TopicPartition, tuple[int, int]]:
     """The leadership records (epoch, broker id) of ``topics``' partitions, in one query of the metadata store (a
     partition nobody registered has none); raises the store's error."""
-    names = sorted(set(topics))
-    if not names:
+    wanted = set(topics)
+    if not wanted:
         return {}
-    versions = node.metadata.partition_versions(names)
-    return {tp: (v.leader_epoch, v.broker_id) for tp, v in versions.items() if v.leader_epoch >= 0}
+    versions = node.metadata.partition_versions(sorted(wanted) if len(wanted) <= READ_ALL_ABOVE_TOPICS else None)
+    return {tp: (v.leader_epoch, v.broker_id) for tp, v in versions.items()
+            if v.leader_epoch >= 0 and tp.topic in wanted}
 
 
 def leader_records(node: Any, topics: Iterable[str]) -> LeaderRecords:
     """The leadership records of ``topics``' partitions in one query of the metadata store (not one per partition);
     while the store fails, the ones last read."""
-    names = sorted(set(topics))
+    wanted = frozenset(topics)
+    if not wanted:
+        return LeaderRecords({}, wanted)
     last = _last_read(node)
-    if not names:
-        return LeaderRecords({}, frozenset())
     try:
-        records = read_leader_records(node, names)
+        records = read_leader_records(node, wanted)
     except TiercompactError as e:
         last.warn("leaders", e)
-        wanted = set(names)
         with last.lock:
             return LeaderRecords({tp: r for tp, r in last.leaders.items() if tp.topic in wanted},
-                                 frozenset(wanted & last.leader_topics))
+                                 wanted & last.leader_topics)
     with last.lock:
-        wanted = set(names)
         for tp in [tp for tp in last.leaders if tp.topic in wanted]:
             del last.leaders[tp]
         last.leaders.update(records)
         last.leader_topics |= wanted
-    return LeaderRecords(records, frozenset(names))
+    return LeaderRecords(records, wanted)
 
 
 def not_leader_error(node: Any, cluster: ClusterView, tp: TopicPartition) -> int:

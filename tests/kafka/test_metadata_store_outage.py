@@ -14,6 +14,7 @@ from kafka.protocol.metadata import MetadataRequest
 from log.local_log import RecordSpec
 from log.types import TopicPartition
 from metadata.errors import MetadataStoreError
+from service.kafka import metadata_api
 from tests.kafka.wire import InProcessNode, Wire, fetch_from_start, record_bulk_leader_reads
 
 
@@ -51,6 +52,10 @@ def test_metadata_reads_every_partitions_leader_in_one_query(node: InProcessNode
         assert got["topics"]["many-b"][2] == [(p, 0, 5, 0) for p in range(3)]
         assert _answer(w, ["many-b"])["topics"]["many-b"][2] == [(p, 0, 5, 0) for p in range(3)]
         assert queries[-1] == ["many-b"]
+        # above READ_ALL_ABOVE_TOPICS topics, every partition's record is read and the others are left out
+        monkeypatch.setattr(metadata_api, "READ_ALL_ABOVE_TOPICS", 1)
+        assert _answer(w) == got and queries[-1] is None
+        assert _answer(w, ["many-b"])["topics"]["many-b"][2] == [(p, 0, 5, 0) for p in range(3)]
     finally:
         w.close()
 
