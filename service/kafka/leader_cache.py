@@ -38,8 +38,6 @@ logger = logging.getLogger(__name__)
 
 #: how long a partition's leader, read from the metadata store, is trusted before it is read again
 LEADER_TTL_S = 1.0
-#: how long entries are answered while the store fails, without a cluster membership to give its session timeout
-DEFAULT_STALE_LIMIT_S = 9.0
 
 
 class LeaderCache:
@@ -71,8 +69,7 @@ class LeaderCache:
     def stale_limit_s(self) -> float:
         if self._stale_limit_s is not None:
             return self._stale_limit_s
-        membership = getattr(self.cluster, "membership", None)
-        return membership.session_timeout_ms / 1000 if membership is not None else DEFAULT_STALE_LIMIT_S
+        return float(self.node.config.broker_session_timeout_ms) / 1000  # the session the cluster registry uses
 
     def ensure(self, tps: Iterable[TopicPartition]) -> None:
         """Read the leaders of the partitions of ``tps`` not cached yet, in one query. A store failure is left to
